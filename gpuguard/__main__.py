@@ -1,0 +1,7 @@
+"""``python -m gpuguard`` runs the CLI."""
+
+import sys
+
+from gpuguard.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Package data of the pure core (the MIG catalog); read only through :mod:`policies.sources`."""

@@ -1,0 +1,93 @@
+"""Kubernetes ``resource.Quantity`` parsing, exact.
+
+Owns the grammar of quantities as the Kubernetes API defines it (``k8s.io/apimachinery/pkg/api/
+resource``): an optional sign, a decimal number, and one suffix — binary SI (``Ki Mi Gi Ti Pi Ei``),
+decimal SI (``n u m "" k M G T P E``) or a decimal exponent (``e3``, ``E-2``). Values are returned as
+:class:`fractions.Fraction`, so ``500m`` is exactly ``1/2`` and nothing is lost to floats.
+
+Must not know about GPUs or policies: callers decide what a value means.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)$"
+)
+# The API server refuses quantities whose text exceeds this many digits of precision.
+_MAX_TEXT = 64
+
+
+class QuantityError(ValueError):
+    """A value is not a valid Kubernetes quantity; the message says what was expected."""
+
+
+def parse_quantity(value: object) -> Fraction:
+    """Parse a Kubernetes quantity (``"2"``, ``2``, ``"500m"``, ``"1Gi"``, ``"1e3"``) exactly.
+
+    Args:
+        value: a string as written in a manifest, or an int (YAML ``2``). Floats are accepted only
+            when they hold an exact decimal value (YAML ``0.5``), as kubectl would serialise them.
+
+    Returns:
+        The value as a Fraction in the quantity's base unit (bytes for memory, cores for CPU,
+        devices for extended resources).
+
+    Raises:
+        QuantityError: for booleans, None, other types, empty or malformed strings, or strings
+            longer than 64 characters.
+    """
+    if isinstance(value, bool) or value is None:
+        raise QuantityError(f"expected a quantity such as 1, '2' or '500m', got {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"expected a finite quantity, got {value!r}")
+        return Fraction(repr(value))
+    if not isinstance(value, str):
+        raise QuantityError(
+            f"expected a quantity string or number, got {type(value).__name__} {value!r}"
+        )
+    text = value.strip()
+    if not text or len(text) > _MAX_TEXT:
+        raise QuantityError(f"expected a quantity such as '1', '500m' or '1Gi', got {value!r}")
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise QuantityError(
+            f"{value!r} is not a Kubernetes quantity (expected <number><suffix>, suffix one of "
+            "Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3)"
+        )
+    number = Fraction(match["num"])
+    suffix = match["suffix"]
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix and suffix[0] in "eE":
+        return number * Fraction(10) ** int(suffix[1:])
+    return number * _DECIMAL[suffix]
+
+
+def format_fraction(value: Fraction) -> str:
+    """Render a Fraction for messages: ``2``, ``0.5``, or ``1/7`` when it has no short decimal form."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    as_float = float(value)
+    if Fraction(repr(as_float)) == value and len(repr(as_float)) <= 12:
+        return repr(as_float)
+    return f"{value.numerator}/{value.denominator}"

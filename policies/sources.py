@@ -1,0 +1,256 @@
+"""The pure core's only file reader: Kubernetes objects from YAML / JSON files, and package data.
+
+Owns turning paths into parsed documents: multi-document YAML (``---``), JSON, ``kind: List``
+(``kubectl get -o yaml`` output), directories (sorted, ``.yaml`` / ``.yml`` / ``.json`` and their
+``.gz`` forms), ``-`` for standard input, and the YAML files shipped inside the package
+(:func:`load_package_yaml`). A bad document never hides the good ones: each problem becomes a
+:class:`LoadError` that names the file, the document index (0-based) and, for YAML syntax errors,
+the line, and reading goes on with the next document.
+
+Must not interpret objects (GPU facts, policies): it only parses. YAML is read with the safe loader
+only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is missing.
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+_SEPARATOR = re.compile(r"^(?:---|\.\.\.)(?:[ \t].*)?$")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One parsed Kubernetes object and where it came from.
+
+    Attributes:
+        source: the file path as given (``-`` for standard input).
+        index: 0-based index of the YAML document in the file (JSON files have one, index 0).
+        item: index inside ``items`` when the document was a ``kind: List``; else None.
+        body: the parsed object (a mapping with at least ``kind``).
+    """
+
+    source: str
+    index: int
+    item: int | None
+    body: dict[str, Any]
+
+    @property
+    def location(self) -> str:
+        """``file: document N`` (plus ``items[M]`` for List members), for messages."""
+        where = f"{self.source}: document {self.index}"
+        return where if self.item is None else f"{where} items[{self.item}]"
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A document (or whole file) that could not be read; ``str()`` gives the one-line message."""
+
+    source: str
+    index: int | None
+    message: str
+
+    def __str__(self) -> str:
+        """Render as ``file: document N: message`` (or ``file: message`` for whole-file errors)."""
+        if self.index is None:
+            return f"{self.source}: {self.message}"
+        return f"{self.source}: document {self.index}: {self.message}"
+
+
+def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
+    """Expand files and directories into the files to read, in a stable (sorted) order.
+
+    Yields:
+        Each file path (``-`` passes through), or a LoadError for a path that does not exist.
+    """
+    for raw in paths:
+        if raw == "-":
+            yield raw
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                name = child.name.removesuffix(".gz")
+                if child.is_file() and name.endswith(_SUFFIXES):
+                    yield str(child)
+        elif path.is_file():
+            yield raw
+        else:
+            yield LoadError(raw, None, "no such file or directory")
+
+
+def read_text(source: str, stdin: TextIO | None = None) -> str:
+    """Read one file as UTF-8 text (``.gz`` decompressed, ``-`` from stdin).
+
+    Raises:
+        OSError: the file cannot be opened or read (including a corrupt gzip stream).
+        UnicodeDecodeError: the bytes are not UTF-8.
+    """
+    if source == "-":
+        return (stdin or sys.stdin).read()
+    raw = Path(source).read_bytes()
+    if source.endswith(".gz"):
+        raw = gzip.decompress(raw)
+    return raw.decode("utf-8")
+
+
+def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
+    """Split a multi-document YAML stream into (first line number, chunk) at ``---`` lines.
+
+    Splitting before parsing lets one broken document be reported while the others still load.
+    """
+    start, lines = 1, []
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        if _SEPARATOR.match(line.rstrip("\r\n")):
+            yield start, "".join(lines)
+            start, lines = number + 1, []
+            # ``--- {a: 1}`` carries content on the separator line itself.
+            rest = line[3:].strip()
+            if line.startswith("---") and rest and not rest.startswith("#"):
+                lines.append(rest + "\n")
+                start = number
+        else:
+            lines.append(line)
+    yield start, "".join(lines)
+
+
+def parse_text(source: str, text: str) -> Iterator[tuple[int, Any] | LoadError]:
+    """Parse YAML or JSON text into (document index, value) pairs; empty documents are skipped.
+
+    Yields:
+        ``(index, value)`` for each non-empty document, or a LoadError naming the document and line.
+    """
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            yield 0, json.loads(text)
+            return
+        except json.JSONDecodeError as exc:
+            # Flow-style YAML also starts with '{': only a .json file is judged as JSON alone.
+            if source.endswith((".json", ".json.gz")):
+                yield LoadError(
+                    source, 0, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+                )
+                return
+        except RecursionError:
+            yield LoadError(source, 0, "JSON nested too deeply")
+            return
+    index = -1
+    for first_line, chunk in _split_yaml(text):
+        # Comment-only chunks (a header before the first ``---``, a trailing ``---``) are not
+        # documents, so they do not shift the index users count by.
+        if all(not ln.strip() or ln.lstrip().startswith("#") for ln in chunk.splitlines()):
+            continue
+        index += 1
+        try:
+            value = yaml.load(chunk, Loader=_Loader)  # noqa: S506 - _Loader is a safe loader
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            line = f" at line {first_line + mark.line}" if mark is not None else ""
+            problem = exc.problem or str(exc)
+            yield LoadError(source, index, f"invalid YAML{line}: {problem}")
+            continue
+        except (yaml.YAMLError, RecursionError) as exc:
+            yield LoadError(source, index, f"invalid YAML: {exc}")
+            continue
+        if value is not None:
+            yield index, value
+
+
+def _objects(source: str, index: int, value: Any) -> Iterator[Document | LoadError]:
+    """Turn one parsed document into Documents, expanding ``kind: List`` items."""
+    if not isinstance(value, dict):
+        yield LoadError(
+            source, index,
+            f"expected a Kubernetes object (a mapping with apiVersion and kind), got "
+            f"{type(value).__name__}",
+        )
+        return
+    kind = value.get("kind")
+    if not isinstance(kind, str) or not kind:
+        yield LoadError(source, index, "object has no kind (expected e.g. kind: Pod)")
+        return
+    if kind == "List" or (kind.endswith("List") and isinstance(value.get("items"), list)):
+        items = value.get("items")
+        if not isinstance(items, list):
+            yield LoadError(source, index, "kind: List without an items list")
+            return
+        for number, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
+                yield LoadError(source, index, f"items[{number}] has no kind")
+                continue
+            yield Document(source, index, number, item)
+        return
+    yield Document(source, index, None, value)
+
+
+def iter_documents(
+    paths: Sequence[str], stdin: TextIO | None = None
+) -> Iterator[Document | LoadError]:
+    """Stream every Kubernetes object found under ``paths``, one file in memory at a time.
+
+    Args:
+        paths: files, directories or ``-``.
+        stdin: stream read for ``-`` (defaults to ``sys.stdin``).
+
+    Yields:
+        Documents in file order, and a LoadError for each unreadable file or document.
+    """
+    for entry in iter_paths(paths):
+        if isinstance(entry, LoadError):
+            yield entry
+            continue
+        try:
+            text = read_text(entry, stdin)
+        except UnicodeDecodeError as exc:
+            yield LoadError(entry, None, f"not UTF-8 text (byte offset {exc.start})")
+            continue
+        except (OSError, EOFError) as exc:
+            yield LoadError(entry, None, f"cannot read: {exc}")
+            continue
+        for parsed in parse_text(entry, text):
+            if isinstance(parsed, LoadError):
+                yield parsed
+            else:
+                yield from _objects(entry, *parsed)
+
+
+def read_documents(
+    paths: Sequence[str], stdin: TextIO | None = None
+) -> tuple[list[Document], list[LoadError]]:
+    """Read everything under ``paths``; see :func:`iter_documents`.
+
+    Returns:
+        ``(documents, errors)``, both in file order.
+    """
+    documents: list[Document] = []
+    errors: list[LoadError] = []
+    for entry in iter_documents(paths, stdin):
+        (errors if isinstance(entry, LoadError) else documents).append(entry)  # type: ignore[arg-type]
+    return documents, errors
+
+
+def load_package_yaml(package: str, name: str) -> Any:
+    """Load one YAML file shipped inside a package (e.g. ``policies.data``, ``mig_profiles.yaml``).
+
+    Raises:
+        FileNotFoundError: the file is not in the installed package.
+        yaml.YAMLError: the shipped file is malformed (a packaging bug).
+    """
+    text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a safe loader
