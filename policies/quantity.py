@@ -2,14 +2,16 @@
 
 Owns the grammar of quantities as the Kubernetes API defines it (``k8s.io/apimachinery/pkg/api/
 resource``): an optional sign, a decimal number, and one suffix — binary SI (``Ki Mi Gi Ti Pi Ei``),
-decimal SI (``n u m "" k M G T P E``) or a decimal exponent (``e3``, ``E-2``). Values are returned as
-:class:`fractions.Fraction`, so ``500m`` is exactly ``1/2`` and nothing is lost to floats.
+decimal SI (``n u m "" k M G T P E``) or a decimal exponent (``e3``, ``E-2``). Values are
+returned as :class:`fractions.Fraction`, so ``500m`` is exactly ``1/2``: nothing is lost to
+floats.
 
 Must not know about GPUs or policies: callers decide what a value means.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -58,7 +60,7 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise QuantityError(f"expected a finite quantity, got {value!r}")
         return Fraction(repr(value))
     if not isinstance(value, str):
@@ -84,7 +86,7 @@ def parse_quantity(value: object) -> Fraction:
 
 
 def format_fraction(value: Fraction) -> str:
-    """Render a Fraction for messages: ``2``, ``0.5``, or ``1/7`` when it has no short decimal form."""
+    """Render a Fraction for messages: ``2``, ``0.5``, or ``1/7`` without a short decimal form."""
     if value.denominator == 1:
         return str(value.numerator)
     as_float = float(value)

@@ -158,7 +158,7 @@ def parse_text(source: str, text: str) -> Iterator[tuple[int, Any] | LoadError]:
             continue
         index += 1
         try:
-            value = yaml.load(chunk, Loader=_Loader)  # noqa: S506 - _Loader is a safe loader
+            value = yaml.load(chunk, Loader=_Loader)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark
             line = f" at line {first_line + mark.line}" if mark is not None else ""
@@ -253,4 +253,4 @@ def load_package_yaml(package: str, name: str) -> Any:
         yaml.YAMLError: the shipped file is malformed (a packaging bug).
     """
     text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a safe loader
+    return yaml.load(text, Loader=_Loader)

@@ -1,0 +1,122 @@
+"""``gpuguard gpus``: read manifests, compute GPU facts, print them as a table, JSON or YAML.
+
+Errors in the input (unparseable documents, objects without kind) are listed in ``errors`` and on
+stderr, one line each naming the file and document; the other documents are still reported and the
+exit code is 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from policies.nodes import node_facts
+from policies.resource_names import GPUSettings
+from policies.sources import Document, read_documents
+from policies.workloads import claim_templates_of, workload_facts
+
+
+def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
+    """The ``gpuguard gpus -o json`` document for ``paths`` (see docs/gpu-facts.md)."""
+    documents, errors = read_documents(paths)
+    claims = claim_templates_of(d.body for d in documents)
+    objects: list[dict[str, Any]] = []
+    ignored: list[str] = []
+    for document in documents:
+        entry = _describe(document, settings, claims)
+        if entry is None:
+            meta = document.body.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            ignored.append(f"{document.body.get('kind')}/{name}")
+        else:
+            objects.append(entry)
+    return {"objects": objects, "ignored": ignored, "errors": [str(e) for e in errors]}
+
+
+def _describe(
+    document: Document, settings: GPUSettings,
+    claims: dict[tuple[str | None, str], tuple[str | None, int | None]],
+) -> dict[str, Any] | None:
+    body = document.body
+    if body.get("kind") == "Node":
+        facts = node_facts(body, settings)
+        return {"kind": "Node", "apiVersion": body.get("apiVersion"), "namespace": None,
+                "name": facts.name, "source": document.location, "node": facts.to_dict()}
+    facts = workload_facts(body, settings=settings, claim_templates=claims)
+    if facts is None:
+        return None
+    return {**facts.to_dict(), "source": document.location}
+
+
+def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
+    """The summary table and the detailed notes printed below it."""
+    table = Table(title="GPU facts")
+    for column in ("object", "pods", "GPUs", "MIG", "GPU-eq", "shared", "notes"):
+        table.add_column(column, overflow="fold")
+    notes: list[str] = []
+    for obj in result["objects"]:
+        namespace = f"{obj['namespace']}/" if obj.get("namespace") else ""
+        name = f"{obj['kind']}/{namespace}{obj['name']}"
+        if obj["kind"] == "Node":
+            node = obj["node"]
+            alloc = node["allocatable"]
+            eq = node["gpu_equivalents_allocatable"]
+            flags = [f"{len(node['warnings'])} warning(s)"] if node["warnings"] else []
+            notes += [f"{name}: {w}" for w in node["warnings"]]
+            table.add_row(
+                name, "-", _counts(alloc["gpus"] | alloc["shared"]), _counts(alloc["mig"]),
+                "?" if eq is None else f"{eq:g}", "yes" if alloc["shared"] else "",
+                ", ".join(flags),
+            )
+            continue
+        total = obj["total"]
+        if not (show_all or total["requested"] or total["unrequested_access"]
+                or total["invalid"] or total["unrecognized"]):
+            continue
+        flags = []
+        for key, label in (("invalid", "invalid"), ("unrequested_access", "GPU access"),
+                           ("unknown", "unknown"), ("unrecognized", "unrecognized")):
+            if total[key]:
+                flags.append(f"{len(total[key])} {label}")
+        notes += [f"{name}: invalid: {m}" for m in total["invalid"]]
+        notes += [f"{name}: {a['path']}: {a['reason']}" for a in total["unrequested_access"]]
+        notes += [f"{name}: unknown: {m}" for m in total["unknown"]]
+        notes += [f"{name}: unrecognized resource {r} (add --gpu-resource {r} to count it)"
+                  for r in total["unrecognized"]]
+        eq = total["gpu_equivalents"]
+        table.add_row(
+            name, "per node" if obj["replicas"] is None else str(obj["replicas"]),
+            _counts(total["gpus"]), _counts(total["mig"]),
+            "?" if eq is None else f"{eq:g}{'~' if total['gpu_equivalents_approximate'] else ''}",
+            "yes" if total["shared"] else "", ", ".join(flags),
+        )
+    return table, notes
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in counts.items()) or "-"
+
+
+def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: bool) -> int:
+    """Print the GPU facts of everything under ``paths``; 2 when any input had errors, else 0."""
+    result = collect(paths, settings)
+    for error in result["errors"]:
+        print(f"gpuguard: {error}", file=sys.stderr)
+    if output == "json":
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif output == "yaml":
+        yaml.safe_dump(result, sys.stdout, sort_keys=False)
+    else:
+        console = Console()
+        table, notes = _table(result, show_all)
+        console.print(table)
+        for note in notes:
+            console.print(f"- {note}", markup=False, highlight=False)
+    return 2 if result["errors"] else 0

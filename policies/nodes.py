@@ -1,0 +1,350 @@
+"""GPU facts of one Node: what it offers, in which form, and what its labels say about it.
+
+Owns reading a Node's GPU capacity and allocatable without double counting — whole GPUs, MIG
+instances per profile (mixed strategy), MIG slices advertised as ``nvidia.com/gpu`` (single
+strategy, ``-MIG-<profile>`` product), time-slicing / MPS replicas, HAMi splits (the
+``hami.io/node-nvidia-register`` annotation in its CSV and JSON formats) — plus the GFD / MIG
+manager labels (``nvidia.com/gpu.product``, ``mig.strategy``, ``mig.config``,
+``mig.config.state``, ``gpu.replicas``, ``gpu.count``) and the inconsistencies between them. Label
+meanings come from ``shared/reference/gpu-domain.md`` sections 2 and 3.
+
+Must not look at pods or decide placement (that is the auditor's): it describes one Node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from policies import mig
+from policies.quantity import QuantityError, parse_quantity
+from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
+
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+_MIG_LABEL_FAMILY = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.count$")
+
+
+@dataclass(frozen=True)
+class HamiDevice:
+    """One GPU as HAMi's device plugin registers it (``hami.io/node-nvidia-register``).
+
+    ``split`` is how many vGPU slots it offers; ``memory_mib`` the memory HAMi schedules (after
+    HAMi's memory scaling, so it can exceed the physical size); ``cores`` the schedulable core
+    percentage (100 per GPU, more when oversubscribed).
+    """
+
+    uuid: str
+    split: int
+    memory_mib: int
+    cores: int
+    type: str
+    healthy: bool
+    mode: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form of one device."""
+        return {"uuid": self.uuid, "split": self.split, "memory_mib": self.memory_mib,
+                "cores": self.cores, "type": self.type, "healthy": self.healthy,
+                "mode": self.mode}
+
+
+def parse_hami_register(value: str) -> tuple[tuple[HamiDevice, ...], bool, list[str]]:
+    """Parse HAMi's register annotation, in its CSV or JSON form.
+
+    CSV: records ``uuid,split,mem,cores,type,numa,health`` (HAMi >= 2.5 adds ``,index,mode``)
+    separated by ``:``; JSON: a list of device records (``id``, ``count``, ``devmem``, …).
+
+    Returns:
+        (devices, truncated, problems): ``truncated`` is True when the value was cut (``...``, as
+        ``kubectl describe`` prints long values), in which case only whole records are kept.
+    """
+    text = value.strip()
+    truncated = text.endswith("...")
+    problems: list[str] = []
+    if text.startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return (), truncated, [f"{HAMI_REGISTER}: invalid JSON: {exc.msg}"]
+        devices = []
+        for record in records if isinstance(records, list) else []:
+            if not isinstance(record, dict):
+                continue
+            devices.append(HamiDevice(
+                uuid=str(record.get("id", "")), split=_int(record.get("count")),
+                memory_mib=_int(record.get("devmem")), cores=_int(record.get("devcore")),
+                type=str(record.get("type", "")), healthy=bool(record.get("health", True)),
+                mode=record.get("mode"),
+            ))
+        return tuple(devices), truncated, problems
+    records = [r for r in text.removesuffix("...").split(":") if r]
+    if truncated and records:
+        records = records[:-1]  # the last record was cut mid-way
+    devices = []
+    for number, record in enumerate(records):
+        fields = record.split(",")
+        if len(fields) < 7:
+            problems.append(f"{HAMI_REGISTER}: record {number} has {len(fields)} fields, "
+                            "expected 7 or 9")
+            continue
+        devices.append(HamiDevice(
+            uuid=fields[0], split=_int(fields[1]), memory_mib=_int(fields[2]),
+            cores=_int(fields[3]), type=fields[4], healthy=fields[6].strip() == "true",
+            mode=fields[8] if len(fields) > 8 else None,
+        ))
+    return tuple(devices), truncated, problems
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Offer:
+    """GPU resources of one node list (capacity or allocatable), by kind."""
+
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    mig: Mapping[str, int] = field(default_factory=dict)
+    shared: Mapping[str, int] = field(default_factory=dict)
+    split: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        """JSON form: ``{gpus, mig, shared, split}``, each resource (or profile) → count."""
+        return {"gpus": dict(self.gpus), "mig": dict(self.mig), "shared": dict(self.shared),
+                "split": dict(self.split)}
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What one Node offers (see module docstring); equivalents are Fractions of a GPU."""
+
+    name: str
+    product: str | None
+    model: str | None
+    mig_strategy: str | None
+    mig_single_profile: str | None
+    mig_invalid: bool
+    mig_config: str | None
+    mig_config_state: str | None
+    sharing_strategy: str | None
+    replicas: int | None
+    physical_gpus: int | None
+    capacity: Offer
+    allocatable: Offer
+    gpu_equivalents: Fraction | None
+    approximate: bool
+    hami_devices: tuple[HamiDevice, ...]
+    hami_truncated: bool
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``node`` object of ``gpuguard gpus -o json`` (documented in docs/gpu-facts.md)."""
+        eq = self.gpu_equivalents
+        return {
+            "product": self.product,
+            "model": self.model,
+            "mig_strategy": self.mig_strategy,
+            "mig_single_profile": self.mig_single_profile,
+            "mig_invalid": self.mig_invalid,
+            "mig_config": self.mig_config,
+            "mig_config_state": self.mig_config_state,
+            "sharing_strategy": self.sharing_strategy,
+            "replicas": self.replicas,
+            "physical_gpus": self.physical_gpus,
+            "capacity": self.capacity.to_dict(),
+            "allocatable": self.allocatable.to_dict(),
+            "gpu_equivalents_allocatable": None if eq is None else round(float(eq), 6),
+            "gpu_equivalents_approximate": self.approximate,
+            "hami": None if not self.hami_devices and not self.hami_truncated else {
+                "devices": [d.to_dict() for d in self.hami_devices],
+                "truncated": self.hami_truncated,
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: str) -> Offer:
+    gpus: dict[str, int] = {}
+    migs: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    split: dict[str, int] = {}
+    for resource, raw in (resources.items() if isinstance(resources, Mapping) else ()):
+        kind = classify(str(resource), settings)
+        if kind in (ResourceKind.OTHER, ResourceKind.UNRECOGNIZED, ResourceKind.OBSOLETE):
+            continue
+        try:
+            count = int(parse_quantity(raw))
+        except QuantityError as exc:
+            warnings.append(f"status.{where}[{resource}]: {exc}")
+            continue
+        if kind is ResourceKind.MIG:
+            migs[(mig.profile_from_resource(resource) or ("?", False))[0]] = count
+        elif kind is ResourceKind.SHARED:
+            shared[resource] = count
+        elif kind in (ResourceKind.WHOLE, ResourceKind.CORES):
+            gpus[resource] = count
+        else:
+            split[resource] = count
+    return Offer(gpus, migs, shared, split)
+
+
+def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
+    value = labels.get(key)
+    return int(value) if isinstance(value, str | int) and str(value).isdigit() else None
+
+
+def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS) -> NodeFacts:
+    """Describe the GPUs of one Node object (as ``kubectl get node -o yaml`` prints it).
+
+    Never raises on malformed nodes: unusable values become ``warnings``.
+    """
+    metadata = node.get("metadata") if isinstance(node.get("metadata"), Mapping) else {}
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    annotations = metadata.get("annotations") \
+        if isinstance(metadata.get("annotations"), Mapping) else {}
+    status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
+    warnings: list[str] = []
+    capacity = _offer(status.get("capacity"), settings, warnings, "capacity")
+    allocatable = _offer(status.get("allocatable") or status.get("capacity"), settings,
+                         warnings, "allocatable")
+
+    product_label = labels.get("nvidia.com/gpu.product")
+    product = mig.parse_product(str(product_label)) if product_label else None
+    model = product.model if product else None
+    if model is None:
+        for key, value in labels.items():
+            if re.fullmatch(r"nvidia\.com/mig-[^/]+\.product", str(key)):
+                model = mig.parse_product(str(value)).model or model
+    strategy = labels.get("nvidia.com/mig.strategy")
+    if strategy is None and allocatable.mig:
+        strategy = "mixed"
+    if strategy is None and product and product.mig_profile:
+        strategy = "single"
+    single_profile = product.mig_profile if product and strategy == "single" else None
+    mig_invalid = bool(product and product.mig_invalid)
+    replicas = _label_int(labels, "nvidia.com/gpu.replicas")
+    sharing = labels.get("nvidia.com/gpu.sharing-strategy")
+
+    hami_devices: tuple[HamiDevice, ...] = ()
+    truncated = False
+    if isinstance(annotations.get(HAMI_REGISTER), str):
+        hami_devices, truncated, problems = parse_hami_register(annotations[HAMI_REGISTER])
+        warnings += problems
+        if truncated:
+            warnings.append(f"{HAMI_REGISTER} is truncated ('...'): only "
+                            f"{len(hami_devices)} complete device record(s) could be read")
+        if model is None and hami_devices:
+            model = mig.model_from_name(hami_devices[0].type.removeprefix("NVIDIA-"))
+
+    if mig_invalid:
+        warnings.append(
+            f"nvidia.com/gpu.product={product_label}: GFD reports an invalid MIG single-strategy "
+            "layout (mixed MIG / non-MIG GPUs, an empty MIG GPU or several profiles); the node "
+            "advertises no usable GPUs"
+        )
+    state = labels.get("nvidia.com/mig.config.state")
+    if state is not None and state != "success":
+        warnings.append(f"nvidia.com/mig.config.state={state}: the MIG layout "
+                        f"{labels.get('nvidia.com/mig.config')!r} is not applied")
+    label_profiles = {m["profile"] for k in labels if (m := _MIG_LABEL_FAMILY.match(str(k)))}
+    advertised = set(allocatable.mig) | set(capacity.mig)
+    if label_profiles and advertised and label_profiles != advertised:
+        warnings.append(
+            "GFD label families (" + ", ".join(sorted(label_profiles)) + ") disagree with the "
+            "advertised MIG resources (" + ", ".join(sorted(advertised)) + "); the resources "
+            "are what pods must request"
+        )
+    if labels.get("nvidia.com/mig.config") == "all-disabled" and advertised:
+        warnings.append("nvidia.com/mig.config=all-disabled, yet MIG resources are advertised")
+
+    physical = _physical_gpus(labels, strategy, mig_invalid, hami_devices, truncated, allocatable,
+                              replicas)
+    equivalents, approximate = _equivalents(
+        allocatable, model, single_profile, replicas, hami_devices, settings, warnings)
+    return NodeFacts(
+        name=str(metadata.get("name", "")),
+        product=str(product_label) if product_label else None,
+        model=model,
+        mig_strategy=str(strategy) if strategy else None,
+        mig_single_profile=single_profile,
+        mig_invalid=mig_invalid,
+        mig_config=labels.get("nvidia.com/mig.config"),
+        mig_config_state=state,
+        sharing_strategy=str(sharing) if sharing else None,
+        replicas=replicas,
+        physical_gpus=physical,
+        capacity=capacity,
+        allocatable=allocatable,
+        gpu_equivalents=equivalents,
+        approximate=approximate,
+        hami_devices=hami_devices,
+        hami_truncated=truncated,
+        warnings=tuple(warnings),
+    )
+
+
+def _physical_gpus(
+    labels: Mapping[str, Any], strategy: Any, mig_invalid: bool,
+    hami: tuple[HamiDevice, ...], truncated: bool, allocatable: Offer, replicas: int | None,
+) -> int | None:
+    """Physical GPUs on the node, when some source states it; None when it cannot be known.
+
+    ``nvidia.com/gpu.count`` counts physical GPUs except under the single MIG strategy (where it
+    counts MIG devices) and when GFD marks the layout invalid (0).
+    """
+    count = _label_int(labels, "nvidia.com/gpu.count")
+    if count is not None and strategy != "single" and not mig_invalid:
+        return count
+    if hami and not truncated:
+        return len(hami)
+    whole = allocatable.gpus.get("nvidia.com/gpu")
+    if whole is not None and not allocatable.mig and not allocatable.shared and not hami \
+            and strategy != "single" and (replicas or 1) == 1:
+        return whole
+    return None
+
+
+def _equivalents(
+    allocatable: Offer, model: str | None, single_profile: str | None, replicas: int | None,
+    hami: tuple[HamiDevice, ...], settings: GPUSettings, warnings: list[str],
+) -> tuple[Fraction | None, bool]:
+    """Allocatable GPU-equivalents: whole GPUs, MIG slices and replicas in one unit."""
+    total: Fraction | None = Fraction(0)
+    approximate = False
+    for resource, count in allocatable.gpus.items():
+        if resource == "aws.amazon.com/neuroncore":
+            continue  # the same chips as aws.amazon.com/neuron; counting both would double
+        if resource != "nvidia.com/gpu":
+            total += count
+        elif single_profile:
+            value, approx = mig.equivalents(single_profile, model)
+            total += count * value
+            approximate = approximate or approx
+        elif hami:
+            split = hami[0].split or 1
+            total += Fraction(count, split)
+        elif replicas and replicas > 1:
+            total += Fraction(count, replicas)
+        else:
+            total += count
+    for profile, count in allocatable.mig.items():
+        value, approx = mig.equivalents(profile, model)
+        total += count * value
+        approximate = approximate or approx
+    for resource, count in allocatable.shared.items():
+        per = settings.replicas_for(resource) or (replicas if replicas and replicas > 1 else None)
+        if per is None:
+            warnings.append(f"{resource}: {count} shared replicas, but the replicas per GPU are "
+                            "unknown (no nvidia.com/gpu.replicas label; set --shared-replicas)")
+            return None, approximate
+        parsed = mig.profile_from_resource(resource)
+        per_device = mig.equivalents(parsed[0], model)[0] if parsed else Fraction(1)
+        total += count * per_device / per
+    return total, approximate
