@@ -115,6 +115,8 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
         yaml.safe_dump(result, sys.stdout, sort_keys=False)
     else:
         console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)  # files and pipes: keep names and paths on one line
         table, notes = _table(result, show_all)
         console.print(table)
         for note in notes:

@@ -299,8 +299,10 @@ def _physical_gpus(
     ``nvidia.com/gpu.count`` counts physical GPUs except under the single MIG strategy (where it
     counts MIG devices) and when GFD marks the layout invalid (0).
     """
+    if mig_invalid:
+        return None  # GFD zeroes every count label; the GPUs are there but unusable
     count = _label_int(labels, "nvidia.com/gpu.count")
-    if count is not None and strategy != "single" and not mig_invalid:
+    if count is not None and strategy != "single":
         return count
     if hami and not truncated:
         return len(hami)
