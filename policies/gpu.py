@@ -317,8 +317,12 @@ class _Placement:
     replicas: int | None = None
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _as_dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # Parsed YAML / JSON gives plain dicts; the exact-type test avoids the slow ABC check.
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
 
 
 def _as_list(value: Any) -> Sequence[Any]:
@@ -555,6 +559,8 @@ def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
 
 def _placement(spec: Mapping[str, Any]) -> _Placement:
     """What node selection tells about the GPU: model, MIG single profile, sharing."""
+    if not spec.get("nodeSelector") and not spec.get("affinity"):
+        return _Placement()
     model = mig_profile = None
     excluded = shared = False
     replicas = None
