@@ -38,17 +38,26 @@ def main() -> None:
         if workload is not None:
             templates += [(t, workload.namespace) for t in workload.templates]
     pods = list(itertools.islice(itertools.cycle(templates), args.pods))
-    print(f"corpus: {len(objects)} objects, {len(templates)} pod templates; "
-          f"benchmark: {len(pods)} pods")
+    print(
+        f"corpus: {len(objects)} objects, {len(templates)} pod templates; "
+        f"benchmark: {len(pods)} pods"
+    )
 
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
         for template, namespace in pods:
-            pod_facts(template.spec, template.metadata, spec_path=template.spec_path,
-                      claim_templates=claims, namespace=namespace)
+            pod_facts(
+                template.spec,
+                template.metadata,
+                spec_path=template.spec_path,
+                claim_templates=claims,
+                namespace=namespace,
+            )
         best = min(best, time.perf_counter() - start)
-    print(f"pod_facts:      {len(pods) / best:10,.0f} pods/s  ({best * 1e6 / len(pods):.1f} µs/pod)")
+    print(
+        f"pod_facts:      {len(pods) / best:10,.0f} pods/s  ({best * 1e6 / len(pods):.1f} µs/pod)"
+    )
 
     workloads = [o for o in objects if find_workload(o) is not None]
     batch = list(itertools.islice(itertools.cycle(workloads), args.pods // 2))
@@ -59,8 +68,10 @@ def main() -> None:
         for obj in batch:
             workload_facts(obj, claim_templates=claims)
         best = min(best, time.perf_counter() - start)
-    print(f"workload_facts: {len(batch) / best:10,.0f} objects/s ({best * 1e6 / len(batch):.1f} "
-          f"µs/object, {pod_count:,} pods described)")
+    print(
+        f"workload_facts: {len(batch) / best:10,.0f} objects/s ({best * 1e6 / len(batch):.1f} "
+        f"µs/object, {pod_count:,} pods described)"
+    )
 
 
 if __name__ == "__main__":
