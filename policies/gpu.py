@@ -124,14 +124,15 @@ class DraClaim:
 class GPUFacts:
     """The GPU facts of one pod, or (scaled and merged) of a whole workload.
 
-    Counts are devices or instances; ``gpu_equivalents`` is a Fraction of one GPU (None when some
+    Counts are devices or instances; ``equivalents_known`` is the Fraction of one GPU asked for by
+    the parts whose size is known, and ``gpu_equivalents`` the whole ask (None when some
     part is unknown, with the reasons in ``unknown``); memory is MiB. See ``docs/gpu-facts.md``.
     """
 
     gpus: Mapping[str, int] = field(default_factory=dict)
     mig: Mapping[str, int] = field(default_factory=dict)
     effective_requests: Mapping[str, int] = field(default_factory=dict)
-    gpu_equivalents: Fraction | None = Fraction(0)
+    equivalents_known: Fraction = Fraction(0)
     approximate: bool = False
     unknown: tuple[str, ...] = ()
     shared: bool = False
@@ -148,6 +149,11 @@ class GPUFacts:
     sources: tuple[Source, ...] = ()
 
     @property
+    def gpu_equivalents(self) -> Fraction | None:
+        """All GPU-equivalents asked for; None when some part's size is unknown (see ``unknown``)."""
+        return None if self.unknown else self.equivalents_known
+
+    @property
     def dra_gpus(self) -> int | None:
         """GPU devices claimed through DRA; None when some claim's count is unknown."""
         counts = [c.count for c in self.dra_claims]
@@ -161,7 +167,8 @@ class GPUFacts:
             or any(self.mig.values())
             or self.kai
             or self.dra_claims
-            or (self.gpu_equivalents is not None and self.gpu_equivalents > 0)
+            or self.equivalents_known > 0
+            or self.unknown
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,13 +202,12 @@ class GPUFacts:
 
     def scaled(self, replicas: int) -> GPUFacts:
         """The facts of ``replicas`` identical pods (counts, equivalents and memory multiplied)."""
-        eq = self.gpu_equivalents
         return replace(
             self,
             gpus={k: v * replicas for k, v in self.gpus.items()},
             mig={k: v * replicas for k, v in self.mig.items()},
             effective_requests={k: v * replicas for k, v in self.effective_requests.items()},
-            gpu_equivalents=None if eq is None else eq * replicas,
+            equivalents_known=self.equivalents_known * replicas,
             gpu_memory_mib=None if self.gpu_memory_mib is None else self.gpu_memory_mib * replicas,
             dra_claims=tuple(
                 replace(c, count=None if c.count is None else c.count * replicas)
@@ -213,14 +219,14 @@ class GPUFacts:
 def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
     """Add up the facts of several pod groups (already scaled) into workload totals.
 
-    Counts, equivalents and memory are summed (None stays None); lists are concatenated without
+    Counts, equivalents and memory are summed; lists are concatenated without
     duplicates; ``kai``, ``hami`` and ``mig_single`` keep the first group's value that has one
     (they describe one pod), except that an ``unknown`` MIG-single status wins.
     """
     gpus: dict[str, int] = {}
     migs: dict[str, int] = {}
     effective: dict[str, int] = {}
-    equivalents: Fraction | None = Fraction(0)
+    equivalents = Fraction(0)
     memory: int | None = None
     kai = hami = single = None
     result = GPUFacts()
@@ -229,10 +235,7 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
                               (effective, part.effective_requests)):
             for key, value in values.items():
                 total[key] = total.get(key, 0) + value
-        if equivalents is not None:
-            equivalents = (
-                None if part.gpu_equivalents is None else equivalents + part.gpu_equivalents
-            )
+        equivalents += part.equivalents_known
         if part.gpu_memory_mib is not None:
             memory = (memory or 0) + part.gpu_memory_mib
         kai = kai or part.kai
@@ -257,7 +260,7 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
         gpus=gpus,
         mig=migs,
         effective_requests=effective,
-        gpu_equivalents=equivalents,
+        equivalents_known=equivalents,
         gpu_memory_mib=memory,
         kai=kai,
         hami=hami,
@@ -502,18 +505,17 @@ def _resource_equivalents(
     return Fraction(count)
 
 
-def _add(total: Fraction | None, value: Fraction | None) -> Fraction | None:
-    return None if total is None or value is None else total + value
+def _add(total: Fraction | None, value: Fraction | None) -> Fraction:
+    """Sum of the known parts: an unknown part (None) adds nothing; it is noted in ``unknown``."""
+    return (total or Fraction(0)) + (value or Fraction(0))
 
 
-def _effective(values: Sequence[tuple[_Container, _N | None]]) -> _N | None:
+def _effective(values: Sequence[tuple[_Container, _N]]) -> _N:
     """Kubernetes ``PodRequests`` for one resource: max(app + sidecars, init peak).
 
     Init containers run one by one, each alongside the sidecars started before it; app containers
     run together with every sidecar. Ephemeral containers ask for nothing.
     """
-    if any(v is None for _, v in values):
-        return None
     sidecars: Any = 0
     init_peak: Any = 0
     app: Any = 0
@@ -684,6 +686,9 @@ def _dra(
                 hint in device_class for hint in _GPU_DEVICE_CLASS_HINTS
             ):
                 continue  # a claim for something other than a GPU (a NIC, a channel)
+            if count is None:
+                out.unknown.append(f"{path}: ResourceClaimTemplate {template!r} asks for all "
+                                   "matching devices (allocationMode All); the count is unknown")
         else:
             what = f"ResourceClaimTemplate {template!r}" if template else \
                 f"ResourceClaim {claim_name!r}"
@@ -693,10 +698,9 @@ def _dra(
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
-        out.vendors.append(
-            device_class.split(".", 1)[1] if device_class and device_class.count(".") >= 2
-            else "dra"
-        )
+        # DeviceClass names end in the driver's domain (gpu.nvidia.com, gpu.amd.com).
+        domain = device_class.split(".", 1)[1] if device_class and "." in device_class else "dra"
+        out.vendors.append(vendor_of(f"{domain}/device"))
     return tuple(claims)
 
 
@@ -827,11 +831,10 @@ def pod_facts(
         parsed = mig.profile_from_resource(resource)
         if parsed is not None and not parsed[1]:
             migs[parsed[0]] = gpus.pop(resource)
-    equivalents = _effective([(c, c.equivalents) for c in plain])
+    equivalents = _effective([(c, c.equivalents or Fraction(0)) for c in plain])
     equivalents = _add(equivalents, kai_equivalents)
     dra_gpus = [c.count for c in claims]
-    equivalents = None if any(c is None for c in dra_gpus) else _add(
-        equivalents, Fraction(sum(c or 0 for c in dra_gpus)))
+    equivalents = _add(equivalents, Fraction(sum(c or 0 for c in dra_gpus)))
     memory = _effective([(c, c.memory_mib or 0) for c in plain])
     if kai and kai.get("memory_mib"):
         memory = (memory or 0) + kai["memory_mib"] * kai["devices"]
@@ -856,7 +859,7 @@ def pod_facts(
         gpus=gpus,
         mig=migs,
         effective_requests=effective_requests,
-        gpu_equivalents=equivalents,
+        equivalents_known=equivalents,
         approximate=out.approximate,
         unknown=tuple(dict.fromkeys(out.unknown)),
         shared=out.shared,
@@ -917,7 +920,7 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
             else:
                 equivalents = _add(equivalents, Fraction(1))
     return GPUFacts(
-        gpus=counts, effective_requests=counts, gpu_equivalents=equivalents,
+        gpus=counts, effective_requests=counts, equivalents_known=equivalents,
         unknown=tuple(out.unknown), shared=out.shared,
         vendors=tuple(sorted(set(out.vendors))), invalid=tuple(out.invalid),
         sources=tuple(out.sources),

@@ -46,6 +46,16 @@ _WHOLE = {
     "google.com/tpu": "google",
 }
 _CORES = {"aws.amazon.com/neuroncore": "aws"}
+_VENDOR_DOMAINS = {
+    "nvidia.com": "nvidia",
+    "volcano.sh": "nvidia",  # Volcano vGPU splits NVIDIA GPUs
+    "amd.com": "amd",
+    "intel.com": "intel",
+    "gpu.intel.com": "intel",
+    "habana.ai": "habana",
+    "aws.amazon.com": "aws",
+    "google.com": "google",
+}
 OBSOLETE_RESOURCES = {
     "alpha.kubernetes.io/nvidia-gpu": "removed in Kubernetes 1.10; use nvidia.com/gpu",
 }
@@ -139,6 +149,4 @@ def vendor_of(resource: str) -> str:
     if known:
         return known
     domain = resource.split("/", 1)[0]
-    if domain in ("nvidia.com", "volcano.sh"):
-        return "nvidia"
-    return domain
+    return _VENDOR_DOMAINS.get(domain, domain)

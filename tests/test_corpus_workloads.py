@@ -118,6 +118,7 @@ CASES: list[Case] = [
             # Doc 0 Namespace, doc 1 ResourceClaimTemplate double-gpu (count 2), doc 2 the Pod.
             # Claim twogpus -> template double-gpu (same input) -> 2 GPUs, 2.0 equivalents.
             # No extended resource: gpus {}; no nvidia.com/gpu -> mig_single null.
+            # Device class gpu.nvidia.com -> vendor nvidia (as nvidia.com/gpu -> nvidia).
             Want(
                 "Pod",
                 "gpu-pod",
@@ -128,6 +129,7 @@ CASES: list[Case] = [
                 namespace="gpu-test1",
                 source_doc=2,
                 mig_single=None,
+                vendors=["nvidia"],
                 dra={
                     "gpus": 2,
                     "claims": [
@@ -865,12 +867,17 @@ def _find_template(obj: dict[str, Any], match: tuple[str, ...]) -> dict[str, Any
     return hits[0]
 
 
+def _approx(value: float) -> Any:
+    # The JSON output may round floats (e.g. 3/7 -> 0.428571): allow 1e-6 absolute.
+    return pytest.approx(value, rel=1e-6, abs=1e-6)
+
+
 def _subset(actual: dict[str, Any] | None, expected: dict[str, Any], what: str) -> None:
     assert actual is not None, f"{what} is null, expected {expected}"
     for key, value in expected.items():
         got = actual.get(key)
         if isinstance(value, float):
-            assert got == pytest.approx(value), f"{what}.{key}: {got!r} != {value!r}"
+            assert got == _approx(value), f"{what}.{key}: {got!r} != {value!r}"
         else:
             assert got == value, f"{what}.{key}: {got!r} != {value!r}"
 
@@ -882,7 +889,7 @@ def _check_eq(facts: dict[str, Any], expected: Any, what: str) -> None:
         assert facts.get("unknown"), f"{what}.unknown must say why equivalents are null"
     else:
         assert got is not None, f"{what}.gpu_equivalents is null; unknown={facts.get('unknown')}"
-        assert got == pytest.approx(expected), f"{what}.gpu_equivalents: {got!r} != {expected!r}"
+        assert got == _approx(expected), f"{what}.gpu_equivalents: {got!r} != {expected!r}"
         assert not facts.get("unknown"), f"{what}.unknown should be empty: {facts.get('unknown')}"
 
 
