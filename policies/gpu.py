@@ -150,7 +150,7 @@ class GPUFacts:
 
     @property
     def gpu_equivalents(self) -> Fraction | None:
-        """All GPU-equivalents asked for; None when some part's size is unknown (see ``unknown``)."""
+        """All GPU-equivalents asked for; None when a part's size is unknown (see ``unknown``)."""
         return None if self.unknown else self.equivalents_known
 
     @property
