@@ -34,6 +34,9 @@ _QUANTITY = re.compile(
 )
 # The API server refuses quantities whose text exceeds this many digits of precision.
 _MAX_TEXT = 64
+# Far past any real value (Kubernetes serialises within int64 at nano scale), and small enough to
+# keep Fraction arithmetic instant: ``1e99999999`` would otherwise take minutes.
+_MAX_EXPONENT = 1000
 
 
 class QuantityError(ValueError):
@@ -81,7 +84,11 @@ def parse_quantity(value: object) -> Fraction:
     if suffix in _BINARY:
         return number * _BINARY[suffix]
     if suffix and suffix[0] in "eE":
-        return number * Fraction(10) ** int(suffix[1:])
+        exponent = int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError(f"{value!r}: exponent {exponent} is out of range (at most "
+                                f"±{_MAX_EXPONENT})")
+        return number * Fraction(10) ** exponent
     return number * _DECIMAL[suffix]
 
 

@@ -17,7 +17,7 @@ import gzip
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -49,6 +49,20 @@ class Document:
     index: int
     item: int | None
     body: dict[str, Any]
+    lines: Mapping[str, int] | None = None
+
+    def line_of(self, path: str) -> int | None:
+        """1-based line of a field path (``spec.validations[2].expression``).
+
+        Falls back to the nearest parent that has one; None when lines were not recorded.
+        """
+        if self.lines is None:
+            return None
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[: max(path.rfind("."), path.rfind("["), 0)]
+        return self.lines.get("")
 
     @property
     def location(self) -> str:
@@ -129,16 +143,44 @@ def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
     yield start, "".join(lines)
 
 
-def parse_text(source: str, text: str) -> Iterator[tuple[int, Any] | LoadError]:
-    """Parse YAML or JSON text into (document index, value) pairs; empty documents are skipped.
+def _line_map(chunk: str, first_line: int) -> dict[str, int]:
+    """Field path -> 1-based line of every node of one YAML document (for error locations)."""
+    lines: dict[str, int] = {}
+    root = yaml.compose(chunk, Loader=_Loader)
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:
+        path, node = stack.pop()
+        if node is None:
+            continue
+        lines.setdefault(path, first_line + node.start_mark.line)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value)
+                child = f"{path}.{name}" if path else name
+                lines[child] = first_line + key.start_mark.line
+                stack.append((child, value))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(node.value))
+    return lines
+
+
+def parse_text(
+    source: str, text: str, *, with_lines: bool = False
+) -> Iterator[tuple[int, Any, dict[str, int] | None] | LoadError]:
+    """Parse YAML or JSON text into documents; empty documents are skipped.
+
+    Args:
+        with_lines: also map each field path to its line (policy files; costs a second parse).
 
     Yields:
-        ``(index, value)`` for each non-empty document, or a LoadError naming the document and line.
+        ``(index, value, lines)`` for each non-empty document, or a LoadError naming the document
+        and line.
     """
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            yield 0, json.loads(text)
+            value = json.loads(text)
+            yield 0, value, (_line_map(text, 1) if with_lines else None)
             return
         except json.JSONDecodeError as exc:
             # Flow-style YAML also starts with '{': only a .json file is judged as JSON alone.
@@ -169,10 +211,12 @@ def parse_text(source: str, text: str) -> Iterator[tuple[int, Any] | LoadError]:
             yield LoadError(source, index, f"invalid YAML: {exc}")
             continue
         if value is not None:
-            yield index, value
+            yield index, value, (_line_map(chunk, first_line) if with_lines else None)
 
 
-def _objects(source: str, index: int, value: Any) -> Iterator[Document | LoadError]:
+def _objects(
+    source: str, index: int, value: Any, lines: dict[str, int] | None
+) -> Iterator[Document | LoadError]:
     """Turn one parsed document into Documents, expanding ``kind: List`` items."""
     if not isinstance(value, dict):
         yield LoadError(
@@ -196,11 +240,11 @@ def _objects(source: str, index: int, value: Any) -> Iterator[Document | LoadErr
                 continue
             yield Document(source, index, number, item)
         return
-    yield Document(source, index, None, value)
+    yield Document(source, index, None, value, lines)
 
 
 def iter_documents(
-    paths: Sequence[str], stdin: TextIO | None = None
+    paths: Sequence[str], stdin: TextIO | None = None, *, with_lines: bool = False
 ) -> Iterator[Document | LoadError]:
     """Stream every Kubernetes object found under ``paths``, one file in memory at a time.
 
@@ -223,7 +267,7 @@ def iter_documents(
         except (OSError, EOFError) as exc:
             yield LoadError(entry, None, f"cannot read: {exc}")
             continue
-        for parsed in parse_text(entry, text):
+        for parsed in parse_text(entry, text, with_lines=with_lines):
             if isinstance(parsed, LoadError):
                 yield parsed
             else:
@@ -231,7 +275,7 @@ def iter_documents(
 
 
 def read_documents(
-    paths: Sequence[str], stdin: TextIO | None = None
+    paths: Sequence[str], stdin: TextIO | None = None, *, with_lines: bool = False
 ) -> tuple[list[Document], list[LoadError]]:
     """Read everything under ``paths``; see :func:`iter_documents`.
 
@@ -240,7 +284,7 @@ def read_documents(
     """
     documents: list[Document] = []
     errors: list[LoadError] = []
-    for entry in iter_documents(paths, stdin):
+    for entry in iter_documents(paths, stdin, with_lines=with_lines):
         (errors if isinstance(entry, LoadError) else documents).append(entry)  # type: ignore[arg-type]
     return documents, errors
 

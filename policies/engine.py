@@ -1,0 +1,348 @@
+"""The policy engine: one request (or audited object) in, a verdict out. Pure and thread-safe.
+
+Owns the evaluation order and semantics, following ValidatingAdmissionPolicy /
+MutatingAdmissionPolicy (Kubernetes API reference, "Validating Admission Policy"): match →
+matchConditions (all must be true) → exceptions → mutations (policy order, each policy seeing the
+previous ones' result) → variables (lazy, per request) → validations with ``message`` /
+``messageExpression`` → ``validationActions`` (Deny → denial, Warn → warning, Audit → audit
+annotation) → ``auditAnnotations``. An evaluation error never escapes: it becomes an ``error``
+result, which denies under ``failurePolicy: Fail`` and is reported but allowed under ``Ignore``.
+The response patch is the RFC 6902 diff of the original object to the final one.
+
+At the ``audit`` point existing objects are judged as if created; mutations are reported as
+``mutate`` results (what admission would change) and nothing is denied.
+
+Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requests.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.cel import CelEnvironment, CelEvaluationError, RequestActivation
+from policies.cel_gpu import gpu_data
+from policies.matching import matches
+from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
+from policies.mutation import (
+    MutationError,
+    apply_operations,
+    apply_shortcut,
+    diff,
+    validate_operations,
+)
+from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.review import ReviewInput
+from policies.workloads import WorkloadFacts, workload_facts
+
+PASS, FAILED, ERROR, SKIP, EXEMPT, MUTATE = "pass", "fail", "error", "skip", "exempt", "mutate"
+AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
+_AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """The outcome of one policy rule on one request.
+
+    ``outcome`` is ``pass``, ``fail`` (the rule was violated; ``actions`` says what that did),
+    ``error`` (evaluation failed; ``message`` has the CEL error), ``skip`` (not matched or a
+    matchCondition was false), ``exempt`` (an exception applies; ``message`` has its reason) or
+    ``mutate`` (a mutation changed the object).
+    """
+
+    policy: str
+    rule: str
+    path: str
+    outcome: str
+    message: str = ""
+    actions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form used by ``gpuguard check`` and reports."""
+        return {"policy": self.policy, "rule": self.rule, "path": self.path,
+                "outcome": self.outcome, "message": self.message, "actions": list(self.actions)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the engine decided for one request.
+
+    ``denials`` and ``warnings`` read ``policy: message``; ``patch`` is RFC 6902 (empty when
+    nothing changed) and ``final_object`` the mutated object; ``reason`` is the HTTP status reason
+    of the first denial (``Forbidden`` unless a validation says otherwise).
+    """
+
+    allowed: bool
+    results: tuple[RuleResult, ...] = ()
+    denials: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    audit_annotations: Mapping[str, str] = field(default_factory=dict)
+    patch: tuple[dict[str, Any], ...] = ()
+    final_object: Mapping[str, Any] | None = None
+    reason: str = "Forbidden"
+
+    @property
+    def message(self) -> str:
+        """The denial message: every failed rule, each with its policy name."""
+        return "; ".join(self.denials)
+
+
+def audit_key(policy: str, suffix: str = "") -> str:
+    """A valid auditAnnotations key (a label-name segment, at most 63 characters)."""
+    raw = f"{policy}.{suffix}" if suffix else policy
+    key = _AUDIT_KEY.sub("-", raw).strip("-._") or "policy"
+    if len(key) > 63:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+        key = f"{key[:54].rstrip('-._')}-{digest}"
+    return key
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= AUDIT_VALUE_LIMIT else text[: AUDIT_VALUE_LIMIT - 3] + "..."
+
+
+class _Run:
+    """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
+
+    def __init__(self) -> None:
+        self.results: list[RuleResult] = []
+        self.denials: list[str] = []
+        self.warnings: list[str] = []
+        self.audit: dict[str, str] = {}
+        self.reason: str | None = None
+
+    def add(self, result: RuleResult) -> None:
+        self.results.append(result)
+
+    def failure(self, policy: Policy, rule: str, path: str, message: str, *,
+                error: bool = False, reason: str = "Forbidden", point: str) -> None:
+        """Record a violated (or failed-to-evaluate) rule and act on it."""
+        actions = policy.actions if not error else (
+            (DENY,) if policy.failure_policy == FAIL else ())
+        self.add(RuleResult(policy.name, rule, path, ERROR if error else FAILED, message, actions))
+        if point == "audit":
+            return
+        if DENY in actions:
+            self.denials.append(f"{policy.name}: {message}")
+            self.reason = self.reason or reason
+        if WARN in actions:
+            self.warnings.append(f"{policy.name}: {message}")
+        if AUDIT in actions:
+            key = audit_key(policy.name, "validation-failure")
+            previous = json.loads(self.audit[key]) if key in self.audit else []
+            self.audit[key] = _bounded(json.dumps([*previous, {"rule": rule,
+                                                               "message": message}]))
+
+
+class Engine:
+    """Evaluates a :class:`PolicySet`; build once per policy set, call :meth:`evaluate` per request.
+
+    Args:
+        policies: the compiled policy set.
+        environment: the CEL environment the policies were compiled with.
+        settings: GPU naming and sharing, for the ``gpu`` facts.
+    """
+
+    def __init__(self, policies: PolicySet, environment: CelEnvironment,
+                 settings: GPUSettings = DEFAULT_SETTINGS) -> None:
+        self.policies = policies
+        self.environment = environment
+        self.settings = settings
+
+    def _facts(self, obj: Mapping[str, Any] | None) -> WorkloadFacts | None:
+        if not isinstance(obj, Mapping):
+            return None
+        return workload_facts(obj, settings=self.settings)
+
+    def evaluate(
+        self,
+        review: ReviewInput,
+        *,
+        point: str = "admission",
+        mutate: bool = True,
+        validate: bool = True,
+        quota: Mapping[str, Any] | None = None,
+    ) -> Verdict:
+        """Evaluate every policy on one request.
+
+        Args:
+            review: the request (see :mod:`policies.review`).
+            point: ``admission`` or ``audit``.
+            mutate: run mutations (the webhook's ``/mutate``); validations then see the result.
+            validate: run validations and audit annotations (the webhook's ``/validate``).
+            quota: quota usage and limits exposed to CEL as ``quota``.
+
+        Returns:
+            The :class:`Verdict`. Never raises for policy or input problems.
+        """
+        run = _Run()
+        original = review.object
+        current: Mapping[str, Any] | None = original
+        facts = self._facts(review.subject)
+        request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
+        base = {
+            "oldObject": review.old_object, "request": request,
+            "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
+        }
+        applicable = self._applicable(review, point, run)
+        if mutate:
+            for policy in applicable:
+                if not policy.mutations:
+                    continue
+                data = {**base, "object": current, "params": policy.params,
+                        "gpu": gpu_data(facts)}
+                activation = self.environment.activation(data, _named(policy.variables))
+                if not self._conditions_hold(policy, activation, run, point):
+                    continue
+                changed = self._mutate(policy, current, facts, activation, run, point)
+                if changed is not current:
+                    current = changed
+                    facts = self._facts(current)
+        if validate:
+            for policy in applicable:
+                if not (policy.validations or policy.audit_annotations or policy.param_missing):
+                    continue
+                data = {**base, "object": current, "params": policy.params,
+                        "gpu": gpu_data(facts)}
+                activation = self.environment.activation(data, _named(policy.variables))
+                if not self._conditions_hold(policy, activation, run, point):
+                    continue
+                self._validate(policy, activation, run, point)
+        patch = tuple(diff(original, current)) if point == "admission" else ()
+        return Verdict(
+            allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
+            warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
+            final_object=current, reason=run.reason or "Forbidden",
+        )
+
+    def _applicable(self, review: ReviewInput, point: str, run: _Run) -> list[Policy]:
+        """Policies whose match selects the request and that no exception exempts."""
+        subject = review.subject if isinstance(review.subject, Mapping) else {}
+        metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+        labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+        name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
+        today = review.now.date()
+        result = []
+        for policy in self.policies.policies:
+            if not matches(policy.match, review, point=point):
+                continue
+            exemption = next((e for e in policy.exceptions
+                              if e.applies(review.namespace, name, labels, today)), None)
+            if exemption is not None:
+                until = f" (until {exemption.expires})" if exemption.expires else ""
+                run.add(RuleResult(policy.name, "exceptions", "spec.exceptions", EXEMPT,
+                                   f"{exemption.reason}{until}"))
+                continue
+            result.append(policy)
+        return result
+
+    def _conditions_hold(self, policy: Policy, activation: RequestActivation, run: _Run,
+                         point: str) -> bool:
+        for condition in policy.match_conditions:
+            try:
+                value = activation.evaluate(condition.expression)
+            except CelEvaluationError as exc:
+                run.failure(policy, condition.name, condition.path,
+                            f"matchCondition {condition.name!r} failed to evaluate: {exc.message}",
+                            error=True, point=point)
+                return False
+            if value is not True:
+                if value is not False:
+                    run.failure(policy, condition.name, condition.path,
+                                f"matchCondition {condition.name!r} returned {value!r}, not a "
+                                "bool", error=True, point=point)
+                return False
+        return True
+
+    def _mutate(
+        self, policy: Policy, current: Mapping[str, Any] | None, facts: WorkloadFacts | None,
+        activation: RequestActivation, run: _Run, point: str,
+    ) -> Mapping[str, Any] | None:
+        """Apply the policy's mutations in order; returns the new object (or ``current``)."""
+        if not isinstance(current, Mapping):
+            return current
+        working: dict[str, Any] = copy.deepcopy(dict(current))
+        for mutation in policy.mutations:
+            try:
+                if mutation.condition is not None and \
+                        activation.evaluate(mutation.condition) is not True:
+                    continue
+                if mutation.expression is not None:
+                    operations = validate_operations(activation.evaluate(mutation.expression))
+                    updated = apply_operations(working, operations)
+                else:
+                    assert mutation.shortcut is not None
+                    updated = apply_shortcut(working, mutation.shortcut, facts)
+            except (CelEvaluationError, MutationError) as exc:
+                message = exc.message if isinstance(exc, CelEvaluationError) else str(exc)
+                run.failure(policy, mutation.name, mutation.path,
+                            f"mutation {mutation.name!r} failed: {message}", error=True,
+                            point=point)
+                return current
+            if updated != working:
+                changes = diff(working, updated)
+                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE,
+                                   json.dumps(changes)))
+                working = updated
+        return working if working != current else current
+
+    def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,
+                  point: str) -> None:
+        if policy.param_missing == DENY:
+            run.failure(policy, "paramRef", "spec.paramRef",
+                        "no params found for this binding (parameterNotFoundAction: Deny)",
+                        error=True, point=point)
+            return
+        if policy.param_missing is not None:
+            return  # parameterNotFoundAction: Allow
+        for rule in policy.validations:
+            try:
+                value = activation.evaluate(rule.expression)
+            except CelEvaluationError as exc:
+                run.failure(policy, rule.name, rule.path,
+                            f"{rule.name} failed to evaluate: {exc.message}", error=True,
+                            point=point)
+                continue
+            if value is True:
+                run.add(RuleResult(policy.name, rule.name, rule.path, PASS))
+                continue
+            if value is not False:
+                run.failure(policy, rule.name, rule.path,
+                            f"{rule.name} returned {value!r}, not a bool", error=True, point=point)
+                continue
+            run.failure(policy, rule.name, rule.path, self._message(rule, activation),
+                        reason=rule.reason, point=point)
+        for rule in policy.audit_annotations:
+            try:
+                value = activation.evaluate(rule.expression)
+            except CelEvaluationError as exc:
+                run.failure(policy, rule.name, rule.path,
+                            f"auditAnnotation {rule.name!r} failed to evaluate: {exc.message}",
+                            error=True, point=point)
+                continue
+            if value is None:
+                continue  # a null value omits the annotation (VAP semantics)
+            if point != "audit":
+                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+
+    def _message(self, rule: Rule, activation: RequestActivation) -> str:
+        """messageExpression, else message, else the failed expression (VAP semantics)."""
+        if rule.message_expression is not None:
+            try:
+                value = activation.evaluate(rule.message_expression)
+                if isinstance(value, str) and value.strip():
+                    return value.strip()
+            except CelEvaluationError:
+                pass  # fall back to the static message, as the API server does
+        if rule.message:
+            return rule.message
+        return f"failed expression: {rule.expression.expression.strip()}"
+
+
+def _named(rules: Sequence[Rule]) -> list[tuple[str, Any]]:
+    return [(rule.name, rule.expression) for rule in rules]

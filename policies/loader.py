@@ -1,0 +1,523 @@
+"""Policy files in, a compiled :class:`~policies.model.PolicySet` (and every error) out.
+
+Owns: checking ``GPUPolicy`` documents against the JSON Schema shipped in the package
+(``policies/data/gpupolicy.schema.json``), mapping native ``admissionregistration.k8s.io``
+ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects and their Bindings (with param objects
+from the same files) onto the same model, and compiling every CEL expression once. All errors are
+collected, each naming the file, line, document index and field path (``spec.validations[2]
+.expression``) and, for CEL, the expression's own line and column — loading never stops at the
+first.
+
+Must not evaluate policies, read the clock or touch files other than through
+:mod:`policies.sources`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
+from policies.model import (
+    DENY,
+    FAIL,
+    IGNORE,
+    Exception_,
+    LabelSelector,
+    Match,
+    Mutation,
+    Origin,
+    Policy,
+    PolicySet,
+    Requirement,
+    ResourceRule,
+    Rule,
+    Subject,
+)
+from policies.sources import Document, load_package_yaml, read_documents
+
+GPUPOLICY_API = "gpuguard.io/v1alpha1"
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+# Workload kinds a GPUPolicy applies to when match.resources is not given: everything that makes
+# pods (the kinds policies.workloads understands), plus pods' ephemeral containers.
+DEFAULT_RESOURCES = (
+    "pods", "pods/ephemeralcontainers", "deployments", "replicasets", "statefulsets",
+    "daemonsets", "jobs", "cronjobs", "replicationcontrollers", "podtemplates", "pytorchjobs",
+    "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "rayclusters", "rayservices",
+    "rayjobs", "leaderworkersets", "jobsets", "virtualmachines", "virtualmachineinstances",
+)
+_MAX_AUDIT_KEY = 63
+
+
+@dataclass(frozen=True)
+class PolicyError:
+    """One problem in a policy file; ``str()`` is the full one-line message."""
+
+    source: str
+    index: int | None
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        """``file:line: document N: field.path: message``."""
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        if self.index is not None:
+            where += f": document {self.index}"
+        if self.path:
+            where += f": {self.path}"
+        return f"{where}: {self.message}"
+
+
+@functools.cache
+def _schema_validator() -> jsonschema.protocols.Validator:
+    schema = load_package_yaml("policies.data", "gpupolicy.schema.json")
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _path(parts: Iterable[Any]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+class _Builder:
+    """Collects errors for one document while building its policy."""
+
+    def __init__(self, document: Document, environment: CelEnvironment,
+                 errors: list[PolicyError]) -> None:
+        self.document = document
+        self.environment = environment
+        self.errors = errors
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(PolicyError(self.document.source, self.document.index,
+                                       self.document.line_of(path), path, message))
+
+    def compile(self, expression: Any, path: str) -> CompiledExpression | None:
+        if not isinstance(expression, str) or not expression.strip():
+            self.error(path, "expected a CEL expression (a non-empty string)")
+            return None
+        try:
+            return self.environment.compile(expression, field_path=path)
+        except CelCompileError as exc:
+            for issue in exc.issues:
+                self.error(path, f"CEL error at expression line {issue.line}, column "
+                                 f"{issue.column}: {issue.message}")
+            return None
+
+    def rules(self, items: Any, path: str, key: str = "expression") -> tuple[Rule, ...]:
+        rules = []
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            item = item if isinstance(item, Mapping) else {}
+            where = f"{path}[{i}]"
+            compiled = self.compile(item.get(key), f"{where}.{key}")
+            message_expression = None
+            if "messageExpression" in item:
+                message_expression = self.compile(item["messageExpression"],
+                                                  f"{where}.messageExpression")
+            if compiled is not None:
+                rules.append(Rule(
+                    name=str(item.get("name") or item.get("key")
+                             or where.rsplit(".", maxsplit=1)[-1]),
+                    path=f"{where}.{key}", expression=compiled,
+                    message=item.get("message"), message_expression=message_expression,
+                    reason=str(item.get("reason") or "Forbidden"),
+                ))
+        names = [r.name for r in rules]
+        if key == "expression" and path.endswith(("variables", "matchConditions")):
+            for name in {n for n in names if names.count(n) > 1}:
+                self.error(path, f"name {name!r} is used more than once")
+        return tuple(rules)
+
+
+def _selector(value: Any) -> LabelSelector:
+    value = value if isinstance(value, Mapping) else {}
+    labels = value.get("matchLabels") if isinstance(value.get("matchLabels"), Mapping) else {}
+    requirements = tuple(
+        Requirement(str(e.get("key")), str(e.get("operator")),
+                    tuple(str(v) for v in e.get("values") or ()))
+        for e in value.get("matchExpressions") or () if isinstance(e, Mapping)
+    )
+    return LabelSelector({str(k): str(v) for k, v in labels.items()}, requirements)
+
+
+def _subjects(items: Any) -> tuple[Subject, ...]:
+    return tuple(Subject(str(s["kind"]), str(s["name"]), str(s.get("namespace") or ""))
+                 for s in items or () if isinstance(s, Mapping))
+
+
+def _gpupolicy_match(match: Mapping[str, Any]) -> Match:
+    resources = tuple(match.get("resources") or DEFAULT_RESOURCES)
+    operations = tuple(match.get("operations") or ("CREATE", "UPDATE"))
+    subjects = match.get("subjects") if isinstance(match.get("subjects"), Mapping) else {}
+    return Match(
+        rules=(ResourceRule(resources=resources, operations=operations),),
+        namespace_selector=_selector(match.get("namespaceSelector")),
+        object_selector=_selector(match.get("objectSelector")),
+        namespaces=tuple(match.get("namespaces") or ()),
+        exclude_namespaces=tuple(match.get("excludeNamespaces") or ()),
+        subjects=_subjects(subjects.get("include")),
+        exclude_subjects=_subjects(subjects.get("exclude")),
+    )
+
+
+def _exceptions(items: Any, builder: _Builder) -> tuple[Exception_, ...]:
+    result = []
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, Mapping) or "reason" not in item:
+            continue  # the schema check reports it
+        expires = None
+        if item.get("expires"):
+            try:
+                expires = datetime.date.fromisoformat(str(item["expires"]))
+            except ValueError:
+                builder.error(f"spec.exceptions[{i}].expires",
+                              f"{item['expires']!r} is not a date (expected YYYY-MM-DD)")
+                continue
+        result.append(Exception_(
+            namespaces=tuple(item.get("namespaces") or ()), names=tuple(item.get("names") or ()),
+            labels=dict(item.get("labels") or {}), reason=str(item["reason"]), expires=expires,
+        ))
+    return tuple(result)
+
+
+def _mutations(items: Any, builder: _Builder, base: str) -> tuple[Mutation, ...]:
+    result = []
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, Mapping):
+            continue  # the schema check reports it
+        where = f"{base}[{i}]"
+        name = str(item.get("name") or f"mutations[{i}]")
+        condition = builder.compile(item["condition"], f"{where}.condition") \
+            if "condition" in item else None
+        if "expression" in item:
+            compiled = builder.compile(item["expression"], f"{where}.expression")
+            if compiled is not None:
+                result.append(Mutation(name, f"{where}.expression", expression=compiled,
+                                       condition=condition))
+            continue
+        for key in ("addToleration", "setRuntimeClassName", "setSchedulerName", "setLabel",
+                    "setAnnotation", "setNodeSelector"):
+            if key in item:
+                result.append(Mutation(name, f"{where}.{key}", shortcut=(key, item[key]),
+                                       condition=condition))
+    return tuple(result)
+
+
+def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
+    """Check a GPUPolicy against the schema and compile its CEL; None when anything is wrong.
+
+    CEL is compiled even when the schema check fails, so one run lists every error.
+    """
+    for error in sorted(_schema_validator().iter_errors(document.body),
+                        key=lambda e: [str(p) for p in e.absolute_path]):
+        path = _path(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
+        builder.error(path, _schema_message(error))
+    body = document.body
+    spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    name = str(metadata.get("name", ""))
+    before = len(builder.errors)
+    policy = Policy(
+        name=name,
+        kind="GPUPolicy",
+        origin=Origin(document.source, document.index, document.line_of("")),
+        description=str(spec.get("description") or ""),
+        match=_gpupolicy_match(spec.get("match") if isinstance(spec.get("match"), Mapping)
+                               else {}),
+        failure_policy=str(spec.get("failurePolicy", FAIL)),
+        actions=tuple(spec.get("validationActions") or (DENY,)),
+        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
+        variables=builder.rules(spec.get("variables"), "spec.variables"),
+        validations=builder.rules(spec.get("validations"), "spec.validations"),
+        mutations=_mutations(spec.get("mutations"), builder, "spec.mutations"),
+        audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
+                                        "valueExpression"),
+        exceptions=_exceptions(spec.get("exceptions"), builder),
+        params=spec.get("params"),
+    )
+    return policy if len(builder.errors) == before else None
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    """A jsonschema error in words a policy author understands."""
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"unknown field(s) {', '.join(extra)} (allowed: {allowed})"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator == "enum":
+        return f"{error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "const":
+        return f"expected {error.validator_value!r}, got {error.instance!r}"
+    if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping):
+        options = [next(iter(s.get("required", [])), "?") for s in error.validator_value]
+        return f"expected exactly one of {', '.join(options)}"
+    return error.message
+
+
+# --- native admissionregistration.k8s.io policies -------------------------------------------
+
+
+def _resource_rules(items: Any) -> tuple[ResourceRule, ...]:
+    rules = []
+    for item in items or ():
+        if not isinstance(item, Mapping):
+            continue
+        rules.append(ResourceRule(
+            api_groups=tuple(item.get("apiGroups") or ("*",)),
+            api_versions=tuple(item.get("apiVersions") or ("*",)),
+            resources=tuple(item.get("resources") or ("*",)),
+            operations=tuple(item.get("operations") or ("*",)),
+            resource_names=tuple(item.get("resourceNames") or ()),
+        ))
+    return tuple(rules)
+
+
+def _native_match(constraints: Any) -> Match:
+    constraints = constraints if isinstance(constraints, Mapping) else {}
+    return Match(
+        rules=_resource_rules(constraints.get("resourceRules")),
+        exclude_rules=_resource_rules(constraints.get("excludeResourceRules")),
+        namespace_selector=_selector(constraints.get("namespaceSelector")),
+        object_selector=_selector(constraints.get("objectSelector")),
+    )
+
+
+def _combine(policy: Match, binding: Match | None) -> Match:
+    """A binding's matchResources narrows the policy's matchConstraints (both must match)."""
+    if binding is None:
+        return policy
+    return Match(
+        rules=policy.rules,
+        narrowing_rules=binding.rules,
+        exclude_rules=policy.exclude_rules + binding.exclude_rules,
+        namespace_selector=LabelSelector(
+            {**policy.namespace_selector.match_labels, **binding.namespace_selector.match_labels},
+            policy.namespace_selector.requirements + binding.namespace_selector.requirements),
+        object_selector=LabelSelector(
+            {**policy.object_selector.match_labels, **binding.object_selector.match_labels},
+            policy.object_selector.requirements + binding.object_selector.requirements),
+    )
+
+
+_JSONPATCH_LITERAL = re.compile(r"\bJSONPatch\s*\{")
+_JSONPATCH_FIELD = re.compile(r"(?<![\w\"'.])(op|path|value|from)\s*:")
+
+
+def rewrite_jsonpatch_literals(expression: str) -> str:
+    """Turn MutatingAdmissionPolicy's typed ``JSONPatch{op: ..., path: ...}`` into CEL maps.
+
+    The runtime cannot construct the ``JSONPatch`` type, but a map with the same fields carries the
+    same operation; field names are quoted only at the top level of each literal, outside strings.
+    """
+    out: list[str] = []
+    position = 0
+    for match in _JSONPATCH_LITERAL.finditer(expression):
+        if match.start() < position:
+            continue
+        out.append(expression[position:match.start()] + "{")
+        depth, i, quote = 1, match.end(), ""
+        segment_start = i
+        pieces: list[str] = []
+        while i < len(expression) and depth:
+            char = expression[i]
+            if quote:
+                if char == "\\":
+                    i += 1
+                elif char == quote:
+                    quote = ""
+            elif char in "\"'":
+                quote = char
+            elif char in "{[(":
+                if depth == 1:
+                    pieces.append(_JSONPATCH_FIELD.sub(r'"\1":', expression[segment_start:i]))
+                    segment_start = i
+                depth += 1
+            elif char in "}])":
+                depth -= 1
+                if depth == 1:
+                    pieces.append(expression[segment_start:i + 1])
+                    segment_start = i + 1
+                elif depth == 0:
+                    pieces.append(_JSONPATCH_FIELD.sub(r'"\1":', expression[segment_start:i]))
+                    pieces.append("}")
+            i += 1
+        out.append("".join(pieces))
+        position = i
+    out.append(expression[position:])
+    return "".join(out)
+
+
+def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(param_kind, Mapping):
+        return []
+    return [d.body for d in documents
+            if d.body.get("apiVersion") == param_kind.get("apiVersion")
+            and d.body.get("kind") == param_kind.get("kind")]
+
+
+def _bound_params(
+    binding: Document, candidates: list[Mapping[str, Any]], warnings: list[str],
+) -> list[tuple[Any, str | None]]:
+    """(params, missing-action) pairs for one binding's paramRef (one per selected object)."""
+    ref = (binding.body.get("spec") or {}).get("paramRef")
+    if not isinstance(ref, Mapping):
+        return [(None, None)]
+    action = str(ref.get("parameterNotFoundAction") or DENY)
+    found = []
+    for candidate in candidates:
+        meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), Mapping) else {}
+        if ref.get("namespace") and meta.get("namespace") != ref["namespace"]:
+            continue
+        if ref.get("name") and meta.get("name") != ref["name"]:
+            continue
+        if "selector" in ref and not _selector(ref["selector"]).matches(meta.get("labels") or {}):
+            continue
+        found.append((candidate, None))
+    if not found:
+        what = ref.get("name") or "selector"
+        warnings.append(f"{binding.location}: spec.paramRef: no param object {what!r} of the "
+                        f"policy's paramKind in the input; parameterNotFoundAction {action} "
+                        "applies")
+        return [(None, action)]
+    return found
+
+
+def _native_policy(
+    document: Document, binding: Document | None, params: Any, missing: str | None,
+    builder: _Builder,
+) -> Policy | None:
+    body = document.body
+    spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
+    kind = str(body.get("kind"))
+    name = str((body.get("metadata") or {}).get("name", ""))
+    binding_spec = (binding.body.get("spec") or {}) if binding else {}
+    mutations: tuple[Mutation, ...] = ()
+    if kind == "MutatingAdmissionPolicy":
+        items = []
+        for i, mutation in enumerate(spec.get("mutations") or ()):
+            where = f"spec.mutations[{i}]"
+            if mutation.get("patchType") != "JSONPatch":
+                builder.error(f"{where}.patchType", f"{mutation.get('patchType')!r} is not "
+                              "supported (gpuguard evaluates JSONPatch mutations only)")
+                continue
+            source = (mutation.get("jsonPatch") or {}).get("expression")
+            compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
+                                       f"{where}.jsonPatch.expression")
+            if compiled is not None:
+                items.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
+                                      expression=compiled))
+        mutations = tuple(items)
+    actions = tuple(binding_spec.get("validationActions") or (DENY,))
+    return Policy(
+        name=f"{name}/{(binding.body.get('metadata') or {}).get('name')}" if binding else name,
+        kind=kind,
+        origin=Origin(document.source, document.index, document.line_of("")),
+        description=str((body.get("metadata") or {}).get("annotations", {}).get(
+            "gpuguard.io/description", "")),
+        match=_combine(_native_match(spec.get("matchConstraints")),
+                       _native_match(binding_spec.get("matchResources"))
+                       if binding_spec.get("matchResources") else None),
+        failure_policy=str(spec.get("failurePolicy") or FAIL),
+        actions=actions if kind == "ValidatingAdmissionPolicy" else (DENY,),
+        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
+        variables=builder.rules(spec.get("variables"), "spec.variables"),
+        validations=builder.rules(spec.get("validations"), "spec.validations"),
+        mutations=mutations,
+        audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
+                                        "valueExpression"),
+        params=params,
+        param_missing=missing,
+    )
+
+
+def _check_native(document: Document, builder: _Builder) -> bool:
+    spec = document.body.get("spec")
+    if not isinstance(spec, Mapping):
+        builder.error("spec", "required")
+        return False
+    ok = True
+    if spec.get("failurePolicy") not in (None, FAIL, IGNORE):
+        builder.error("spec.failurePolicy", f"{spec['failurePolicy']!r} is not one of Fail, Ignore")
+        ok = False
+    return ok
+
+
+def load_policies(
+    paths: Sequence[str], environment: CelEnvironment,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Load and compile every policy under ``paths`` (files, directories).
+
+    GPUPolicy documents are checked against the schema; native ValidatingAdmissionPolicy /
+    MutatingAdmissionPolicy objects become one policy per Binding (and per param object the
+    binding selects); other documents are kept as candidate param objects. A policy with any error
+    is left out; every error is returned.
+
+    Returns:
+        ``(policy set, errors)``; the set holds only policies that loaded cleanly.
+    """
+    documents, load_errors = read_documents(paths, with_lines=True)
+    errors = [PolicyError(e.source, e.index, None, "", e.message) for e in load_errors]
+    return build_policy_set(documents, environment, errors)
+
+
+def build_policy_set(
+    documents: Sequence[Document], environment: CelEnvironment,
+    errors: list[PolicyError] | None = None,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Compile already-read documents; see :func:`load_policies`."""
+    errors = errors if errors is not None else []
+    policies: list[Policy] = []
+    warnings: list[str] = []
+    bindings: dict[str, list[Document]] = {}
+    for document in documents:
+        kind = document.body.get("kind")
+        group = str(document.body.get("apiVersion", "")).rpartition("/")[0]
+        if group == ADMISSION_GROUP and kind in ("ValidatingAdmissionPolicyBinding",
+                                                  "MutatingAdmissionPolicyBinding"):
+            name = str((document.body.get("spec") or {}).get("policyName", ""))
+            bindings.setdefault(f"{kind.removesuffix('Binding')}/{name}", []).append(document)
+    for document in documents:
+        body = document.body
+        kind = body.get("kind")
+        group = str(body.get("apiVersion", "")).rpartition("/")[0]
+        before = len(errors)
+        builder = _Builder(document, environment, errors)
+        if kind == "GPUPolicy" or body.get("apiVersion") == GPUPOLICY_API:
+            if kind == "GPUQuota":
+                continue  # quota documents are read by the quota module
+            policy = _build_gpupolicy(document, builder)
+            if policy is not None:
+                policies.append(policy)
+        elif group == ADMISSION_GROUP and kind in ("ValidatingAdmissionPolicy",
+                                                    "MutatingAdmissionPolicy"):
+            if not _check_native(document, builder):
+                continue
+            name = str((body.get("metadata") or {}).get("name", ""))
+            bound = bindings.get(f"{kind}/{name}", [])
+            if not bound:
+                warnings.append(f"{document.location}: {kind} {name!r} has no binding in the "
+                                "input; Kubernetes does not enforce it, and neither does gpuguard")
+            candidates = _param_objects(documents, (body.get("spec") or {}).get("paramKind"))
+            built = []
+            for binding in bound:
+                for params, missing in _bound_params(binding, candidates, warnings):
+                    built.append(_native_policy(document, binding, params, missing, builder))
+            if len(errors) == before:
+                policies.extend(p for p in built if p is not None)
+    return PolicySet(tuple(policies), tuple(warnings)), errors

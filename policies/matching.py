@@ -1,0 +1,101 @@
+"""Does a policy apply to this request? Resource rules, selectors, namespaces and subjects.
+
+Owns the matching semantics of ``matchConstraints`` / ``matchResources`` as the Kubernetes API
+reference defines them for admission policies (``*`` wildcards; ``*`` covers resources but not
+subresources, ``pods/*`` every subresource of pods, ``*/*`` everything; the object selector is
+tried on the new and the old object; namespaceSelector uses the Namespace's labels, or the
+object's own labels when the object is a Namespace, and never excludes cluster-scoped objects),
+plus GPUPolicy's ``namespaces`` / ``excludeNamespaces`` and ``subjects``.
+
+Must not evaluate CEL (matchConditions belong to the engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from policies.model import Match, ResourceRule, Subject
+from policies.review import ReviewInput
+
+AUDIT_OPERATION = "CREATE"  # at the audit point, existing objects are judged as if created
+
+
+def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        return {}
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _resource_matches(patterns: tuple[str, ...], resource: str, subresource: str) -> bool:
+    for pattern in patterns:
+        if pattern == "*/*":
+            return True
+        main, _, sub = pattern.partition("/")
+        if main not in ("*", resource):
+            continue
+        if (sub == "" and subresource == "") or sub == "*" or (sub and sub == subresource):
+            return True
+    return False
+
+
+def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> bool:
+    """Whether one resource rule covers the request's group, version, resource and operation."""
+    resource = review.resource
+    if "*" not in rule.api_groups and resource.group not in rule.api_groups:
+        return False
+    if "*" not in rule.api_versions and resource.version not in rule.api_versions:
+        return False
+    if "*" not in rule.operations and operation not in rule.operations:
+        return False
+    if rule.resource_names and review.name not in rule.resource_names:
+        return False
+    return _resource_matches(rule.resources, resource.resource, review.subresource)
+
+
+def subject_matches(subject: Subject, review: ReviewInput) -> bool:
+    """Whether the requesting user is this User, in this Group, or is this ServiceAccount."""
+    user = review.user
+    if subject.kind == "User":
+        return subject.name in ("*", user.username)
+    if subject.kind == "Group":
+        return subject.name == "*" or subject.name in user.groups
+    prefix = "system:serviceaccount:"
+    if not user.username.startswith(prefix):
+        return False
+    namespace, _, name = user.username.removeprefix(prefix).partition(":")
+    return subject.name in ("*", name) and subject.namespace in ("", "*", namespace)
+
+
+def matches(match: Match, review: ReviewInput, *, point: str = "admission") -> bool:
+    """Whether ``match`` selects this request (every given part must hold)."""
+    operation = AUDIT_OPERATION if point == "audit" else review.operation
+    if not any(rule_matches(r, review, operation) for r in match.rules):
+        return False
+    if match.narrowing_rules and not any(
+        rule_matches(r, review, operation) for r in match.narrowing_rules
+    ):
+        return False
+    if any(rule_matches(r, review, operation) for r in match.exclude_rules):
+        return False
+    namespace = review.namespace
+    if review.kind[2] == "Namespace":
+        if not match.namespace_selector.matches(_labels(review.subject)):
+            return False
+    elif namespace and not match.namespace_selector.matches(_labels(review.namespace_object)):
+        return False
+    if namespace:
+        if match.namespaces and namespace not in match.namespaces:
+            return False
+        if namespace in match.exclude_namespaces:
+            return False
+    objects = [o for o in (review.object, review.old_object) if isinstance(o, Mapping)]
+    if objects and not any(match.object_selector.matches(_labels(o)) for o in objects):
+        return False
+    if not objects and (match.object_selector.match_labels or match.object_selector.requirements):
+        return False  # CONNECT-style requests carry no labels an objectSelector could match
+    if match.subjects and not any(subject_matches(s, review) for s in match.subjects):
+        return False
+    return not any(subject_matches(s, review) for s in match.exclude_subjects)

@@ -1,0 +1,159 @@
+"""Mutations: RFC 6902 operations applied to a working copy, and the response patch as a diff.
+
+Owns applying one policy mutation — operations returned by a CEL expression, or a declarative GPU
+shortcut (``addToleration``, ``setRuntimeClassName``, ``setSchedulerName``, ``setLabel``,
+``setAnnotation``, ``setNodeSelector``) — to a copy of the object, and :func:`diff`, the patch
+sent back to the API server: ``jsonpatch.make_patch(original, final)``, so JSON Pointer escaping
+(``~0``, ``~1``), missing parents (``annotations: null``) and untouched keys are right by
+construction (DESIGN.md). Shortcuts act on every pod template of the object
+(:mod:`policies.workloads`), on the templates that ask for GPUs when some do.
+
+Must not decide whether a mutation runs (that is the engine) or do I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+
+from policies.workloads import WorkloadFacts
+
+_OPS = {"add", "remove", "replace", "move", "copy", "test"}
+
+
+class MutationError(ValueError):
+    """A mutation could not be applied; the message says which operation and why."""
+
+
+def validate_operations(value: Any) -> list[dict[str, Any]]:
+    """Check a CEL result is a list of RFC 6902 operations.
+
+    Raises:
+        MutationError: not a list of maps with a known ``op`` and a string ``path`` (and
+            ``from`` for move / copy, ``value`` for add / replace / test).
+    """
+    if not isinstance(value, list):
+        raise MutationError(f"expected a list of JSONPatch operations, got {type(value).__name__}")
+    operations = []
+    for index, op in enumerate(value):
+        if not isinstance(op, Mapping):
+            raise MutationError(f"operation {index}: expected a map with op and path")
+        name, path = op.get("op"), op.get("path")
+        if name not in _OPS:
+            raise MutationError(f"operation {index}: op {name!r} is not one of "
+                                f"{', '.join(sorted(_OPS))}")
+        if not isinstance(path, str) or (path and not path.startswith("/")):
+            raise MutationError(f"operation {index}: path {path!r} is not a JSON Pointer")
+        if name in ("move", "copy") and not isinstance(op.get("from"), str):
+            raise MutationError(f"operation {index}: {name} needs a 'from' JSON Pointer")
+        if name in ("add", "replace", "test") and "value" not in op:
+            raise MutationError(f"operation {index}: {name} needs a value")
+        operations.append(dict(op))
+    return operations
+
+
+def apply_operations(target: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Apply RFC 6902 operations to a copy of ``target`` and return it.
+
+    Raises:
+        MutationError: an operation does not apply (missing path, failed test, bad index).
+    """
+    try:
+        return jsonpatch.JsonPatch(operations).apply(target, in_place=False)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
+            ValueError, KeyError, IndexError) as exc:
+        raise MutationError(f"JSONPatch does not apply: {exc}") from None
+
+
+def diff(original: Mapping[str, Any] | None, final: Mapping[str, Any] | None) -> list[dict]:
+    """The RFC 6902 patch turning ``original`` into ``final`` (``[]`` when they are equal)."""
+    if original is None or final is None or original == final:
+        return []
+    return jsonpatch.make_patch(original, final).patch
+
+
+def _at(obj: dict[str, Any], field_path: str) -> dict[str, Any] | None:
+    """The dict at a dotted field path (``spec.template.spec``), or None."""
+    node: Any = obj
+    for part in field_path.split(".") if field_path else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def _pod_targets(obj: dict[str, Any], facts: WorkloadFacts | None) -> list[tuple[str, str]]:
+    """(spec path, metadata path) of each pod template to change; GPU templates when any."""
+    if facts is None:
+        return []
+    pairs = []
+    asking = [per.requested for per in facts.per_template]
+    for template, wants in zip(facts.workload.templates, asking, strict=True):
+        if any(asking) and not wants:
+            continue
+        metadata = f"{template.path}.metadata" if template.path else "metadata"
+        pairs.append((template.spec_path, metadata))
+    return pairs
+
+
+def _tolerates(existing: Any, wanted: Mapping[str, Any]) -> bool:
+    if not isinstance(existing, Mapping):
+        return False
+    if existing.get("key") != wanted.get("key") and existing.get("key") not in (None, ""):
+        return False
+    if existing.get("effect") not in (None, "", wanted.get("effect")):
+        return False
+    if existing.get("operator", "Equal") == "Exists":
+        return True
+    return existing.get("value") == wanted.get("value") and wanted.get("operator") != "Exists"
+
+
+def apply_shortcut(
+    obj: dict[str, Any], shortcut: tuple[str, Any], facts: WorkloadFacts | None,
+) -> dict[str, Any]:
+    """Apply one declarative GPU shortcut to a copy of ``obj`` and return it.
+
+    ``setLabel`` / ``setAnnotation`` take ``target: object`` (default, the object's own metadata:
+    where Kueue reads ``kueue.x-k8s.io/queue-name``) or ``podTemplates``.
+    """
+    name, argument = shortcut
+    result = copy.deepcopy(obj)
+    if name in ("setLabel", "setAnnotation") and argument.get("target", "object") == "object":
+        field = "labels" if name == "setLabel" else "annotations"
+        metadata = result.setdefault("metadata", {})
+        if not isinstance(metadata.get(field), dict):
+            metadata[field] = {}
+        metadata[field][argument["key"]] = argument["value"]
+        return result
+    for spec_path, metadata_path in _pod_targets(result, facts):
+        spec = _at(result, spec_path)
+        if spec is None:
+            continue
+        if name == "addToleration":
+            tolerations = spec.get("tolerations")
+            if not isinstance(tolerations, list):
+                tolerations = spec["tolerations"] = []
+            if not any(_tolerates(t, argument) for t in tolerations):
+                tolerations.append(dict(argument))
+        elif name == "setRuntimeClassName":
+            spec["runtimeClassName"] = argument
+        elif name == "setSchedulerName":
+            spec["schedulerName"] = argument
+        elif name == "setNodeSelector":
+            if not isinstance(spec.get("nodeSelector"), dict):
+                spec["nodeSelector"] = {}
+            spec["nodeSelector"][argument["key"]] = argument["value"]
+        elif name in ("setLabel", "setAnnotation"):
+            parent_path, _, key = metadata_path.rpartition(".")
+            parent = _at(result, parent_path) if parent_path else result
+            if parent is None:
+                continue
+            if not isinstance(parent.get(key), dict):
+                parent[key] = {}
+            field = "labels" if name == "setLabel" else "annotations"
+            if not isinstance(parent[key].get(field), dict):
+                parent[key][field] = {}
+            parent[key][field][argument["key"]] = argument["value"]
+    return result
