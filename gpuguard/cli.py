@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from gpuguard import gpus_command
+from gpuguard import check_command, gpus_command, lint_command, test_command
 from gpuguard.settings import gpu_settings_from_args
 
 EXIT_OK = 0
@@ -31,55 +31,34 @@ class _UsageError(Exception):
     """A command-line usage error (exit code 2)."""
 
 
-def _add_gpu_settings(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--gpu-resource", action="append", default=[], metavar="NAME",
-        help="extra extended resource counted as one whole GPU (repeatable), "
-        "e.g. gpu-vendor.example/example-gpu",
-    )
-    parser.add_argument(
-        "--shared-replicas", action="append", default=[], metavar="RESOURCE=N",
-        help="time-slicing/MPS replicas per GPU for a shared resource (repeatable), "
-        "e.g. nvidia.com/gpu.shared=4",
-    )
+# Each command module has register(subparsers) -> handler(args, settings) -> exit code.
+_COMMANDS = (gpus_command, lint_command, check_command, test_command)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (sub-commands are added as their issues land)."""
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
+    """The full argument parser and the handler of each sub-command."""
     parser = _Parser(
         prog="gpuguard",
         description="Policy-as-code GPU governance for Kubernetes.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    gpus = commands.add_parser(
-        "gpus",
-        help="print the GPU facts of workloads and nodes in manifest files",
-        description="Print what each workload asks for (whole GPUs, MIG, shares, fractions, DRA, "
-        "GPU-equivalents) and what each Node offers. See docs/gpu-facts.md.",
-    )
-    gpus.add_argument(
-        "-f", "--filename", action="append", required=True, metavar="PATH",
-        help="file, directory or - for stdin; YAML (multi-document) or JSON, kind: List, .gz "
-        "(repeatable)",
-    )
-    gpus.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    gpus.add_argument(
-        "--all", action="store_true",
-        help="also list workloads that ask for no GPU (table output)",
-    )
-    _add_gpu_settings(gpus)
-    return parser
+    handlers = {}
+    for module in _COMMANDS:
+        name, handler = module.register(commands)
+        handlers[name] = handler
+    return parser, handlers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``gpuguard`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
-    parser = build_parser()
+    parser, handlers = build_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        settings = gpu_settings_from_args(args.gpu_resource, args.shared_replicas)
+        settings = gpu_settings_from_args(getattr(args, "gpu_resource", []),
+                                          getattr(args, "shared_replicas", []))
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
@@ -88,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.command == "gpus":
-        return gpus_command.run(args.filename, args.output, settings, show_all=args.all)
-    return EXIT_USAGE
+    try:
+        return handlers[args.command](args, settings)
+    except BrokenPipeError:
+        # The reader (| head) went away: not an error worth a traceback.
+        sys.stderr.close()
+        return EXIT_OK

@@ -7,15 +7,17 @@ exit code is 2.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gpuguard.settings import add_gpu_settings
 from policies.nodes import node_facts
 from policies.resource_names import GPUSettings
 from policies.sources import Document, read_documents
@@ -122,3 +124,26 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
         for note in notes:
             console.print(f"- {note}", markup=False, highlight=False)
     return 2 if result["errors"] else 0
+
+
+def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
+    """Add ``gpuguard gpus`` to the sub-command parsers; returns (name, handler)."""
+    parser = commands.add_parser(
+        "gpus",
+        help="print the GPU facts of workloads and nodes in manifest files",
+        description="Print what each workload asks for (whole GPUs, MIG, shares, fractions, DRA, "
+        "GPU-equivalents) and what each Node offers. See docs/gpu-facts.md.",
+    )
+    parser.add_argument(
+        "-f", "--filename", action="append", required=True, metavar="PATH",
+        help="file, directory or - for stdin; YAML (multi-document) or JSON, kind: List, .gz "
+        "(repeatable)",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument(
+        "--all", action="store_true",
+        help="also list workloads that ask for no GPU (table output)",
+    )
+    add_gpu_settings(parser)
+    return "gpus", lambda args, settings: run(args.filename, args.output, settings,
+                                              show_all=args.all)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
 
@@ -36,3 +37,17 @@ def gpu_settings_from_args(
             )
         replicas.append((resource, int(count)))
     return GPUSettings(extra_whole_resources=tuple(gpu_resources), shared_replicas=tuple(replicas))
+
+
+def add_gpu_settings(parser: argparse.ArgumentParser) -> None:
+    """The flags every GPU-aware command shares (see :func:`gpu_settings_from_args`)."""
+    parser.add_argument(
+        "--gpu-resource", action="append", default=[], metavar="NAME",
+        help="extra extended resource counted as one whole GPU (repeatable), "
+        "e.g. gpu-vendor.example/example-gpu",
+    )
+    parser.add_argument(
+        "--shared-replicas", action="append", default=[], metavar="RESOURCE=N",
+        help="time-slicing/MPS replicas per GPU for a shared resource (repeatable), "
+        "e.g. nvidia.com/gpu.shared=4",
+    )

@@ -226,6 +226,10 @@ def _objects(
         )
         return
     kind = value.get("kind")
+    if isinstance(kind, Mapping) and "operation" in value and "uid" in value:
+        # A bare AdmissionRequest (as webhook test fixtures store them): wrap it in its envelope.
+        value = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": value}
+        kind = "AdmissionReview"
     if not isinstance(kind, str) or not kind:
         yield LoadError(source, index, "object has no kind (expected e.g. kind: Pod)")
         return
@@ -287,6 +291,11 @@ def read_documents(
     for entry in iter_documents(paths, stdin, with_lines=with_lines):
         (errors if isinstance(entry, LoadError) else documents).append(entry)  # type: ignore[arg-type]
     return documents, errors
+
+
+def library_path() -> str:
+    """The directory of the built-in policy library shipped in the package."""
+    return str(resources.files("policies.library"))
 
 
 def load_package_yaml(package: str, name: str) -> Any:

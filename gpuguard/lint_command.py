@@ -1,0 +1,43 @@
+"""``gpuguard lint PATH...``: load policy files and list every error; exit 1 on any."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from gpuguard import policy_set
+from policies.resource_names import GPUSettings
+
+
+def run(paths: list[str], output: str, settings: GPUSettings) -> int:
+    """Lint ``paths``; print errors (one line each) and warnings; 0 clean, 1 any error."""
+    loaded = policy_set.load(paths, settings)
+    names = loaded.engine.policies.names()
+    if output == "json":
+        json.dump({"policies": list(names), "errors": [str(e) for e in loaded.errors],
+                   "warnings": list(loaded.warnings)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for error in loaded.errors:
+            print(f"error: {error}")
+        for warning in loaded.warnings:
+            print(f"warning: {warning}")
+        print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'} loaded, "
+              f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
+    return 1 if loaded.errors else 0
+
+
+def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
+    """Add ``gpuguard lint``; returns (name, handler)."""
+    parser = commands.add_parser(
+        "lint", help="check policy files (schema and CEL) and list every error",
+        description="Load GPUPolicy and native ValidatingAdmissionPolicy / "
+        "MutatingAdmissionPolicy files; print every schema and CEL error with file, line, "
+        "document and field path. Exit 1 when there is any error.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="policy file or directory")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    return "lint", lambda args, settings: run(args.paths, args.output, settings)
