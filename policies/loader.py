@@ -316,51 +316,50 @@ def _combine(policy: Match, binding: Match | None) -> Match:
 
 
 _JSONPATCH_LITERAL = re.compile(r"\bJSONPatch\s*\{")
-_JSONPATCH_FIELD = re.compile(r"(?<![\w\"'.])(op|path|value|from)\s*:")
+_JSONPATCH_FIELD = re.compile(r"(op|path|value|from)\s*:")
 
 
 def rewrite_jsonpatch_literals(expression: str) -> str:
     """Turn MutatingAdmissionPolicy's typed ``JSONPatch{op: ..., path: ...}`` into CEL maps.
 
     The runtime cannot construct the ``JSONPatch`` type, but a map with the same fields carries the
-    same operation; field names are quoted only at the top level of each literal, outside strings.
+    same operation. Field names are quoted only at the top level of each literal and outside
+    string literals; everything else is copied as written.
     """
     out: list[str] = []
-    position = 0
-    for match in _JSONPATCH_LITERAL.finditer(expression):
-        if match.start() < position:
-            continue
-        out.append(expression[position:match.start()] + "{")
-        depth, i, quote = 1, match.end(), ""
-        segment_start = i
-        pieces: list[str] = []
+    i = 0
+    while True:
+        found = _JSONPATCH_LITERAL.search(expression, i)
+        if found is None:
+            out.append(expression[i:])
+            return "".join(out)
+        out.append(expression[i:found.start()] + "{")
+        i, depth, quote = found.end(), 1, ""
         while i < len(expression) and depth:
             char = expression[i]
             if quote:
-                if char == "\\":
+                out.append(char)
+                if char == "\\" and i + 1 < len(expression):
+                    out.append(expression[i + 1])
                     i += 1
                 elif char == quote:
                     quote = ""
             elif char in "\"'":
                 quote = char
+                out.append(char)
             elif char in "{[(":
-                if depth == 1:
-                    pieces.append(_JSONPATCH_FIELD.sub(r'"\1":', expression[segment_start:i]))
-                    segment_start = i
                 depth += 1
+                out.append(char)
             elif char in "}])":
                 depth -= 1
-                if depth == 1:
-                    pieces.append(expression[segment_start:i + 1])
-                    segment_start = i + 1
-                elif depth == 0:
-                    pieces.append(_JSONPATCH_FIELD.sub(r'"\1":', expression[segment_start:i]))
-                    pieces.append("}")
+                out.append(char)
+            elif depth == 1 and (field := _JSONPATCH_FIELD.match(expression, i)) and \
+                    (i == 0 or not (expression[i - 1].isalnum() or expression[i - 1] in "_.")):
+                out.append(f'"{field[1]}":')
+                i = field.end() - 1
+            else:
+                out.append(char)
             i += 1
-        out.append("".join(pieces))
-        position = i
-    out.append(expression[position:])
-    return "".join(out)
 
 
 def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mapping[str, Any]]:

@@ -132,6 +132,9 @@ def from_object(
     kind = str(obj.get("kind", ""))
     user = user or UserInfo()
     namespace = metadata.get("namespace")
+    if not namespace and isinstance(namespace_object, Mapping) and kind != "Namespace":
+        ns_meta = namespace_object.get("metadata")
+        namespace = ns_meta.get("name") if isinstance(ns_meta, Mapping) else None
     name = str(metadata.get("name") or "")
     resource = GroupVersionResource(group, version, plural_of(kind))
     request = {
