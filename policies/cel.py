@@ -277,7 +277,35 @@ def _scalar_to_cel(value: Any) -> Any:
     raise _InputError(f"values of type {type(value).__name__} are not supported in CEL")
 
 
+class PreparedData(dict[str, Any]):
+    """Activation data already checked by :func:`prepare`; activations take it without a re-walk.
+
+    Build one per request with :func:`prepare` and derive per-policy data with :meth:`with_`, so a
+    large object is checked once, not once per policy.
+    """
+
+    def with_(self, **values: Any) -> PreparedData:
+        """A copy with more names set (each value prepared)."""
+        extra = _prepare(values, allow_variables=False)
+        return PreparedData({**self, **{k: v for k, v in extra.items() if k in values}})
+
+
+def prepare(data: Mapping[str, Any]) -> PreparedData:
+    """Check and convert activation data once (see :func:`to_cel_data`).
+
+    Raises:
+        ValueError: undeclared names, or ``variables`` (those come from the policy).
+        CelEvaluationError: a value the runtime cannot take (unsupported type, too deep).
+    """
+    try:
+        return PreparedData(_prepare(data, allow_variables=False))
+    except _InputError as exc:
+        raise CelEvaluationError("", str(exc), "INVALID_ARGUMENT") from None
+
+
 def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[str, Any]:
+    if isinstance(data, PreparedData):
+        return data
     unknown = set(data) - set(VARIABLE_NAMES)
     if unknown or (not allow_variables and "variables" in data):
         bad = sorted(unknown) or ["variables"]

@@ -25,7 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.cel import CelEnvironment, CelEvaluationError, RequestActivation
+from policies.cel import (
+    CelEnvironment,
+    CelEvaluationError,
+    PreparedData,
+    RequestActivation,
+    prepare,
+)
 from policies.cel_gpu import gpu_data
 from policies.matching import matches
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
@@ -153,6 +159,35 @@ class Engine:
         self.policies = policies
         self.environment = environment
         self.settings = settings
+        # Params are fixed per policy: check them for CEL once, not per request.
+        self._params: dict[int, Any] = {}
+        for policy in policies.policies:
+            try:
+                self._params[id(policy)] = prepare({"params": policy.params})["params"]
+            except CelEvaluationError:
+                self._params[id(policy)] = None
+
+    def _activation(self, policy: Policy, base: PreparedData,
+                    shared: dict[int, RequestActivation]) -> RequestActivation:
+        """A policy's activation; policies without variables and with the same params share one,
+        so the runtime converts the object once per request, not once per policy.
+        """
+        params = self._params.get(id(policy))
+        if not policy.variables and id(params) in shared:
+            return shared[id(params)]
+        data = PreparedData({**base, "params": params})
+        activation = self.environment.activation(data, _named(policy.variables))
+        if not policy.variables:
+            shared[id(params)] = activation
+        return activation
+
+    def _base(self, base: dict[str, Any], current: Mapping[str, Any] | None,
+              facts: WorkloadFacts | None) -> PreparedData | str:
+        """The request's data for CEL, checked once; the error text when it cannot be used."""
+        try:
+            return prepare({**base, "object": current, "gpu": gpu_data(facts)})
+        except CelEvaluationError as exc:
+            return f"the request cannot be evaluated: {exc.message}"
 
     def _facts(self, obj: Mapping[str, Any] | None) -> WorkloadFacts | None:
         if not isinstance(obj, Mapping):
@@ -190,26 +225,32 @@ class Engine:
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
         applicable = self._applicable(review, point, run)
+        prepared = self._base(base, current, facts) if applicable else PreparedData()
+        shared: dict[int, RequestActivation] = {}
         if mutate:
             for policy in applicable:
                 if not policy.mutations:
                     continue
-                data = {**base, "object": current, "params": policy.params,
-                        "gpu": gpu_data(facts)}
-                activation = self.environment.activation(data, _named(policy.variables))
+                if isinstance(prepared, str):
+                    run.failure(policy, "request", "", prepared, error=True, point=point)
+                    continue
+                activation = self._activation(policy, prepared, shared)
                 if not self._conditions_hold(policy, activation, run, point):
                     continue
                 changed = self._mutate(policy, current, facts, activation, run, point)
                 if changed is not current:
                     current = changed
                     facts = self._facts(current)
+                    prepared = self._base(base, current, facts)
+                    shared = {}
         if validate:
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
-                data = {**base, "object": current, "params": policy.params,
-                        "gpu": gpu_data(facts)}
-                activation = self.environment.activation(data, _named(policy.variables))
+                if isinstance(prepared, str):
+                    run.failure(policy, "request", "", prepared, error=True, point=point)
+                    continue
+                activation = self._activation(policy, prepared, shared)
                 if not self._conditions_hold(policy, activation, run, point):
                     continue
                 self._validate(policy, activation, run, point)

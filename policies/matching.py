@@ -30,15 +30,12 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def _resource_matches(patterns: tuple[str, ...], resource: str, subresource: str) -> bool:
-    for pattern in patterns:
-        if pattern == "*/*":
-            return True
-        main, _, sub = pattern.partition("/")
-        if main not in ("*", resource):
-            continue
-        if (sub == "" and subresource == "") or sub == "*" or (sub and sub == subresource):
-            return True
-    return False
+    if "*/*" in patterns:
+        return True
+    if not subresource:
+        return resource in patterns or "*" in patterns
+    return (f"{resource}/{subresource}" in patterns or f"{resource}/*" in patterns
+            or f"*/{subresource}" in patterns)
 
 
 def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> bool:
