@@ -169,8 +169,10 @@ class Engine:
 
     def _activation(self, policy: Policy, base: PreparedData,
                     shared: dict[int, RequestActivation]) -> RequestActivation:
-        """A policy's activation; policies without variables and with the same params share one,
-        so the runtime converts the object once per request, not once per policy.
+        """A policy's activation for this request.
+
+        Policies without variables and with the same params share one, so the runtime converts
+        the object once per request, not once per policy.
         """
         params = self._params.get(id(policy))
         if not policy.variables and id(params) in shared:
