@@ -68,7 +68,7 @@ def per_call_us(fn, rounds: int) -> float:
 
 
 def celpy_program(expression: str):
-    import celpy  # noqa: PLC0415 - optional dependency (the "bench" extra)
+    import celpy
 
     env = celpy.Environment()
     return env.program(env.compile(expression))
@@ -86,7 +86,7 @@ def main() -> None:
     )
 
     try:
-        import celpy  # noqa: PLC0415 - optional dependency (the "bench" extra)
+        import celpy
 
         celpy_activation = {"object": celpy.json_to_cel(pod)}
     except ImportError:
