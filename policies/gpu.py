@@ -698,9 +698,10 @@ def _dra(
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
-        # DeviceClass names end in the driver's domain (gpu.nvidia.com, gpu.amd.com).
-        domain = device_class.split(".", 1)[1] if device_class and "." in device_class else "dra"
-        out.vendors.append(vendor_of(f"{domain}/device"))
+        # DeviceClass names end in the driver's domain (gpu.nvidia.com, gpu.amd.com); with the
+        # class unknown (template not in the input) the vendor is unknown too.
+        if device_class and "." in device_class:
+            out.vendors.append(vendor_of(f"{device_class.split('.', 1)[1]}/device"))
     return tuple(claims)
 
 

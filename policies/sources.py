@@ -202,9 +202,11 @@ def parse_text(
         try:
             value = yaml.load(chunk, Loader=_Loader)
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
+            # The context mark is where the broken construct starts (an unclosed '['); the
+            # problem mark is where the parser gave up, often the next document's '---'.
+            mark = exc.context_mark or exc.problem_mark
             line = f" at line {first_line + mark.line}" if mark is not None else ""
-            problem = exc.problem or str(exc)
+            problem = "; ".join(filter(None, (exc.context, exc.problem))) or str(exc)
             yield LoadError(source, index, f"invalid YAML{line}: {problem}")
             continue
         except (yaml.YAMLError, RecursionError) as exc:
