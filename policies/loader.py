@@ -219,6 +219,7 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
 
     CEL is compiled even when the schema check fails, so one run lists every error.
     """
+    before = len(builder.errors)
     for error in sorted(_schema_validator().iter_errors(document.body),
                         key=lambda e: [str(p) for p in e.absolute_path]):
         path = _path(error.absolute_path)
@@ -230,7 +231,6 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
     spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
     metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
     name = str(metadata.get("name", ""))
-    before = len(builder.errors)
     policy = Policy(
         name=name,
         kind="GPUPolicy",

@@ -1,5 +1,6 @@
 """The CEL reference (docs/cel.md) stays true: every example compiles and evaluates to a bool."""
 
+import json
 import re
 from pathlib import Path
 
@@ -53,3 +54,25 @@ def test_documented_example_evaluates_to_a_bool(expression):
     activation = ENV.activation(data, variables)
     value = activation.evaluate(ENV.compile(expression, field_path="docs/cel.md"))
     assert isinstance(value, bool), (expression, value)
+
+
+def test_readme_policy_example_loads_and_decides(tmp_path, capsys):
+    from gpuguard.cli import main
+
+    readme = (DOC.parent.parent / "README.md").read_text()
+    block = re.search(r"```yaml\n(apiVersion: gpuguard.io/v1alpha1\nkind: GPUPolicy\n.*?)```",
+                      readme, re.S)
+    assert block, "README has a GPUPolicy example"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(block[1])
+    assert main(["lint", str(policy)]) == 0
+    lws = str(Path(__file__).resolve().parent / "data" / "manifests" /
+              "lws__vllm-gpu-leaderworkerset.yaml")
+    capsys.readouterr()
+    rc = main(["check", "-f", lws, "--policies", str(policy),
+               "--namespace-labels", "gpuguard.io/team=llm", "-o", "json"])
+    result = json.loads(capsys.readouterr().out)["results"][0]
+    assert rc == 1
+    assert result["message"] == "team-gpu-limits: a pod asks for 8 GPUs; the limit is 4"
+    assert rc == 1 and result["patch"][0]["path"].endswith("/tolerations")
+    assert main(["check", "-f", lws, "--policies", str(policy)]) == 0  # not a team namespace
