@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpuguard import policy_set
@@ -22,7 +23,7 @@ from gpuguard.settings import add_gpu_settings
 from policies.engine import Engine, Verdict
 from policies.resource_names import GPUSettings
 from policies.review import ReviewError, ReviewInput, UserInfo, from_object, from_request
-from policies.sources import Document, read_documents
+from policies.sources import Document, printable, read_documents
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -81,20 +82,22 @@ def _print_table(entries: list[dict[str, Any]]) -> None:
         console = Console(width=160)
     for entry in entries:
         decision = "[green]allowed[/]" if entry["allowed"] else "[red]DENIED[/]"
-        console.print(f"{entry['kind']}/{entry['namespace'] or '-'}/{entry['name'] or '-'} "
-                      f"({entry['source']}): {decision}")
+        title = f"{entry['kind']}/{entry['namespace'] or '-'}/{entry['name'] or '-'} " \
+                f"({entry['source']})"
+        console.print(f"{escape(printable(title))}: {decision}")
         table = Table(show_header=True, box=None, padding=(0, 2))
         for column in ("policy", "rule", "outcome", "message"):
             table.add_column(column, overflow="fold")
         for result in entry["results"]:
             if result["outcome"] == "pass":
                 continue
-            table.add_row(result["policy"], result["rule"], result["outcome"],
-                          result["message"] if result["outcome"] != "mutate" else "")
+            cells = (result["policy"], result["rule"], result["outcome"],
+                     result["message"] if result["outcome"] != "mutate" else "")
+            table.add_row(*(escape(printable(str(c))) for c in cells))
         if table.row_count:
             console.print(table)
         for warning in entry["warnings"]:
-            console.print(f"  warning: {warning}", markup=False, highlight=False)
+            console.print(f"  warning: {printable(warning)}", markup=False, highlight=False)
         if entry["patch"]:
             console.print("  patch: " + json.dumps(entry["patch"]), markup=False,
                           highlight=False)

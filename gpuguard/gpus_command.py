@@ -15,12 +15,13 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpuguard.settings import add_gpu_settings
 from policies.nodes import node_facts
 from policies.resource_names import GPUSettings
-from policies.sources import Document, read_documents
+from policies.sources import Document, printable, read_documents
 from policies.workloads import claim_templates_of, workload_facts
 
 
@@ -56,22 +57,28 @@ def _describe(
     return {**facts.to_dict(), "source": document.location}
 
 
+def _add_row(table: Table, *cells: object) -> None:
+    """Add a row of input-derived text: never read as markup, control characters escaped."""
+    table.add_row(*(escape(printable(str(cell))) for cell in cells))
+
+
 def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
     """The summary table and the detailed notes printed below it."""
     table = Table(title="GPU facts")
     for column in ("object", "pods", "GPUs", "MIG", "GPU-eq", "shared", "notes"):
         table.add_column(column, overflow="fold")
+
     notes: list[str] = []
     for obj in result["objects"]:
         namespace = f"{obj['namespace']}/" if obj.get("namespace") else ""
-        name = f"{obj['kind']}/{namespace}{obj['name']}"
+        name = f"{obj['kind']}/{namespace}{obj['name'] or '(no name)'}"
         if obj["kind"] == "Node":
             node = obj["node"]
             alloc = node["allocatable"]
             eq = node["gpu_equivalents_allocatable"]
             flags = [f"{len(node['warnings'])} warning(s)"] if node["warnings"] else []
             notes += [f"{name}: {w}" for w in node["warnings"]]
-            table.add_row(
+            _add_row(table,
                 name, "-", _counts(alloc["gpus"] | alloc["shared"]), _counts(alloc["mig"]),
                 "?" if eq is None else f"{eq:g}", "yes" if alloc["shared"] else "",
                 ", ".join(flags),
@@ -92,7 +99,7 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
         notes += [f"{name}: unrecognized resource {r} (add --gpu-resource {r} to count it)"
                   for r in total["unrecognized"]]
         eq = total["gpu_equivalents"]
-        table.add_row(
+        _add_row(table,
             name, "per node" if obj["replicas"] is None else str(obj["replicas"]),
             _counts(total["gpus"]), _counts(total["mig"]),
             "?" if eq is None else f"{eq:g}{'~' if total['gpu_equivalents_approximate'] else ''}",
@@ -111,8 +118,8 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
     for error in result["errors"]:
         print(f"gpuguard: {error}", file=sys.stderr)
     if output == "json":
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        # One write: json.dump's many small writes dominate the time on large snapshots.
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
     elif output == "yaml":
         yaml.safe_dump(result, sys.stdout, sort_keys=False)
     else:
@@ -122,7 +129,7 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
         table, notes = _table(result, show_all)
         console.print(table)
         for note in notes:
-            console.print(f"- {note}", markup=False, highlight=False)
+            console.print(f"- {printable(note)}", markup=False, highlight=False)
     return 2 if result["errors"] else 0
 
 

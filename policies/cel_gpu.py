@@ -22,7 +22,7 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
 ``kai``, ``hami``, ``dra`` maps (see docs/gpu-facts.md), ``{}`` when absent
 ``unrequestedAccess``     list of {container, containerType, path, reason}
 ``privileged``            list of {container, containerType, path, reason}
-``invalid``, ``unknown``, ``unrecognized``  lists of string
+``invalid``, ``warnings``, ``unknown``, ``unrecognized``  lists of string
 ``replicas``              int: pods the object makes (``-1``: one per node)
 ``templates``             list of {path, role, replicas, requested, count, equivalents,
                           migProfiles, gpus} per pod template
@@ -93,6 +93,7 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
         "unrequestedAccess": _access(total.unrequested_access),
         "privileged": _access(total.privileged),
         "invalid": list(total.invalid),
+        "warnings": list(total.warnings),
         "unknown": list(total.unknown),
         "unrecognized": list(total.unrecognized),
         "replicas": -1 if replicas is None else replicas,
@@ -113,7 +114,8 @@ def gpu_data_from_totals(facts: GPUFacts) -> dict[str, Any]:
         **_summary(facts), "effectiveRequests": {}, "equivalentsKnown": True,
         "approximate": False, "shared": False, "memoryMiB": 0, "vendors": [], "migSingle": {},
         "kai": {}, "hami": {}, "dra": {}, "unrequestedAccess": [], "privileged": [],
-        "invalid": [], "unknown": [], "unrecognized": [], "replicas": 0, "templates": [],
+        "invalid": [], "warnings": [], "unknown": [], "unrecognized": [], "replicas": 0,
+        "templates": [],
         "maxPerPod": {"count": 0, "equivalents": 0.0},
     }
 

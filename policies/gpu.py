@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, TypeVar
 
 from policies import mig
-from policies.quantity import QuantityError, format_fraction, parse_quantity
+from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
 from policies.resource_names import (
     DEFAULT_SETTINGS,
     OBSOLETE_RESOURCES,
@@ -145,6 +145,7 @@ class GPUFacts:
     unrequested_access: tuple[Access, ...] = ()
     privileged: tuple[Access, ...] = ()
     invalid: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     unrecognized: tuple[str, ...] = ()
     sources: tuple[Source, ...] = ()
 
@@ -196,6 +197,7 @@ class GPUFacts:
             "unrequested_access": [a.to_dict() for a in self.unrequested_access],
             "privileged": [a.to_dict() for a in self.privileged],
             "invalid": list(self.invalid),
+            "warnings": list(self.warnings),
             "unrecognized": list(self.unrecognized),
             "sources": [s.to_dict() for s in self.sources],
         }
@@ -252,6 +254,7 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
             unrequested_access=_union(result.unrequested_access, part.unrequested_access),
             privileged=_union(result.privileged, part.privileged),
             invalid=_union(result.invalid, part.invalid),
+            warnings=_union(result.warnings, part.warnings),
             unrecognized=_union(result.unrecognized, part.unrecognized),
             sources=result.sources + part.sources,
         )
@@ -301,6 +304,7 @@ class _Collector:
     """Mutable accumulator used while reading one pod; frozen into GPUFacts at the end."""
 
     invalid: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     unrecognized: list[str] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
@@ -326,6 +330,25 @@ _EMPTY: Mapping[str, Any] = {}
 def _as_dict(value: Any) -> Mapping[str, Any]:
     # Parsed YAML / JSON gives plain dicts; the exact-type test avoids the slow ABC check.
     return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
+
+
+def _map(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Mapping[str, Any]:
+    """``parent[key]`` when it is a map; absent or null gives ``{}``; any other type is recorded
+    in ``invalid`` (the API server would reject it) and read as ``{}``."""
+    value = parent.get(key)
+    if value is None or type(value) is dict or isinstance(value, Mapping):
+        return value or _EMPTY
+    out.invalid.append(f"{path}.{key}: expected a map, got {type(value).__name__}")
+    return _EMPTY
+
+
+def _seq(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Sequence[Any]:
+    """``parent[key]`` when it is a list; like :func:`_map` otherwise."""
+    value = parent.get(key)
+    if value is None or isinstance(value, list):
+        return value or ()
+    out.invalid.append(f"{path}.{key}: expected a list, got {type(value).__name__}")
+    return ()
 
 
 def _as_list(value: Any) -> Sequence[Any]:
@@ -363,6 +386,10 @@ def _read_quantity(
             f"limits ({format_fraction(limit)}) for an extended resource"
         )
     value = max(v for v in values.values())
+    if value > MAX_COUNT:
+        out.invalid.append(f"{path}.resources[{resource}]: {format_fraction(value)} is out of "
+                           f"range (at most {MAX_COUNT})")
+        return None
     if value < 0:
         out.invalid.append(f"{path}.resources[{resource}]: negative quantity")
         return None
@@ -396,6 +423,9 @@ def _split_equivalents(
 def _mig_equivalents(profile: str, model: str | None, out: _Collector) -> Fraction:
     value, approximate = mig.equivalents(profile, model)
     out.approximate = out.approximate or approximate
+    if model is not None and mig.lookup(model, profile) is None:
+        out.warnings.append(f"MIG profile {profile} does not exist on {model} (the GPU the pod is "
+                            "pinned to): the pod cannot be scheduled there")
     return value
 
 
@@ -410,8 +440,8 @@ def _container_asks(
     settings: GPUSettings, out: _Collector,
 ) -> None:
     """Fill counts, equivalents and memory of one container from its resources."""
-    limits = _as_dict(resources.get("limits"))
-    requests = _as_dict(resources.get("requests"))
+    limits = _map(resources, "limits", f"{container.path}.resources", out)
+    requests = _map(resources, "requests", f"{container.path}.resources", out)
     asked: dict[str, tuple[ResourceKind, int]] = {}
     for resource in dict.fromkeys([*limits, *requests]):
         if not isinstance(resource, str):
@@ -536,6 +566,7 @@ def _effective(values: Sequence[tuple[_Container, _N]]) -> _N:
 
 
 def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
+    # Shapes were checked by _placement; here wrong types simply do not pin.
     """Values a pod is pinned to for a node label: nodeSelector, or every required affinity term.
 
     Returns None when the pod does not pin the label.
@@ -559,10 +590,16 @@ def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
     return values or None
 
 
-def _placement(spec: Mapping[str, Any]) -> _Placement:
+def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Placement:
     """What node selection tells about the GPU: model, MIG single profile, sharing."""
     if not spec.get("nodeSelector") and not spec.get("affinity"):
         return _Placement()
+    selector = _map(spec, "nodeSelector", spec_path, out)
+    for key, value in selector.items():
+        if not isinstance(value, str):
+            out.invalid.append(f"{spec_path}.nodeSelector[{key}]: expected a string, got "
+                               f"{type(value).__name__}")
+    _map(_map(spec, "affinity", spec_path, out), "nodeAffinity", f"{spec_path}.affinity", out)
     model = mig_profile = None
     excluded = shared = False
     replicas = None
@@ -595,27 +632,33 @@ def _placement(spec: Mapping[str, Any]) -> _Placement:
 
 
 def _kai(
-    annotations: Mapping[str, Any], containers: Sequence[_Container], out: _Collector,
-) -> tuple[dict[str, Any] | None, _Container | None, Fraction | None]:
-    """Read the KAI / Run:ai annotations: (details, the container they go to, equivalents)."""
-    fraction_text = annotations.get(KAI_FRACTION)
-    memory_text = annotations.get(KAI_MEMORY)
-    if fraction_text is None and memory_text is None:
-        return None, None, Fraction(0)
+    annotations: Mapping[str, Any], containers: Sequence[_Container], where: str,
+    out: _Collector,
+) -> tuple[dict[str, Any] | None, Fraction | None]:
+    """Read the KAI / Run:ai annotations (``where`` is their metadata path): (details,
+    equivalents). The annotated container counts as asking for a GPU."""
+    texts: dict[str, str] = {}
+    for key in (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER):
+        if key in annotations and annotations[key] is not None:
+            value = annotations[key]
+            if not isinstance(value, str):
+                out.invalid.append(f"{where}.annotations[{key}]: annotation values must be "
+                                   f"strings, got {type(value).__name__} {value!r}")
+            texts[key] = str(value).strip()
+    if KAI_FRACTION not in texts and KAI_MEMORY not in texts:
+        return None, Fraction(0)
     details: dict[str, Any] = {"fraction": None, "memory_mib": None, "devices": 1,
                                "container": None}
-    devices_text = annotations.get(KAI_DEVICES)
-    if devices_text is not None:
-        if str(devices_text).isdigit() and int(devices_text) > 0:
-            details["devices"] = int(devices_text)
+    if KAI_DEVICES in texts:
+        if texts[KAI_DEVICES].isdigit() and 0 < int(texts[KAI_DEVICES]) <= MAX_COUNT:
+            details["devices"] = int(texts[KAI_DEVICES])
         else:
-            out.invalid.append(
-                f"metadata.annotations[{KAI_DEVICES}]: {devices_text!r} is not a positive integer"
-            )
+            out.invalid.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
+                               "not a positive integer")
     equivalents: Fraction | None = None
-    if fraction_text is not None:
+    if KAI_FRACTION in texts:
         try:
-            fraction = Fraction(str(fraction_text).strip())
+            fraction = Fraction(texts[KAI_FRACTION])
         except (ValueError, ZeroDivisionError):
             fraction = Fraction(-1)
         if 0 < fraction <= 1:
@@ -623,33 +666,31 @@ def _kai(
             equivalents = fraction * details["devices"]
         else:
             out.invalid.append(
-                f"metadata.annotations[{KAI_FRACTION}]: {fraction_text!r} is not a fraction of a "
-                "GPU (expected a number above 0 and at most 1)"
+                f"{where}.annotations[{KAI_FRACTION}]: {texts[KAI_FRACTION]!r} is not a fraction "
+                "of a GPU (expected a number above 0 and at most 1)"
             )
             equivalents = Fraction(0)
-    if memory_text is not None:
-        if str(memory_text).strip().isdigit():
-            details["memory_mib"] = int(str(memory_text).strip())
+    if KAI_MEMORY in texts:
+        memory = texts[KAI_MEMORY]
+        if memory.isdigit() and int(memory) <= MAX_COUNT:
+            details["memory_mib"] = int(memory)
             if equivalents is None:
                 out.unknown.append(
-                    f"metadata.annotations[{KAI_MEMORY}]: {details['memory_mib']} MiB of GPU "
-                    "memory; the share of a GPU depends on the GPU's memory size"
+                    f"{where}.annotations[{KAI_MEMORY}]: {memory} MiB of GPU memory; the share "
+                    "of a GPU depends on the GPU's memory size"
                 )
         else:
-            out.invalid.append(
-                f"metadata.annotations[{KAI_MEMORY}]: {memory_text!r} is not a number of MiB"
-            )
+            out.invalid.append(f"{where}.annotations[{KAI_MEMORY}]: {memory!r} is not a number "
+                               "of MiB")
             equivalents = equivalents or Fraction(0)
-    wanted = annotations.get(KAI_CONTAINER)
-    target = None
+    wanted = texts.get(KAI_CONTAINER)
     if wanted is not None:
         target = next(
             (c for c in containers if c.name == wanted and c.ctype != "ephemeralContainers"), None
         )
         if target is None:
-            out.invalid.append(
-                f"metadata.annotations[{KAI_CONTAINER}]: no container named {wanted!r}"
-            )
+            out.invalid.append(f"{where}.annotations[{KAI_CONTAINER}]: no container named "
+                               f"{wanted!r}")
     else:
         target = next((c for c in containers if c.ctype == "containers"), None)
     if target is not None:
@@ -657,7 +698,7 @@ def _kai(
         target.asks_gpu = True
     out.shared = True
     out.vendors.append("nvidia")
-    return details, target, equivalents
+    return details, equivalents
 
 
 def _dra(
@@ -667,7 +708,7 @@ def _dra(
 ) -> tuple[DraClaim, ...]:
     """Pod-level ResourceClaims that ask for GPUs, with device counts when the template is known."""
     claims = []
-    for index, entry in enumerate(_as_list(spec.get("resourceClaims"))):
+    for index, entry in enumerate(_seq(spec, "resourceClaims", spec_path, out)):
         entry = _as_dict(entry)
         name = str(entry.get("name", ""))
         template = entry.get("resourceClaimTemplateName")
@@ -687,8 +728,8 @@ def _dra(
             ):
                 continue  # a claim for something other than a GPU (a NIC, a channel)
             if count is None:
-                out.unknown.append(f"{path}: ResourceClaimTemplate {template!r} asks for all "
-                                   "matching devices (allocationMode All); the count is unknown")
+                out.unknown.append(f"{path}: ResourceClaimTemplate {template!r} states no usable "
+                                   "device count (allocationMode All, or an invalid count)")
         else:
             what = f"ResourceClaimTemplate {template!r}" if template else \
                 f"ResourceClaim {claim_name!r}"
@@ -707,6 +748,7 @@ def _dra(
 
 def _access(
     container_spec: Mapping[str, Any], container: _Container, volumes: Mapping[str, str],
+    out: _Collector,
 ) -> tuple[list[Access], list[Access]]:
     """(unrequested GPU access, privileged) findings for one container."""
     reach: list[Access] = []
@@ -715,20 +757,23 @@ def _access(
     def note(target: list[Access], path: str, reason: str) -> None:
         target.append(Access(container.name, container.ctype, f"{container.path}.{path}", reason))
 
-    security = _as_dict(container_spec.get("securityContext"))
+    security = _map(container_spec, "securityContext", container.path, out)
     if security.get("privileged") is True:
         note(privileged, "securityContext.privileged", "privileged container")
     added = [str(c).upper().removeprefix("CAP_") for c in
-             _as_list(_as_dict(security.get("capabilities")).get("add"))]
+             _seq(_map(security, "capabilities", f"{container.path}.securityContext", out),
+                  "add", f"{container.path}.securityContext.capabilities", out)]
     if "SYS_ADMIN" in added:
         note(privileged, "securityContext.capabilities.add", "adds capability SYS_ADMIN")
+    env_list = _seq(container_spec, "env", container.path, out)
+    mounts = _seq(container_spec, "volumeMounts", container.path, out)
     if container.asks_gpu:
         return reach, privileged
     reach.extend(
         replace(p, reason=f"{p.reason}: sees every device on the node without requesting a GPU")
         for p in privileged
     )
-    for index, env in enumerate(_as_list(container_spec.get("env"))):
+    for index, env in enumerate(env_list):
         env = _as_dict(env)
         name = env.get("name")
         if name not in _DEVICE_ENV:
@@ -740,7 +785,7 @@ def _access(
         value = str(env.get("value") or "").strip()
         if value.lower() not in _NO_DEVICE_VALUES:
             note(reach, f"env[{index}]", f"{name}={value} without requesting a GPU")
-    for index, mount in enumerate(_as_list(container_spec.get("volumeMounts"))):
+    for index, mount in enumerate(mounts):
         host_path = volumes.get(str(_as_dict(mount).get("name")))
         if host_path is None:
             continue
@@ -751,9 +796,15 @@ def _access(
     return reach, privileged
 
 
-def _host_path_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
+def _metadata_path(spec_path: str) -> str:
+    """``spec.template.spec`` -> ``spec.template.metadata`` (``spec`` -> ``metadata``)."""
+    parent = spec_path.rpartition(".")[0]
+    return f"{parent}.metadata" if parent else "metadata"
+
+
+def _host_path_volumes(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> dict[str, str]:
     volumes = {}
-    for volume in _as_list(spec.get("volumes")):
+    for volume in _seq(spec, "volumes", spec_path, out):
         volume = _as_dict(volume)
         host = _as_dict(volume.get("hostPath"))
         if isinstance(host.get("path"), str):
@@ -786,11 +837,13 @@ def pod_facts(
     Returns:
         Frozen :class:`GPUFacts`; never raises for malformed objects.
     """
+    out = _Collector()
+    if spec is not None and not isinstance(spec, Mapping):
+        out.invalid.append(f"{spec_path}: expected a PodSpec map, got {type(spec).__name__}")
     spec = _as_dict(spec)
     metadata = _as_dict(metadata)
-    out = _Collector()
-    placement = _placement(spec)
-    volumes = _host_path_volumes(spec)
+    placement = _placement(spec, spec_path, out)
+    volumes = _host_path_volumes(spec, spec_path, out)
     containers: list[tuple[_Container, Mapping[str, Any]]] = []
     for ctype in _CONTAINER_TYPES:
         entries = spec.get(ctype)
@@ -806,7 +859,7 @@ def pod_facts(
                 name=str(raw.get("name", "")), ctype=ctype, path=path,
                 sidecar=ctype == "initContainers" and raw.get("restartPolicy") == "Always",
             )
-            resources = _as_dict(raw.get("resources"))
+            resources = _map(raw, "resources", path, out)
             container.claims = frozenset(
                 str(_as_dict(c).get("name")) for c in _as_list(resources.get("claims"))
             )
@@ -814,7 +867,8 @@ def pod_facts(
                 _container_asks(container, resources, placement, settings, out)
             containers.append((container, raw))
     plain = [c for c, _ in containers]
-    kai, _, kai_equivalents = _kai(_as_dict(metadata.get("annotations")), plain, out)
+    annotations = _map(metadata, "annotations", _metadata_path(spec_path), out)
+    kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
     claims = _dra(spec, spec_path, namespace, claim_templates or {}, plain, out)
 
     gpus: dict[str, int] = {}
@@ -843,7 +897,7 @@ def pod_facts(
     reach: list[Access] = []
     privileged: list[Access] = []
     for container, raw in containers:
-        found_reach, found_privileged = _access(raw, container, volumes)
+        found_reach, found_privileged = _access(raw, container, volumes, out)
         reach += found_reach
         privileged += found_privileged
 
@@ -873,6 +927,7 @@ def pod_facts(
         unrequested_access=tuple(reach),
         privileged=tuple(privileged),
         invalid=tuple(dict.fromkeys(out.invalid)),
+        warnings=tuple(dict.fromkeys(out.warnings)),
         unrecognized=tuple(dict.fromkeys(out.unrecognized)),
         sources=tuple(out.sources),
     )

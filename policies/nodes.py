@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from policies import mig
-from policies.quantity import QuantityError, parse_quantity
+from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
@@ -180,10 +180,15 @@ def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: st
         if kind in (ResourceKind.OTHER, ResourceKind.UNRECOGNIZED, ResourceKind.OBSOLETE):
             continue
         try:
-            count = int(parse_quantity(raw))
+            value = parse_quantity(raw)
         except QuantityError as exc:
             warnings.append(f"status.{where}[{resource}]: {exc}")
             continue
+        if not 0 <= value <= MAX_COUNT or value.denominator != 1:
+            warnings.append(f"status.{where}[{resource}]: {format_fraction(value)} is not a "
+                            "device count (expected a whole number from 0); ignored")
+            continue
+        count = int(value)
         if kind is ResourceKind.MIG:
             migs[(mig.profile_from_resource(resource) or ("?", False))[0]] = count
         elif kind is ResourceKind.SHARED:
@@ -195,9 +200,29 @@ def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: st
     return Offer(gpus, migs, shared, split)
 
 
-def _label_int(labels: Mapping[str, Any], key: str) -> int | None:
+def _label_int(labels: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
+    """An integer label (GFD writes them as strings); anything else is a warning and None."""
     value = labels.get(key)
-    return int(value) if isinstance(value, str | int) and str(value).isdigit() else None
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit() and int(value) <= MAX_COUNT:
+        return int(value)
+    warnings.append(f"metadata.labels[{key}]: {value!r} is not a non-negative integer; ignored")
+    return None
+
+
+def _string_labels(labels: Mapping[str, Any], warnings: list[str]) -> dict[str, str]:
+    """Labels with string values only (the API server stores nothing else); others warned."""
+    clean = {}
+    for key, value in labels.items():
+        if isinstance(value, str):
+            clean[str(key)] = value
+        elif isinstance(value, int | float | bool):
+            clean[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            warnings.append(f"metadata.labels[{key}]: expected a string, got "
+                            f"{type(value).__name__}; ignored")
+    return clean
 
 
 def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS) -> NodeFacts:
@@ -211,6 +236,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         if isinstance(metadata.get("annotations"), Mapping) else {}
     status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
     warnings: list[str] = []
+    labels = _string_labels(labels, warnings)
     capacity = _offer(status.get("capacity"), settings, warnings, "capacity")
     allocatable = _offer(status.get("allocatable") or status.get("capacity"), settings,
                          warnings, "allocatable")
@@ -229,7 +255,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         strategy = "single"
     single_profile = product.mig_profile if product and strategy == "single" else None
     mig_invalid = bool(product and product.mig_invalid)
-    replicas = _label_int(labels, "nvidia.com/gpu.replicas")
+    replicas = _label_int(labels, "nvidia.com/gpu.replicas", warnings)
     sharing = labels.get("nvidia.com/gpu.sharing-strategy")
 
     hami_devices: tuple[HamiDevice, ...] = ()
@@ -265,11 +291,11 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         warnings.append("nvidia.com/mig.config=all-disabled, yet MIG resources are advertised")
 
     physical = _physical_gpus(labels, strategy, mig_invalid, hami_devices, truncated, allocatable,
-                              replicas)
+                              replicas, warnings)
     equivalents, approximate = _equivalents(
         allocatable, model, single_profile, replicas, hami_devices, settings, warnings)
     return NodeFacts(
-        name=str(metadata.get("name", "")),
+        name=metadata.get("name") if isinstance(metadata.get("name"), str) else "",
         product=str(product_label) if product_label else None,
         model=model,
         mig_strategy=str(strategy) if strategy else None,
@@ -293,6 +319,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
 def _physical_gpus(
     labels: Mapping[str, Any], strategy: Any, mig_invalid: bool,
     hami: tuple[HamiDevice, ...], truncated: bool, allocatable: Offer, replicas: int | None,
+    warnings: list[str],
 ) -> int | None:
     """Physical GPUs on the node, when some source states it; None when it cannot be known.
 
@@ -301,7 +328,7 @@ def _physical_gpus(
     """
     if mig_invalid:
         return None  # GFD zeroes every count label; the GPUs are there but unusable
-    count = _label_int(labels, "nvidia.com/gpu.count")
+    count = _label_int(labels, "nvidia.com/gpu.count", warnings)
     if count is not None and strategy != "single":
         return count
     if hami and not truncated:

@@ -39,6 +39,10 @@ _MAX_TEXT = 64
 _MAX_EXPONENT = 1000
 
 
+MAX_COUNT = 2**63 - 1
+"""The largest count (devices, replicas, MiB) gpuguard accepts: Kubernetes stores int64."""
+
+
 class QuantityError(ValueError):
     """A value is not a valid Kubernetes quantity; the message says what was expected."""
 
@@ -95,8 +99,12 @@ def parse_quantity(value: object) -> Fraction:
 def format_fraction(value: Fraction) -> str:
     """Render a Fraction for messages: ``2``, ``0.5``, or ``1/7`` without a short decimal form."""
     if value.denominator == 1:
-        return str(value.numerator)
-    as_float = float(value)
+        text = str(value.numerator)
+        return text if len(text) <= 24 else f"{text[:6]}...e{len(text) - 1}"
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return f"~1e{len(str(value.numerator)) - len(str(value.denominator))}"
     if Fraction(repr(as_float)) == value and len(repr(as_float)) <= 12:
         return repr(as_float)
     return f"{value.numerator}/{value.denominator}"

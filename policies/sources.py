@@ -14,14 +14,18 @@ only.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import os
 import re
+import stat
 import sys
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import yaml
 
@@ -32,6 +36,14 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 _SEPARATOR = re.compile(r"^(?:---|\.\.\.)(?:[ \t].*)?$")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (a newline becomes a visible backslash-n)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass(frozen=True)
@@ -80,47 +92,109 @@ class LoadError:
     message: str
 
     def __str__(self) -> str:
-        """Render as ``file: document N: message`` (or ``file: message`` for whole-file errors)."""
+        """Render as ``file: document N: message`` (or ``file: message`` for whole-file errors).
+
+        Control characters (a newline in a file name) are escaped: one error, one line.
+        """
+        source = printable(self.source)
         if self.index is None:
-            return f"{self.source}: {self.message}"
-        return f"{self.source}: document {self.index}: {self.message}"
+            return f"{source}: {printable(self.message)}"
+        return f"{source}: document {self.index}: {printable(self.message)}"
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in words, without Python's repr of the path (the caller names the file)."""
+    return exc.strerror or type(exc).__name__
+
+
+def _walk(root: str) -> Iterator[str | LoadError]:
+    """Manifest files under a directory, sorted; unreadable directories and broken links are
+    reported, never skipped silently."""
+    errors: list[LoadError] = []
+    found: list[str] = []
+
+    def report(exc: OSError) -> None:
+        errors.append(LoadError(exc.filename or root, None, f"cannot read: {_os_error(exc)}"))
+
+    for directory, _, files in os.walk(root, onerror=report):
+        for name in files:
+            child = os.path.join(directory, name)
+            if not name.lower().removesuffix(".gz").endswith(_SUFFIXES):
+                continue
+            if os.path.islink(child) and not os.path.exists(child):
+                errors.append(LoadError(child, None, "broken symbolic link (its target is "
+                                                     "missing or a link loop)"))
+            else:
+                found.append(child)
+    yield from sorted(found)
+    yield from errors
 
 
 def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
     """Expand files and directories into the files to read, in a stable (sorted) order.
 
     Yields:
-        Each file path (``-`` passes through), or a LoadError for a path that does not exist.
+        Each file path (``-`` passes through), or a LoadError for a path that cannot be read
+        (missing, unreadable, a broken link, not a regular file, an empty path).
     """
     for raw in paths:
         if raw == "-":
             yield raw
             continue
-        path = Path(raw)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                name = child.name.removesuffix(".gz")
-                if child.is_file() and name.endswith(_SUFFIXES):
-                    yield str(child)
-        elif path.is_file():
+        if not raw:
+            yield LoadError("''", None, "empty path (expected a file, a directory or -)")
+            continue
+        try:
+            mode = os.stat(raw).st_mode
+        except OSError as exc:
+            yield LoadError(raw, None, _os_error(exc).lower())
+            continue
+        if stat.S_ISDIR(mode):
+            yield from _walk(raw)
+        elif stat.S_ISREG(mode):
             yield raw
         else:
-            yield LoadError(raw, None, "no such file or directory")
+            yield LoadError(raw, None, "not a regular file or directory")
 
 
-def read_text(source: str, stdin: TextIO | None = None) -> str:
-    """Read one file as UTF-8 text (``.gz`` decompressed, ``-`` from stdin).
+MAX_DECOMPRESSED = 1 << 30  # bytes; a gzip bomb beyond this is refused, not expanded
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(raw: bytes) -> bytes:
+    """Decompress gzip data, refusing more than :data:`MAX_DECOMPRESSED` bytes.
 
     Raises:
-        OSError: the file cannot be opened or read (including a corrupt gzip stream).
+        OSError: corrupt data, or output over the limit.
+    """
+    out = bytearray()
+    with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+        while chunk := stream.read(1 << 20):
+            out += chunk
+            if len(out) > MAX_DECOMPRESSED:
+                raise OSError(0, f"decompresses to more than {MAX_DECOMPRESSED >> 20} MiB")
+    return bytes(out)
+
+
+def read_text(source: str, stdin: BinaryIO | TextIO | None = None) -> str:
+    """Read one file (or ``-``, standard input) as UTF-8 text; gzip data is decompressed.
+
+    Raises:
+        OSError: the file cannot be opened or read, standard input is closed, or the gzip stream
+            is corrupt or too large.
         UnicodeDecodeError: the bytes are not UTF-8.
     """
     if source == "-":
-        return (stdin or sys.stdin).read()
-    raw = Path(source).read_bytes()
-    if source.endswith(".gz"):
-        raw = gzip.decompress(raw)
-    return raw.decode("utf-8")
+        stream = stdin if stdin is not None else sys.stdin
+        if stream is None or stream.closed:
+            raise OSError(0, "standard input is closed")
+        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+    else:
+        raw = Path(source).read_bytes()
+    if raw[:2] == _GZIP_MAGIC:
+        raw = _gunzip(raw)
+    return raw.decode("utf-8-sig")
 
 
 def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
@@ -271,7 +345,11 @@ def iter_documents(
             yield LoadError(entry, None, f"not UTF-8 text (byte offset {exc.start})")
             continue
         except (OSError, EOFError) as exc:
-            yield LoadError(entry, None, f"cannot read: {exc}")
+            reason = _os_error(exc) if isinstance(exc, OSError) else "truncated gzip data"
+            yield LoadError(entry, None, f"cannot read: {reason}")
+            continue
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            yield LoadError(entry, None, f"cannot read: corrupt gzip data ({exc})")
             continue
         for parsed in parse_text(entry, text, with_lines=with_lines):
             if isinstance(parsed, LoadError):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.quantity import MAX_COUNT
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 
 KUBEFLOW_REPLICA_SPECS = {
@@ -134,21 +135,51 @@ class _Replicas:
         value = owner.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            self.invalid.append(f"{path}.{key}: expected a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            self.invalid.append(f"{path}.{key}: expected a non-negative integer, got {shown}")
             return default
         return value
 
+    def map(self, owner: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+        """``owner[key]`` as a map (``{}`` when absent), recording any other type."""
+        value = owner.get(key)
+        if value is None or isinstance(value, Mapping):
+            return value or {}
+        where = f"{path}.{key}" if path else key
+        self.invalid.append(f"{where}: expected a map, got {type(value).__name__}")
+        return {}
+
+    def list(self, owner: Mapping[str, Any], key: str, path: str) -> list[Any]:
+        """``owner[key]`` as a list (``[]`` when absent), recording any other type."""
+        value = owner.get(key)
+        if value is None or isinstance(value, list):
+            return value or []
+        where = f"{path}.{key}" if path else key
+        self.invalid.append(f"{where}: expected a list, got {type(value).__name__}")
+        return []
+
 
 def _template(
-    template: Any, path: str, role: str, replicas: int | None,
+    reader: _Replicas,
+    template: Any,
+    path: str,
+    role: str,
+    replicas: int | None,
     bounds: tuple[int | None, int | None] = (None, None),
 ) -> PodTemplate:
+    if template is not None and not isinstance(template, Mapping):
+        reader.invalid.append(f"{path}: expected a pod template map, got {type(template).__name__}")
     template = _dict(template)
     return PodTemplate(
-        path=path, spec_path=f"{path}.spec", role=role, replicas=replicas,
-        min_replicas=bounds[0], max_replicas=bounds[1],
-        metadata=_dict(template.get("metadata")), spec=_dict(template.get("spec")),
+        path=path,
+        spec_path=f"{path}.spec",
+        role=role,
+        replicas=replicas,
+        min_replicas=bounds[0],
+        max_replicas=bounds[1],
+        metadata=reader.map(template, "metadata", path),
+        spec=reader.map(template, "spec", path),
     )
 
 
@@ -163,36 +194,62 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
     """Templates of a known kind, or None when the kind is not one gpuguard knows."""
     kind = obj.get("kind")
     api_version = str(obj.get("apiVersion", ""))
-    spec = _dict(obj.get("spec"))
+    spec = reader.map(obj, "spec", "")
     if kind == "Pod":
         return [PodTemplate("", "spec", "", 1, None, None, _dict(obj.get("metadata")), spec)]
     if kind == "PodTemplate":
-        return [_template(obj.get("template"), "template", "", 1)]
+        return [_template(reader, obj.get("template"), "template", "", 1)]
     if kind in _REPLICATED:
-        return [_template(spec.get("template"), "spec.template", "",
-                          reader.read(spec, "replicas", "spec", 1))]
+        return [
+            _template(
+                reader,
+                spec.get("template"),
+                "spec.template",
+                "",
+                reader.read(spec, "replicas", "spec", 1),
+            )
+        ]
     if kind == "DaemonSet":
-        return [_template(spec.get("template"), "spec.template", "", None)]
+        return [_template(reader, spec.get("template"), "spec.template", "", None)]
     if kind == "Job" and api_version.startswith("batch.volcano.sh/"):
         return [
-            _template(_dict(task).get("template"), f"spec.tasks[{i}].template",
-                      str(_dict(task).get("name", i)),
-                      reader.read(_dict(task), "replicas", f"spec.tasks[{i}]", 1))
-            for i, task in enumerate(_list(spec.get("tasks")))
+            _template(
+                reader,
+                _dict(task).get("template"),
+                f"spec.tasks[{i}].template",
+                str(_dict(task).get("name", i)),
+                reader.read(_dict(task), "replicas", f"spec.tasks[{i}]", 1),
+            )
+            for i, task in enumerate(reader.list(spec, "tasks", "spec"))
         ]
     if kind == "Job":
-        return [_template(spec.get("template"), "spec.template", "",
-                          _job_pods(spec, "spec", reader))]
+        return [
+            _template(
+                reader, spec.get("template"), "spec.template", "", _job_pods(spec, "spec", reader)
+            )
+        ]
     if kind == "CronJob":
-        job = _dict(_dict(spec.get("jobTemplate")).get("spec"))
-        return [_template(job.get("template"), "spec.jobTemplate.spec.template", "",
-                          _job_pods(job, "spec.jobTemplate.spec", reader))]
+        job = reader.map(reader.map(spec, "jobTemplate", "spec"), "spec", "spec.jobTemplate")
+        return [
+            _template(
+                reader,
+                job.get("template"),
+                "spec.jobTemplate.spec.template",
+                "",
+                _job_pods(job, "spec.jobTemplate.spec", reader),
+            )
+        ]
     if kind in KUBEFLOW_REPLICA_SPECS and api_version.startswith("kubeflow.org/"):
         key = KUBEFLOW_REPLICA_SPECS[kind]
         return [
-            _template(_dict(group).get("template"), f"spec.{key}.{role}.template", str(role),
-                      reader.read(_dict(group), "replicas", f"spec.{key}.{role}", 1))
-            for role, group in _dict(spec.get(key)).items()
+            _template(
+                reader,
+                _dict(group).get("template"),
+                f"spec.{key}.{role}.template",
+                str(role),
+                reader.read(_dict(group), "replicas", f"spec.{key}.{role}", 1),
+            )
+            for role, group in reader.map(spec, key, "spec").items()
         ]
     if kind in _RAY and api_version.startswith("ray.io/"):
         return _ray_templates(spec, _RAY[kind], reader)
@@ -200,14 +257,20 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         return _lws_templates(spec, reader)
     if kind == "JobSet" and api_version.startswith("jobset.x-k8s.io/"):
         templates = []
-        for i, group in enumerate(_list(spec.get("replicatedJobs"))):
+        for i, group in enumerate(reader.list(spec, "replicatedJobs", "spec")):
             group = _dict(group)
             job = _dict(_dict(group.get("template")).get("spec"))
             path = f"spec.replicatedJobs[{i}]"
             jobs = reader.read(group, "replicas", path, 1) or 0
-            templates.append(_template(job.get("template"), f"{path}.template.spec.template",
-                                       str(group.get("name", i)),
-                                       jobs * _job_pods(job, f"{path}.template.spec", reader)))
+            templates.append(
+                _template(
+                    reader,
+                    job.get("template"),
+                    f"{path}.template.spec.template",
+                    str(group.get("name", i)),
+                    jobs * _job_pods(job, f"{path}.template.spec", reader),
+                )
+            )
         return templates
     return None
 
@@ -219,8 +282,15 @@ def _ray_templates(
     for key in cluster_path:
         cluster = _dict(cluster.get(key))
     prefix = ".".join(("spec", *cluster_path))
-    templates = [_template(_dict(cluster.get("headGroupSpec")).get("template"),
-                           f"{prefix}.headGroupSpec.template", "head", 1)]
+    templates = [
+        _template(
+            reader,
+            _dict(cluster.get("headGroupSpec")).get("template"),
+            f"{prefix}.headGroupSpec.template",
+            "head",
+            1,
+        )
+    ]
     for i, group in enumerate(_list(cluster.get("workerGroupSpecs"))):
         group = _dict(group)
         path = f"{prefix}.workerGroupSpecs[{i}]"
@@ -228,10 +298,16 @@ def _ray_templates(
         high = reader.read(group, "maxReplicas", path, None)
         replicas = reader.read(group, "replicas", path, low if low is not None else 1) or 0
         hosts = reader.read(group, "numOfHosts", path, 1) or 0
-        templates.append(_template(group.get("template"), f"{path}.template",
-                                   str(group.get("groupName", i)), replicas * hosts,
-                                   (None if low is None else low * hosts,
-                                    None if high is None else high * hosts)))
+        templates.append(
+            _template(
+                reader,
+                group.get("template"),
+                f"{path}.template",
+                str(group.get("groupName", i)),
+                replicas * hosts,
+                (None if low is None else low * hosts, None if high is None else high * hosts),
+            )
+        )
     return templates
 
 
@@ -239,32 +315,40 @@ def _lws_templates(spec: Mapping[str, Any], reader: _Replicas) -> list[PodTempla
     groups = reader.read(spec, "replicas", "spec", 1) or 0
     lwt = _dict(spec.get("leaderWorkerTemplate"))
     size = reader.read(lwt, "size", "spec.leaderWorkerTemplate", 1) or 0
-    worker = _template(lwt.get("workerTemplate"), "spec.leaderWorkerTemplate.workerTemplate",
-                       "worker", groups * max(size - 1, 0))
+    worker = _template(
+        reader,
+        lwt.get("workerTemplate"),
+        "spec.leaderWorkerTemplate.workerTemplate",
+        "worker",
+        groups * max(size - 1, 0),
+    )
     if "leaderTemplate" not in lwt:
-        return [_template(lwt.get("workerTemplate"), worker.path, "worker", groups * size)]
-    leader = _template(lwt.get("leaderTemplate"), "spec.leaderWorkerTemplate.leaderTemplate",
-                       "leader", groups)
+        return [_template(reader, lwt.get("workerTemplate"), worker.path, "worker", groups * size)]
+    leader = _template(
+        reader,
+        lwt.get("leaderTemplate"),
+        "spec.leaderWorkerTemplate.leaderTemplate",
+        "leader",
+        groups,
+    )
     return [leader, worker]
 
 
-def _search_templates(value: Any, path: str) -> Iterator[PodTemplate]:
+def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
     """Find pod templates in an unknown kind: ``template.spec.containers``, sibling replicas."""
     if isinstance(value, Mapping):
         template = _dict(value.get("template"))
         if isinstance(_dict(template.get("spec")).get("containers"), list):
-            replicas = value.get("replicas")
-            count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) \
-                and replicas >= 0 else 1
+            count = reader.read(value, "replicas", path, 1)
             sub = f"{path}.template" if path else "template"
-            yield _template(template, sub, str(value.get("name", value.get("tf_replica_type", ""))),
-                            count)
+            role = str(value.get("name", value.get("tf_replica_type", "")))
+            yield _template(reader, template, sub, role, count)
             return
         for key, child in value.items():
-            yield from _search_templates(child, f"{path}.{key}" if path else str(key))
+            yield from _search_templates(child, f"{path}.{key}" if path else str(key), reader)
     elif isinstance(value, list):
         for index, child in enumerate(value):
-            yield from _search_templates(child, f"{path}[{index}]")
+            yield from _search_templates(child, f"{path}[{index}]", reader)
 
 
 def find_workload(obj: Mapping[str, Any]) -> Workload | None:
@@ -275,34 +359,47 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
         whose GPUs come from ``domain.devices`` (``vm_domain_path``).
     """
-    metadata = _dict(obj.get("metadata"))
     kind = str(obj.get("kind", ""))
     reader = _Replicas()
+    metadata = reader.map(obj, "metadata", "")
+    names = {}
+    for key in ("namespace", "name", "generateName"):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, str):
+            reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
+            value = None
+        names[key] = value or None
     base = {
         "kind": kind,
         "api_version": str(obj.get("apiVersion", "")),
-        "namespace": metadata.get("namespace"),
-        "name": metadata.get("name") or metadata.get("generateName"),
+        "namespace": names["namespace"],
+        "name": names["name"] or names["generateName"],
     }
-    if kind in ("VirtualMachine", "VirtualMachineInstance") and \
-            str(obj.get("apiVersion", "")).startswith("kubevirt.io/"):
+    if kind in ("VirtualMachine", "VirtualMachineInstance") and str(
+        obj.get("apiVersion", "")
+    ).startswith("kubevirt.io/"):
         path = "spec.template.spec.domain" if kind == "VirtualMachine" else "spec.domain"
         domain: Any = obj
         for key in path.split("."):
             domain = _dict(domain).get(key)
         vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, _dict(domain))
-        return Workload(**base, generic=False, templates=(vm,), vm_domain_path=path)
+        return Workload(
+            **base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
+            vm_domain_path=path,
+        )
     templates = _known_templates(obj, reader)
     generic = templates is None
     if templates is None:
-        templates = list(_search_templates(obj.get("spec"), "spec"))
+        templates = list(_search_templates(obj.get("spec"), "spec", reader))
         if not templates and isinstance(_dict(obj.get("spec")).get("containers"), list):
-            templates = [PodTemplate("", "spec", "", 1, None, None, metadata,
-                                     _dict(obj.get("spec")))]
+            templates = [
+                PodTemplate("", "spec", "", 1, None, None, metadata, _dict(obj.get("spec")))
+            ]
         if not templates:
             return None
-    return Workload(**base, generic=generic, templates=tuple(templates),
-                    invalid=tuple(reader.invalid))
+    return Workload(
+        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid)
+    )
 
 
 def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
@@ -319,8 +416,11 @@ def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | No
     total: int | None = 0
     for request in _list(_dict(spec.get("devices")).get("requests")):
         request = _dict(request)
-        exact = _dict(request.get("exactly")) or _dict((_list(request.get("firstAvailable"))
-                                                        or [{}])[0]) or request
+        exact = (
+            _dict(request.get("exactly"))
+            or _dict((_list(request.get("firstAvailable")) or [{}])[0])
+            or request
+        )
         name = exact.get("deviceClassName")
         if not isinstance(name, str) or not any(h in name for h in _GPU_CLASS_HINTS):
             continue
@@ -329,7 +429,10 @@ def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | No
             total = None
         elif total is not None:
             count = exact.get("count", 1)
-            total += count if isinstance(count, int) and not isinstance(count, bool) else 1
+            valid = (
+                isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_COUNT
+            )
+            total = total + count if valid else None  # an unusable count: unknown, not 1
     return device_class, total if device_class else 0
 
 
@@ -339,11 +442,13 @@ def claim_templates_of(
     """Index the ResourceClaimTemplates among ``objects`` by (namespace, name)."""
     index: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
     for obj in objects:
-        if obj.get("kind") == "ResourceClaimTemplate" and \
-                str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+        if obj.get("kind") == "ResourceClaimTemplate" and str(obj.get("apiVersion", "")).startswith(
+            "resource.k8s.io/"
+        ):
             metadata = _dict(obj.get("metadata"))
-            index[(metadata.get("namespace"), str(metadata.get("name")))] = \
-                claim_template_devices(obj)
+            index[(metadata.get("namespace"), str(metadata.get("name")))] = claim_template_devices(
+                obj
+            )
     return index
 
 
@@ -367,8 +472,12 @@ def workload_facts(
         return WorkloadFacts(workload, (facts,), facts)
     per_template = tuple(
         pod_facts(
-            t.spec, t.metadata, spec_path=t.spec_path, settings=settings,
-            claim_templates=claim_templates, namespace=workload.namespace,
+            t.spec,
+            t.metadata,
+            spec_path=t.spec_path,
+            settings=settings,
+            claim_templates=claim_templates,
+            namespace=workload.namespace,
         )
         for t in workload.templates
     )
