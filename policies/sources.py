@@ -318,6 +318,11 @@ def _objects(
             if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
                 yield LoadError(source, index, f"items[{number}] has no kind")
                 continue
+            if item.get("kind") == "List":  # a List inside a List: its items are objects too
+                for nested in _objects(source, index, item, None):
+                    yield nested if isinstance(nested, LoadError) else Document(
+                        source, index, number, nested.body)
+                continue
             yield Document(source, index, number, item)
         return
     yield Document(source, index, None, value, lines)
