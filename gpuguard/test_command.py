@@ -1,16 +1,95 @@
-"""``gpuguard test PATH``: run policy test suites (being built)."""
+"""``gpuguard test PATH...``: run ``GPUPolicyTest`` suites and print a pass/fail table.
+
+Each PATH is a suite file or a directory searched for them (see :mod:`policies.testing` and
+``policies/library/README.md`` for the format). Prints one row per case (suite, case, result and,
+for a failure, each expectation with what was expected and what the engine gave), then a
+summary. Exit codes: 0 every case passed, 1 some case failed, 2 a suite could not be read or its
+policies did not load (the message names the file, line and field).
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpuguard.settings import add_gpu_settings
 from policies.resource_names import GPUSettings
+from policies.testing import ERRORED, FAILED, PASSED, SKIPPED, SuiteResult, exit_code, run_paths
+
+_STYLES = {PASSED: "green", FAILED: "red", ERRORED: "red bold", SKIPPED: "yellow"}
+
+
+def _summary(results: Sequence[SuiteResult]) -> dict[str, int]:
+    """Counts of suites and of cases per status (``pass``, ``fail``, ``error``, ``skip``)."""
+    counts = {status: sum(s.count(status) for s in results)
+              for status in (PASSED, FAILED, ERRORED, SKIPPED)}
+    return {"suites": len(results), "cases": sum(len(s.cases) for s in results),
+            "suite_errors": sum(len(s.errors) for s in results), **counts}
+
+
+def _print_table(results: Sequence[SuiteResult]) -> None:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    table = Table(show_header=True, box=None, padding=(0, 2))
+    for column in ("suite", "case", "result", "details"):
+        table.add_column(column, overflow="fold")
+    for suite in results:
+        for error in suite.errors:  # Text(): messages are never read as console markup
+            table.add_row(Text(suite.name), Text("-"), Text("ERROR", style=_STYLES[ERRORED]),
+                          Text(error))
+        for case in suite.cases:
+            label = {PASSED: "pass", FAILED: "FAIL", ERRORED: "ERROR", SKIPPED: "skip"}
+            table.add_row(Text(suite.name), Text(case.case),
+                          Text(label[case.status], style=_STYLES[case.status]),
+                          Text("\n".join(case.differences) if case.status != PASSED else ""))
+    console.print(table)
+    counts = _summary(results)
+    console.print(Text(
+        f"{counts['suites']} suite(s), {counts['cases']} case(s): {counts[PASSED]} passed, "
+        f"{counts[FAILED]} failed, {counts[ERRORED]} error(s), {counts[SKIPPED]} skipped"
+        + (f"; {counts['suite_errors']} suite error(s)" if counts["suite_errors"] else "")))
+
+
+def run(paths: Sequence[str], output: str, settings: GPUSettings) -> int:
+    """Run the suites under ``paths``, print the results; returns the exit code (0, 1 or 2)."""
+    results = run_paths(paths, settings)
+    if output == "json":
+        document: dict[str, Any] = {
+            "suites": [{"source": s.source, "name": s.name, "errors": list(s.errors),
+                        "cases": [c.to_dict() for c in s.cases]} for s in results],
+            "summary": _summary(results),
+        }
+        json.dump(document, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table(results)
+    for suite in results:  # unreadable input, also on stderr, one line each
+        problems = [*suite.errors, *(d for c in suite.cases if c.status == ERRORED
+                                     for d in c.differences)]
+        for problem in problems:
+            print(f"gpuguard: test error: {problem}", file=sys.stderr)
+    return exit_code(results)
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
     """Add ``gpuguard test``; returns (name, handler)."""
-    parser = commands.add_parser("test", help="run policy test suites")
-    parser.add_argument("paths", nargs="+", metavar="PATH")
-    return "test", lambda args, settings: 2
+    parser = commands.add_parser(
+        "test", help="run policy test suites (GPUPolicyTest)",
+        description="Run GPUPolicyTest suites: evaluate each case's object or AdmissionReview "
+        "with the suite's policies and compare the verdict, results, messages, warnings and "
+        "patch with what the case expects. Exit 1 when a case fails, 2 when a suite cannot be "
+        "read or its policies do not load.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="suite file or directory of suite files")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_gpu_settings(parser)
+    return "test", lambda args, settings: run(args.paths, args.output, settings)
