@@ -24,8 +24,10 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
 ``privileged``            list of {container, containerType, path, reason}
 ``invalid``, ``warnings``, ``unknown``, ``unrecognized``  lists of string
 ``replicas``              int: pods the object makes (``-1``: one per node)
-``templates``             list of {path, role, replicas, requested, count, equivalents,
-                          migProfiles, gpus} per pod template
+``templates``             list of {path, specPath, role, replicas, requested, count,
+                          equivalents, migProfiles, gpus, metadata {labels, annotations}, spec}
+                          per pod template (``spec`` is the PodSpec: tolerations, nodeSelector,
+                          runtimeClassName, ...)
 ``maxPerPod``             map {count, equivalents}: the largest single pod
 ========================  =====================================================================
 
@@ -69,6 +71,11 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
         templates.append({
             "path": template.path, "role": template.role,
             "replicas": -1 if template.replicas is None else template.replicas,
+            "specPath": template.spec_path,
+            # YAML null maps (``annotations:`` with no value) are read as empty maps.
+            "metadata": {"labels": dict(template.metadata.get("labels") or {}),
+                         "annotations": dict(template.metadata.get("annotations") or {})},
+            "spec": dict(template.spec),
             **_summary(per_pod),
         })
     largest = max((t for t in templates if t["requested"]), default=None,
@@ -169,6 +176,12 @@ def mig_equivalents_on(name: str, product: str) -> float:
     return float(mig.equivalents(name, _model(product))[0])
 
 
+def mig_profiles(product: str) -> list[str]:
+    """``mig.profiles('NVIDIA-H100-80GB-HBM3')``: the profiles that GPU model offers, or ``[]``."""
+    model = _model(product)
+    return [row.name for row in mig.profiles_for(model)] if model else []
+
+
 def mig_model(product: str) -> str:
     """``mig.model('NVIDIA-A100-SXM4-80GB-MIG-1g.10gb')``: the catalog model key, or ``''``."""
     return _model(product) or ""
@@ -188,6 +201,9 @@ GPU_LIBRARY: tuple[FunctionSpec, ...] = (
         OverloadSpec("mig_equivalents_string", ("string",), "double", False, mig_equivalents),
         OverloadSpec("mig_equivalents_string_string", ("string", "string"), "double", False,
                      mig_equivalents_on),
+    )),
+    FunctionSpec("mig.profiles", (
+        OverloadSpec("mig_profiles_string", ("string",), "list_string", False, mig_profiles),
     )),
     FunctionSpec("mig.model", (
         OverloadSpec("mig_model_string", ("string",), "string", False, mig_model),

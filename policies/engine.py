@@ -56,9 +56,10 @@ class RuleResult:
     """The outcome of one policy rule on one request.
 
     ``outcome`` is ``pass``, ``fail`` (the rule was violated; ``actions`` says what that did),
-    ``error`` (evaluation failed; ``message`` has the CEL error), ``skip`` (not matched or a
-    matchCondition was false), ``exempt`` (an exception applies; ``message`` has its reason) or
-    ``mutate`` (a mutation changed the object).
+    ``error`` (evaluation failed; ``message`` has the CEL error), ``skip`` (the policy matched
+    but a matchCondition was false; policies whose match rules do not select the request leave
+    no result), ``exempt`` (an exception applies; ``message`` has its reason) or ``mutate`` (a
+    mutation changed the object).
     """
 
     policy: str
@@ -123,6 +124,8 @@ class _Run:
         self.reason: str | None = None
 
     def add(self, result: RuleResult) -> None:
+        if result.outcome == SKIP and result in self.results:
+            return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
@@ -299,6 +302,9 @@ class Engine:
                     run.failure(policy, condition.name, condition.path,
                                 f"matchCondition {condition.name!r} returned {value!r}, not a "
                                 "bool", error=True, point=point)
+                else:
+                    run.add(RuleResult(policy.name, condition.name, condition.path, SKIP,
+                                       f"matchCondition {condition.name!r} is false"))
                 return False
         return True
 

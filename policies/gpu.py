@@ -904,11 +904,12 @@ def pod_facts(
     single = None
     if "nvidia.com/gpu" in gpus:
         if placement.mig_profile:
-            single = {"status": "pinned", "profile": placement.mig_profile}
+            single = {"status": "pinned", "profile": placement.mig_profile,
+                      "model": placement.model}
         elif placement.excluded_mig:
-            single = {"status": "excluded", "profile": None}
+            single = {"status": "excluded", "profile": None, "model": placement.model}
         else:
-            single = {"status": "unknown", "profile": None}
+            single = {"status": "unknown", "profile": None, "model": None}
     hami = _hami_details(plain)
     return GPUFacts(
         gpus=gpus,

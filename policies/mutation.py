@@ -14,6 +14,7 @@ Must not decide whether a mutation runs (that is the engine) or do I/O.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,11 +77,18 @@ def diff(original: Mapping[str, Any] | None, final: Mapping[str, Any] | None) ->
     return jsonpatch.make_patch(original, final).patch
 
 
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
 def _at(obj: dict[str, Any], field_path: str) -> dict[str, Any] | None:
-    """The dict at a dotted field path (``spec.template.spec``), or None."""
+    """The dict at a field path (``spec.template.spec``, ``spec.workerGroupSpecs[0].template``),
+    or None when some step is missing or of another type."""
     node: Any = obj
-    for part in field_path.split(".") if field_path else ():
-        node = node.get(part) if isinstance(node, dict) else None
+    for name, index in _STEP.findall(field_path):
+        if name:
+            node = node.get(name) if isinstance(node, dict) else None
+        else:
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
     return node if isinstance(node, dict) else None
 
 
@@ -147,7 +155,7 @@ def apply_shortcut(
             spec["nodeSelector"][argument["key"]] = argument["value"]
         elif name in ("setLabel", "setAnnotation"):
             parent_path, _, key = metadata_path.rpartition(".")
-            parent = _at(result, parent_path) if parent_path else result
+            parent = _at(result, parent_path)
             if parent is None:
                 continue
             if not isinstance(parent.get(key), dict):

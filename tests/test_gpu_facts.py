@@ -148,7 +148,7 @@ def test_mig_single_strategy_pinned_by_product_label_counts_a_slice():
     pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"}
     facts = facts_of(pod)
     assert facts.gpus == {"nvidia.com/gpu": 1}
-    assert facts.mig_single == {"status": "pinned", "profile": "1g.5gb"}
+    assert facts.mig_single == {"status": "pinned", "profile": "1g.5gb", "model": "A100-40GB"}
     assert facts.gpu_equivalents == Fraction(1, 7)
 
 
@@ -159,7 +159,7 @@ def test_mig_single_strategy_pinned_by_gke_partition_size():
         "cloud.google.com/gke-gpu-partition-size": "3g.20gb",
     }
     facts = facts_of(pod)
-    assert facts.mig_single == {"status": "pinned", "profile": "3g.20gb"}
+    assert facts.mig_single == {"status": "pinned", "profile": "3g.20gb", "model": "A100-40GB"}
     assert facts.gpu_equivalents == Fraction(3, 7)
 
 
@@ -170,7 +170,7 @@ def test_whole_gpu_pinned_to_a_non_mig_product_by_required_affinity():
             {"key": "nvidia.com/gpu.product", "operator": "In",
              "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
     facts = facts_of(pod)
-    assert facts.mig_single == {"status": "excluded", "profile": None}
+    assert facts.mig_single == {"status": "excluded", "profile": None, "model": "H100-80GB"}
     assert facts.gpu_equivalents == 1
 
 
