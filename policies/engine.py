@@ -236,11 +236,8 @@ class Engine:
             for policy in applicable:
                 if not policy.mutations:
                     continue
-                if isinstance(prepared, str):
-                    run.failure(policy, "request", "", prepared, error=True, point=point)
-                    continue
-                activation = self._activation(policy, prepared, shared)
-                if not self._conditions_hold(policy, activation, run, point):
+                activation = self._ready(policy, prepared, shared, run, point)
+                if activation is None:
                     continue
                 changed = self._mutate(policy, current, facts, activation, run, point)
                 if changed is not current:
@@ -252,19 +249,25 @@ class Engine:
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
-                if isinstance(prepared, str):
-                    run.failure(policy, "request", "", prepared, error=True, point=point)
-                    continue
-                activation = self._activation(policy, prepared, shared)
-                if not self._conditions_hold(policy, activation, run, point):
-                    continue
-                self._validate(policy, activation, run, point)
+                activation = self._ready(policy, prepared, shared, run, point)
+                if activation is not None:
+                    self._validate(policy, activation, run, point)
         patch = tuple(diff(original, current)) if point == "admission" else ()
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
             final_object=current, reason=run.reason or "Forbidden",
         )
+
+    def _ready(self, policy: Policy, prepared: PreparedData | str,
+               shared: dict[int, RequestActivation], run: _Run,
+               point: str) -> RequestActivation | None:
+        """The policy's activation when its matchConditions hold, else None (result recorded)."""
+        if isinstance(prepared, str):
+            run.failure(policy, "request", "", prepared, error=True, point=point)
+            return None
+        activation = self._activation(policy, prepared, shared)
+        return activation if self._conditions_hold(policy, activation, run, point) else None
 
     def _applicable(self, review: ReviewInput, point: str, run: _Run) -> list[Policy]:
         """Policies whose match selects the request and that no exception exempts."""
