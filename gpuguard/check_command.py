@@ -115,6 +115,11 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
     if loaded.errors:
         return 2
+    if not loaded.engine.policies.policies:
+        # Evaluating nothing would allow everything: refuse rather than fail open.
+        where = ", ".join(args.policies or ["the library"])
+        print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
+        return 2
     documents, errors = read_documents(args.filename)
     problems = [str(e) for e in errors]
     engine: Engine = loaded.engine

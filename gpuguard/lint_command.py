@@ -16,6 +16,7 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
     """Lint ``paths``; print errors (one line each) and warnings; 0 clean, 1 any error."""
     loaded = policy_set.load(paths, settings)
     names = loaded.engine.policies.names()
+    empty = not names and not loaded.errors
     if output == "json":
         json.dump({"policies": list(names), "errors": [str(e) for e in loaded.errors],
                    "warnings": list(loaded.warnings)}, sys.stdout, indent=2)
@@ -25,9 +26,12 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
             print(f"error: {error}")
         for warning in loaded.warnings:
             print(f"warning: {warning}")
+        if empty:
+            print("error: no policies found (expected GPUPolicy, ValidatingAdmissionPolicy or "
+                  "MutatingAdmissionPolicy documents)")
         print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'} loaded, "
               f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
-    return 1 if loaded.errors else 0
+    return 1 if loaded.errors or empty else 0
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:

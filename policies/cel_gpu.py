@@ -36,6 +36,7 @@ Must not import the CEL runtime (that is :mod:`policies.cel`); functions are pla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from policies import mig
@@ -49,6 +50,12 @@ NO_GPU: dict[str, Any] = {}
 def _access(items: tuple[Access, ...]) -> list[dict[str, str]]:
     return [{"container": a.container, "containerType": a.container_type, "path": a.path,
              "reason": a.reason} for a in items]
+
+
+def _string_map(value: Any) -> dict[str, Any]:
+    """A labels / annotations map as CEL should see it: a map (``{}`` for null or a wrong type,
+    which the facts already report in ``invalid``)."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def _summary(facts: GPUFacts) -> dict[str, Any]:
@@ -73,8 +80,8 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
             "replicas": -1 if template.replicas is None else template.replicas,
             "specPath": template.spec_path,
             # YAML null maps (``annotations:`` with no value) are read as empty maps.
-            "metadata": {"labels": dict(template.metadata.get("labels") or {}),
-                         "annotations": dict(template.metadata.get("annotations") or {})},
+            "metadata": {"labels": _string_map(template.metadata.get("labels")),
+                         "annotations": _string_map(template.metadata.get("annotations"))},
             "spec": dict(template.spec),
             **_summary(per_pod),
         })
@@ -125,6 +132,9 @@ def gpu_data_from_totals(facts: GPUFacts) -> dict[str, Any]:
         "templates": [],
         "maxPerPod": {"count": 0, "equivalents": 0.0},
     }
+
+
+GPU_FIELDS: tuple[str, ...] = ()  # set below from the empty facts: every key ``gpu`` has
 
 
 # --- mig.* functions --------------------------------------------------------------------------
@@ -209,3 +219,6 @@ GPU_LIBRARY: tuple[FunctionSpec, ...] = (
         OverloadSpec("mig_model_string", ("string",), "string", False, mig_model),
     )),
 )
+
+
+GPU_FIELDS = tuple(sorted(empty_gpu_data()))

@@ -39,6 +39,7 @@ from policies.mutation import (
     MutationError,
     apply_operations,
     apply_shortcut,
+    check_identity,
     diff,
     validate_operations,
 )
@@ -199,6 +200,16 @@ class Engine:
             return None
         return workload_facts(obj, settings=self.settings)
 
+    def _base_or_error(self, base: dict[str, Any], current: Mapping[str, Any] | None,
+                       ) -> tuple[WorkloadFacts | None, PreparedData | str]:
+        """GPU facts and prepared CEL data of the current object; an internal failure becomes
+        an error text that every applicable policy reports under its failurePolicy."""
+        try:
+            facts = self._facts(current)
+        except Exception as exc:  # a bug here must not crash admission
+            return None, f"the GPU facts of the object could not be computed: {_describe(exc)}"
+        return facts, self._base(base, current, facts)
+
     def evaluate(
         self,
         review: ReviewInput,
@@ -223,35 +234,43 @@ class Engine:
         run = _Run()
         original = review.object
         current: Mapping[str, Any] | None = original
-        facts = self._facts(review.subject)
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
         applicable = self._applicable(review, point, run)
-        prepared = self._base(base, current, facts) if applicable else PreparedData()
+        facts, prepared = self._base_or_error(base, review.subject) if applicable \
+            else (None, PreparedData())
         shared: dict[int, RequestActivation] = {}
         if mutate:
             for policy in applicable:
                 if not policy.mutations:
                     continue
-                activation = self._ready(policy, prepared, shared, run, point)
-                if activation is None:
+                try:
+                    activation = self._ready(policy, prepared, shared, run, point)
+                    if activation is None:
+                        continue
+                    changed = self._mutate(policy, current, facts, activation, run, point)
+                except Exception as exc:  # one policy's bug must not crash admission
+                    run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
+                                error=True, point=point)
                     continue
-                changed = self._mutate(policy, current, facts, activation, run, point)
                 if changed is not current:
                     current = changed
-                    facts = self._facts(current)
-                    prepared = self._base(base, current, facts)
+                    facts, prepared = self._base_or_error(base, current)
                     shared = {}
         if validate:
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
-                activation = self._ready(policy, prepared, shared, run, point)
-                if activation is not None:
-                    self._validate(policy, activation, run, point)
+                try:
+                    activation = self._ready(policy, prepared, shared, run, point)
+                    if activation is not None:
+                        self._validate(policy, activation, run, point)
+                except Exception as exc:  # one policy's bug must not crash admission
+                    run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
+                                error=True, point=point)
         patch = tuple(diff(original, current)) if point == "admission" else ()
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
@@ -330,6 +349,7 @@ class Engine:
                 else:
                     assert mutation.shortcut is not None
                     updated = apply_shortcut(working, mutation.shortcut, facts)
+                check_identity(updated, current)
             except (CelEvaluationError, MutationError) as exc:
                 message = exc.message if isinstance(exc, CelEvaluationError) else str(exc)
                 run.failure(policy, mutation.name, mutation.path,
@@ -384,16 +404,24 @@ class Engine:
 
     def _message(self, rule: Rule, activation: RequestActivation) -> str:
         """messageExpression, else message, else the failed expression (VAP semantics)."""
+        problem = ""
         if rule.message_expression is not None:
             try:
                 value = activation.evaluate(rule.message_expression)
                 if isinstance(value, str) and value.strip():
                     return value.strip()
-            except CelEvaluationError:
-                pass  # fall back to the static message, as the API server does
-        if rule.message:
-            return rule.message
-        return f"failed expression: {rule.expression.expression.strip()}"
+                problem = f"messageExpression returned {type(value).__name__}, not a string"
+            except CelEvaluationError as exc:
+                problem = f"messageExpression failed: {exc.message}"
+        # Fall back to the static message as the API server does, saying why.
+        text = rule.message or f"failed expression: {rule.expression.expression.strip()}"
+        return f"{text} ({problem})" if problem else text
+
+
+def _describe(exc: Exception) -> str:
+    """An exception in one line, bounded: messages may embed object fragments."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _named(rules: Sequence[Rule]) -> list[tuple[str, Any]]:

@@ -15,19 +15,20 @@ Must not evaluate policies, read the clock or touch files other than through
 from __future__ import annotations
 
 import datetime
+import difflib
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
 
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
+from policies.cel_gpu import GPU_FIELDS
 from policies.model import (
     DENY,
     FAIL,
-    IGNORE,
     Exception_,
     LabelSelector,
     Match,
@@ -53,6 +54,17 @@ DEFAULT_RESOURCES = (
     "rayjobs", "leaderworkersets", "jobsets", "virtualmachines", "virtualmachineinstances",
 )
 _MAX_AUDIT_KEY = 63
+# References inside CEL source; a name right after '.' belongs to another object (t.gpu.x).
+_GPU_REF = re.compile(r"(?<![\w.])gpu\s*\.\s*([A-Za-z_]\w*)")
+_VARIABLE_REF = re.compile(r"(?<![\w.])variables\s*\.\s*([A-Za-z_]\w*)")
+# CEL string literals (triple-quoted, quoted, with r/b prefixes): their text is not code.
+_STRING_LITERAL = re.compile(
+    r"""[rRbB]?(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""", re.S
+)
+_BINDS_GPU = re.compile(
+    r"\b(?:all|exists|exists_one|map|filter|bind)\s*\(\s*(?:\w+\s*,\s*)?gpu\s*,"
+)
+_PARAMS_REF = re.compile(r"(?<![\w.])params\s*\.\s*([A-Za-z_]\w*)")
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,7 @@ class _Builder:
         self.document = document
         self.environment = environment
         self.errors = errors
+        self.expressions: list[tuple[str, str]] = []  # (field path, source) of each compiled one
 
     def error(self, path: str, message: str) -> None:
         self.errors.append(PolicyError(self.document.source, self.document.index,
@@ -105,15 +118,49 @@ class _Builder:
 
     def compile(self, expression: Any, path: str) -> CompiledExpression | None:
         if not isinstance(expression, str) or not expression.strip():
-            self.error(path, "expected a CEL expression (a non-empty string)")
+            # The schema check has reported it already (a string, not empty, is required).
+            if isinstance(expression, str):
+                self.error(path, "expected a CEL expression, got an empty string")
             return None
+        self.expressions.append((path, expression))
         try:
             return self.environment.compile(expression, field_path=path)
         except CelCompileError as exc:
             for issue in exc.issues:
-                self.error(path, f"CEL error at expression line {issue.line}, column "
-                                 f"{issue.column}: {issue.message}")
+                where = f"expression line {issue.line}, column {issue.column}" if issue.line > 0 \
+                    else "the expression as a whole"
+                hint = " (the CEL parser allows 32 levels of nesting, e.g. 32 chained '+'; " \
+                    "split it into variables)" if "recursion limit" in issue.message else ""
+                self.error(path, f"CEL error at {where}: {issue.message}{hint}")
             return None
+
+    def check_references(self, params: Any, variables: Sequence[str], *,
+                         native: bool = False) -> None:
+        """Static checks CEL's type checker cannot make on ``dyn`` data: every ``gpu.<field>``
+        is a GPU fact, every ``variables.<name>`` is declared (before its use, for variables),
+        and for inline GPUPolicy params every ``params.<key>`` exists. A typo here would
+        otherwise fail at admission time, and under failurePolicy Fail deny every request."""
+        for path, text in self.expressions:
+            source = _STRING_LITERAL.sub('""', text)
+            if _BINDS_GPU.search(source):
+                continue  # a comprehension or cel.bind names its own 'gpu': not the facts
+            for field in _GPU_REF.findall(source):
+                if field not in GPU_FIELDS:
+                    close = difflib.get_close_matches(field, GPU_FIELDS, n=1)
+                    hint = f" (did you mean gpu.{close[0]}?)" if close else ""
+                    self.error(path, f"gpu.{field} is not a GPU fact{hint}; see docs/cel.md")
+            visible = variables
+            if path.startswith("spec.variables["):
+                visible = variables[: int(path.split("[", 1)[1].split("]", 1)[0])]
+            for name in _VARIABLE_REF.findall(source):
+                if name not in visible:
+                    where = "declared" if name not in variables else "declared before this one"
+                    self.error(path, f"variables.{name} is not {where} in spec.variables")
+            if not native and isinstance(params, Mapping | type(None)):
+                for key in _PARAMS_REF.findall(source):
+                    if key not in (params or {}):
+                        known = ", ".join(sorted(params or {})) or "none"
+                        self.error(path, f"params.{key} is not in spec.params (keys: {known})")
 
     def rules(self, items: Any, path: str, key: str = "expression") -> tuple[Rule, ...]:
         rules = []
@@ -249,6 +296,7 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
         exceptions=_exceptions(spec.get("exceptions"), builder),
         params=spec.get("params"),
     )
+    builder.check_references(spec.get("params"), [r.name for r in policy.variables])
     return policy if len(builder.errors) == before else None
 
 
@@ -264,6 +312,8 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         return f"{error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
     if error.validator == "const":
         return f"expected {error.validator_value!r}, got {error.instance!r}"
+    if error.validator == "maxLength":
+        return f"longer than {error.validator_value} characters ({len(error.instance)})"
     if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping):
         options = [next(iter(s.get("required", [])), "?") for s in error.validator_value]
         return f"expected exactly one of {', '.join(options)}"
@@ -397,64 +447,87 @@ def _bound_params(
     return found
 
 
-def _native_policy(
-    document: Document, binding: Document | None, params: Any, missing: str | None,
-    builder: _Builder,
-) -> Policy | None:
+@functools.cache
+def _native_validator(kind: str) -> jsonschema.protocols.Validator:
+    schema = load_package_yaml("policies.data", "native-admission.schema.json")
+    cls = jsonschema.validators.validator_for(schema)
+    return cls({**schema, "$ref": f"#/$defs/{kind}"})
+
+
+def _check_spec(document: Document, builder: _Builder) -> bool:
+    """Validate a native object's spec against the admissionregistration fields; True if clean."""
+    spec = document.body.get("spec")
+    if not isinstance(spec, Mapping):
+        builder.error("spec", "required (expected a map)")
+        return False
+    before = len(builder.errors)
+    validator = _native_validator(str(document.body.get("kind")))
+    errors = sorted(validator.iter_errors(spec), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        path = _path(["spec", *error.absolute_path])
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            path = f"{path}.{extra[0]}" if extra else path
+        builder.error(path, _schema_message(error))
+    return len(builder.errors) == before
+
+
+def _native_template(document: Document, builder: _Builder) -> Policy | None:
+    """A native policy compiled once (name, match and actions are filled per binding)."""
     body = document.body
-    spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
+    spec = body["spec"]
     kind = str(body.get("kind"))
-    name = str((body.get("metadata") or {}).get("name", ""))
-    binding_spec = (binding.body.get("spec") or {}) if binding else {}
-    mutations: tuple[Mutation, ...] = ()
-    if kind == "MutatingAdmissionPolicy":
-        items = []
-        for i, mutation in enumerate(spec.get("mutations") or ()):
-            where = f"spec.mutations[{i}]"
-            if mutation.get("patchType") != "JSONPatch":
-                builder.error(f"{where}.patchType", f"{mutation.get('patchType')!r} is not "
-                              "supported (gpuguard evaluates JSONPatch mutations only)")
-                continue
-            source = (mutation.get("jsonPatch") or {}).get("expression")
-            compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
-                                       f"{where}.jsonPatch.expression")
-            if compiled is not None:
-                items.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    before = len(builder.errors)
+    mutations: list[Mutation] = []
+    for i, mutation in enumerate(spec.get("mutations") or () if kind.startswith("Mutating")
+                                 else ()):
+        where = f"spec.mutations[{i}]"
+        if mutation.get("patchType") != "JSONPatch":
+            builder.error(f"{where}.patchType", f"{mutation.get('patchType')!r} is not "
+                          "supported (gpuguard evaluates JSONPatch mutations only)")
+            continue
+        source = (mutation.get("jsonPatch") or {}).get("expression")
+        compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
+                                   f"{where}.jsonPatch.expression")
+        if compiled is not None:
+            mutations.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
                                       expression=compiled))
-        mutations = tuple(items)
-    actions = tuple(binding_spec.get("validationActions") or (DENY,))
-    return Policy(
-        name=f"{name}/{(binding.body.get('metadata') or {}).get('name')}" if binding else name,
+    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"),
+                                                            Mapping) else {}
+    policy = Policy(
+        name=str(metadata.get("name", "")),
         kind=kind,
         origin=Origin(document.source, document.index, document.line_of("")),
-        description=str((body.get("metadata") or {}).get("annotations", {}).get(
-            "gpuguard.io/description", "")),
-        match=_combine(_native_match(spec.get("matchConstraints")),
-                       _native_match(binding_spec.get("matchResources"))
-                       if binding_spec.get("matchResources") else None),
+        description=str(annotations.get("gpuguard.io/description", "")),
+        match=_native_match(spec.get("matchConstraints")),
         failure_policy=str(spec.get("failurePolicy") or FAIL),
-        actions=actions if kind == "ValidatingAdmissionPolicy" else (DENY,),
+        actions=(DENY,),
         match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
         variables=builder.rules(spec.get("variables"), "spec.variables"),
         validations=builder.rules(spec.get("validations"), "spec.validations"),
-        mutations=mutations,
+        mutations=tuple(mutations),
         audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
                                         "valueExpression"),
+    )
+    builder.check_references(None, [r.name for r in policy.variables], native=True)
+    return policy if len(builder.errors) == before else None
+
+
+def _bind(template: Policy, binding: Document, params: Any, missing: str | None) -> Policy:
+    """One evaluation instance of a native policy: its binding's name, match and actions."""
+    spec = binding.body.get("spec") or {}
+    name = str((binding.body.get("metadata") or {}).get("name", ""))
+    actions = tuple(spec.get("validationActions") or (DENY,))
+    return replace(
+        template,
+        name=f"{template.name}/{name}",
+        match=_combine(template.match, _native_match(spec.get("matchResources"))
+                       if spec.get("matchResources") else None),
+        actions=actions if template.kind == "ValidatingAdmissionPolicy" else (DENY,),
         params=params,
         param_missing=missing,
     )
-
-
-def _check_native(document: Document, builder: _Builder) -> bool:
-    spec = document.body.get("spec")
-    if not isinstance(spec, Mapping):
-        builder.error("spec", "required")
-        return False
-    ok = True
-    if spec.get("failurePolicy") not in (None, FAIL, IGNORE):
-        builder.error("spec.failurePolicy", f"{spec['failurePolicy']!r} is not one of Fail, Ignore")
-        ok = False
-    return ok
 
 
 def load_policies(
@@ -475,6 +548,10 @@ def load_policies(
     return build_policy_set(documents, environment, errors)
 
 
+_NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
+_NATIVE_BINDINGS = ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding")
+
+
 def build_policy_set(
     documents: Sequence[Document], environment: CelEnvironment,
     errors: list[PolicyError] | None = None,
@@ -484,39 +561,79 @@ def build_policy_set(
     policies: list[Policy] = []
     warnings: list[str] = []
     bindings: dict[str, list[Document]] = {}
+    used: set[int] = set()
     for document in documents:
         kind = document.body.get("kind")
         group = str(document.body.get("apiVersion", "")).rpartition("/")[0]
-        if group == ADMISSION_GROUP and kind in ("ValidatingAdmissionPolicyBinding",
-                                                  "MutatingAdmissionPolicyBinding"):
-            name = str((document.body.get("spec") or {}).get("policyName", ""))
-            bindings.setdefault(f"{kind.removesuffix('Binding')}/{name}", []).append(document)
+        if group != ADMISSION_GROUP:
+            continue
+        if kind in _NATIVE_BINDINGS:
+            used.add(id(document))
+            if _check_spec(document, _Builder(document, environment, errors)):
+                name = str(document.body["spec"].get("policyName", ""))
+                bindings.setdefault(f"{kind.removesuffix('Binding')}/{name}", []).append(document)
+        elif kind not in _NATIVE_POLICIES:
+            used.add(id(document))
+            warnings.append(f"{document.location}: {ADMISSION_GROUP} kind {kind!r} is not one "
+                            "gpuguard reads (ValidatingAdmissionPolicy, MutatingAdmissionPolicy "
+                            "and their Bindings); ignored")
+    policy_names = set()
     for document in documents:
         body = document.body
         kind = body.get("kind")
         group = str(body.get("apiVersion", "")).rpartition("/")[0]
-        before = len(errors)
         builder = _Builder(document, environment, errors)
         if kind == "GPUPolicy" or body.get("apiVersion") == GPUPOLICY_API:
+            used.add(id(document))
             if kind == "GPUQuota":
                 continue  # quota documents are read by the quota module
             policy = _build_gpupolicy(document, builder)
             if policy is not None:
                 policies.append(policy)
-        elif group == ADMISSION_GROUP and kind in ("ValidatingAdmissionPolicy",
-                                                    "MutatingAdmissionPolicy"):
-            if not _check_native(document, builder):
-                continue
+        elif group == ADMISSION_GROUP and kind in _NATIVE_POLICIES:
+            used.add(id(document))
             name = str((body.get("metadata") or {}).get("name", ""))
+            policy_names.add(f"{kind}/{name}")
+            template = _native_template(document, builder) if _check_spec(document, builder) \
+                else None
+            if template is None:
+                continue
+            if any(_GPU_REF.search(_STRING_LITERAL.sub('""', source))
+                   for _, source in builder.expressions):
+                warnings.append(f"{document.location}: {kind} {name!r} uses gpuguard's 'gpu' "
+                                "variable: gpuguard evaluates it, Kubernetes itself cannot")
             bound = bindings.get(f"{kind}/{name}", [])
             if not bound:
                 warnings.append(f"{document.location}: {kind} {name!r} has no binding in the "
                                 "input; Kubernetes does not enforce it, and neither does gpuguard")
-            candidates = _param_objects(documents, (body.get("spec") or {}).get("paramKind"))
-            built = []
+            candidates = _param_objects(documents, body["spec"].get("paramKind"))
+            used.update(id(c) for c in candidates)
             for binding in bound:
-                for params, missing in _bound_params(binding, candidates, warnings):
-                    built.append(_native_policy(document, binding, params, missing, builder))
-            if len(errors) == before:
-                policies.extend(p for p in built if p is not None)
+                selected = _bound_params(binding, candidates, warnings)
+                for params, missing in selected:
+                    instance = _bind(template, binding, params, missing)
+                    if len(selected) > 1:  # a selector picked several param objects
+                        param_name = (params.get("metadata") or {}).get("name", "?")
+                        instance = replace(instance, name=f"{instance.name}/{param_name}")
+                    policies.append(instance)
+    for key, bound in bindings.items():
+        if key not in policy_names:
+            for binding in bound:
+                warnings.append(f"{binding.location}: binds {key.replace('/', ' ', 1)!r}, which "
+                                "is not in the input; the binding does nothing")
+    ignored = [d for d in documents if id(d) not in used]
+    if ignored:
+        kinds = ", ".join(sorted({str(d.body.get("kind")) for d in ignored}))
+        warnings.append(f"{len(ignored)} document(s) are not policies, bindings or their params "
+                        f"(kinds: {kinds}); ignored")
+    seen: dict[str, Policy] = {}
+    for policy in policies:
+        if policy.name in seen:
+            first = seen[policy.name].origin
+            errors.append(PolicyError(policy.origin.source, policy.origin.index,
+                                      policy.origin.line, "metadata.name",
+                                      f"policy name {policy.name!r} is already used by "
+                                      f"{first.source}: document {first.index}"))
+        seen.setdefault(policy.name, policy)
+    policies = [p for p in policies if seen[p.name] is p]
     return PolicySet(tuple(policies), tuple(warnings)), errors

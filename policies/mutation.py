@@ -63,11 +63,42 @@ def apply_operations(target: dict[str, Any], operations: list[dict[str, Any]]) -
     Raises:
         MutationError: an operation does not apply (missing path, failed test, bad index).
     """
-    try:
-        return jsonpatch.JsonPatch(operations).apply(target, in_place=False)
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
-            ValueError, KeyError, IndexError) as exc:
-        raise MutationError(f"JSONPatch does not apply: {exc}") from None
+    for index, operation in enumerate(operations):
+        try:
+            target = jsonpatch.JsonPatch([operation]).apply(target, in_place=False)
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
+                ValueError, KeyError, IndexError) as exc:
+            # The library's text can embed whole sub-documents (env values included): bound it.
+            reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+            raise MutationError(f"operation {index} ({operation['op']} {operation['path']}) "
+                                f"does not apply: {reason}") from None
+    return check_identity(target)
+
+
+_IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),
+             ("metadata", "uid"))
+
+
+def check_identity(result: Any, original: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Refuse a result that is not an object, or that renames, moves or retypes it.
+
+    Raises:
+        MutationError: the mutated document is not a map, or ``apiVersion``, ``kind``,
+            ``metadata.name`` / ``namespace`` / ``uid`` differ from ``original``.
+    """
+    if not isinstance(result, dict):
+        raise MutationError(f"the patched object is a {type(result).__name__}, not an object")
+    if original is not None:
+        for path in _IDENTITY:
+            before: Any = original
+            after: Any = result
+            for key in path:
+                before = before.get(key) if isinstance(before, Mapping) else None
+                after = after.get(key) if isinstance(after, Mapping) else None
+            if before != after:
+                raise MutationError(f"a mutation may not change {'.'.join(path)} "
+                                    f"({before!r} -> {after!r})")
+    return result
 
 
 def diff(original: Mapping[str, Any] | None, final: Mapping[str, Any] | None) -> list[dict]:
@@ -130,7 +161,10 @@ def apply_shortcut(
     result = copy.deepcopy(obj)
     if name in ("setLabel", "setAnnotation") and argument.get("target", "object") == "object":
         field = "labels" if name == "setLabel" else "annotations"
-        metadata = result.setdefault("metadata", {})
+        if not isinstance(result.get("metadata"), dict):
+            raise MutationError(f"{name}: the object's metadata is "
+                                f"{type(result.get('metadata')).__name__}, not a map")
+        metadata = result["metadata"]
         if not isinstance(metadata.get(field), dict):
             metadata[field] = {}
         metadata[field][argument["key"]] = argument["value"]

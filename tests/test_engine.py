@@ -392,3 +392,52 @@ def test_apply_configuration_is_reported_unsupported():
 ])
 def test_jsonpatch_literal_rewrite(source, rewritten):
     assert rewrite_jsonpatch_literals(source) == rewritten
+
+
+# --- found by a new user's attack --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("operations", "message"), [
+    ("[{'op': 'replace', 'path': '/metadata/name', 'value': 'other'}]",
+     "a mutation may not change metadata.name ('gpu-operator-test' -> 'other')"),
+    ("[{'op': 'replace', 'path': '/kind', 'value': 'Secret'}]",
+     "a mutation may not change kind ('Pod' -> 'Secret')"),
+    ("[{'op': 'replace', 'path': '', 'value': 'gone'}]",
+     "the patched object is a str, not an object"),
+    ("[{'op': 'remove', 'path': '/spec/nodeName'}]",
+     "operation 0 (remove /spec/nodeName) does not apply"),
+])
+def test_mutations_may_not_rename_retype_or_replace_the_object(operations, message):
+    policy = gpu_policy("bad-mutation", {"failurePolicy": "Ignore",
+                                         "mutations": [{"expression": operations}]})
+    pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
+    verdict = engine_for(policy).evaluate(from_object(pod, now=NOW))
+    assert verdict.patch == () and verdict.allowed
+    [result] = verdict.results
+    assert result.outcome == "error" and message in result.message
+
+
+def test_wrong_typed_labels_do_not_crash_the_engine():
+    deployment = first("manifests/vllm__mistral-7b-nvidia-deployment.yaml")
+    deployment["spec"]["template"]["metadata"]["labels"] = ["app", "mistral"]
+    deployment["metadata"] = None
+    policy = gpu_policy("labels", {
+        "validations": [{"expression": "gpu.templates.all(t, !('team' in t.metadata.labels))"}],
+        "mutations": [{"setLabel": {"key": "a", "value": "b"}}],
+        "failurePolicy": "Ignore",
+    })
+    verdict = engine_for(policy).evaluate(from_object(deployment, now=NOW))
+    assert [(r.outcome, r.message) for r in verdict.results] == [
+        ("error", "mutation 'mutations[0]' failed: setLabel: the object's metadata is "
+                  "NoneType, not a map"),
+        ("pass", ""),
+    ]
+
+
+def test_message_expression_failure_is_explained():
+    policy = gpu_policy("msg", {"validations": [{
+        "expression": "false", "message": "static text", "messageExpression": "string(gpu.kai.x)"}]})
+    pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
+    verdict = engine_for(policy).evaluate(from_object(pod, now=NOW))
+    assert verdict.message == ('msg: static text (messageExpression failed: Key not found in '
+                               'map : "x")')

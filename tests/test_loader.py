@@ -1,5 +1,9 @@
 """Policy loading: every error listed, each with exact text and location."""
 
+from pathlib import Path
+
+import pytest
+
 from gpuguard.cli import main
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
@@ -91,3 +95,111 @@ def test_unknown_field_points_at_its_own_line(tmp_path):
     _, [error] = load_policies([str(path)], ENV)
     assert (error.line, error.path) == (8, "spec.validation")
     assert error.message.startswith("unknown field(s) validation (allowed: auditAnnotations,")
+
+
+def _load_text(tmp_path, text):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return load_policies([str(path)], ENV)
+
+
+POLICY = """\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: {name}
+spec:
+  params: {{max: 8}}
+  variables:
+  - name: n
+    expression: gpu.count
+  validations:
+  - expression: {expression}
+"""
+
+
+@pytest.mark.parametrize(("expression", "message"), [
+    ("gpu.equivalent <= 8.0",
+     "gpu.equivalent is not a GPU fact (did you mean gpu.equivalents?); see docs/cel.md"),
+    ("variables.m <= params.max", "variables.m is not declared in spec.variables"),
+    ("variables.n <= params.maximum", "params.maximum is not in spec.params (keys: max)"),
+])
+def test_references_cel_cannot_check_are_checked_at_load(tmp_path, expression, message):
+    _, [error] = _load_text(tmp_path, POLICY.format(name="p", expression=expression))
+    assert (error.path, error.message) == ("spec.validations[0].expression", message)
+
+
+def test_names_inside_strings_and_bound_variables_are_not_references(tmp_path):
+    ok = "\"'nvidia.com/gpu.product ' + string(gpu.count) != '' && [{'x': 1}].all(gpu, gpu.x == 1)\""
+    policy_set, errors = _load_text(tmp_path, POLICY.format(name="p", expression=ok))
+    assert errors == [] and policy_set.names() == ("p",)
+
+
+def test_duplicate_policy_names_are_an_error(tmp_path):
+    text = POLICY.format(name="same", expression="gpu.count >= 0") + "---\n" + \
+        POLICY.format(name="same", expression="gpu.count < 0")
+    policy_set, [error] = _load_text(tmp_path, text)
+    assert policy_set.names() == ("same",)
+    assert error.message.endswith("policy name 'same' is already used by "
+                                  f"{tmp_path / 'p.yaml'}: document 0")
+
+
+NATIVE = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: vap}
+spec:
+  matchConstraint: {}
+  validations:
+  - expression: object.spec.replicas <= 5
+    messageExpresion: "'too many'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: b}
+spec:
+  policyName: other
+  validationActions: [Denyy]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBindings
+metadata: {name: typo}
+"""
+
+
+def test_native_policies_are_checked_field_by_field(tmp_path):
+    policy_set, errors = _load_text(tmp_path, NATIVE)
+    assert sorted((e.index, e.path, e.message) for e in errors) == [
+        (0, "spec.matchConstraint",
+         "unknown field(s) matchConstraint (allowed: auditAnnotations, failurePolicy, "
+         "matchConditions, matchConstraints, paramKind, validations, variables)"),
+        (0, "spec.validations[0].messageExpresion",
+         "unknown field(s) messageExpresion (allowed: expression, message, messageExpression, "
+         "reason)"),
+        (1, "spec.validationActions[0]", "'Denyy' is not one of Deny, Warn, Audit"),
+    ]
+    assert policy_set.policies == ()
+    assert any("kind 'ValidatingAdmissionPolicyBindings' is not one gpuguard reads" in w
+               for w in policy_set.warnings)
+
+
+def test_binding_to_a_missing_policy_and_stray_documents_are_warnings(tmp_path):
+    binding = NATIVE.split("---")[1].replace("[Denyy]", "[Deny]")
+    stray = (DATA_POD := (Path(__file__).parent / "data" / "manifests" /
+                          "gpuop__cuda-vector-add-legacy-pod.yaml").read_text())
+    policy_set, errors = _load_text(tmp_path, binding + "---\n" + stray)
+    assert errors == []
+    assert any("binds 'ValidatingAdmissionPolicy other', which is not in the input" in w
+               for w in policy_set.warnings)
+    assert any("1 document(s) are not policies, bindings or their params (kinds: Pod)" in w
+               for w in policy_set.warnings)
+    assert DATA_POD
+
+
+def test_lint_and_check_refuse_an_empty_policy_set(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["lint", str(tmp_path / "empty")]) == 1
+    assert "no policies found" in capsys.readouterr().out
+    pod = str(Path(__file__).parent / "data" / "manifests" / "gpuop__cuda-vector-add-legacy-pod.yaml")
+    assert main(["check", "-f", pod, "--policies", str(tmp_path / "empty")]) == 2
+    assert "no policies found" in capsys.readouterr().err
