@@ -24,7 +24,8 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
 ``privileged``            list of {container, containerType, path, reason}
 ``invalid``, ``warnings``, ``unknown``, ``unrecognized``  lists of string
 ``replicas``              int: pods the object makes (``-1``: one per node)
-``templates``             list of {path, specPath, role, replicas, requested, count,
+``templates``             list of {path, specPath, role, replicas, minReplicas, maxReplicas
+                          (-1: no autoscaling bounds), requested, count,
                           equivalents, migProfiles, gpus, metadata {labels, annotations}, spec}
                           per pod template (``spec`` is the PodSpec: tolerations, nodeSelector,
                           runtimeClassName, ...)
@@ -78,6 +79,9 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
         templates.append({
             "path": template.path, "role": template.role,
             "replicas": -1 if template.replicas is None else template.replicas,
+            # Autoscaling bounds (KubeRay): -1 when the kind has none.
+            "minReplicas": -1 if template.min_replicas is None else template.min_replicas,
+            "maxReplicas": -1 if template.max_replicas is None else template.max_replicas,
             "specPath": template.spec_path,
             # YAML null maps (``annotations:`` with no value) are read as empty maps.
             "metadata": {"labels": _string_map(template.metadata.get("labels")),

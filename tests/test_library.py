@@ -263,7 +263,7 @@ def test_message_queue_label_missing() -> None:
     assert verdict.message == (
         "require-queue-label: Deployment 'mistral-7b' asks for GPUs in team namespace 'team-a' "
         "but names no queue: set the label kueue.x-k8s.io/queue-name or kai.scheduler/queue in "
-        "metadata.labels of the Deployment or of its pod template (missing in: spec.template). "
-        "Kueue reads kueue.x-k8s.io/queue-name (a LocalQueue of this namespace), KAI reads "
-        "kai.scheduler/queue."
+        "metadata.labels of the Deployment itself. Kueue reads kueue.x-k8s.io/queue-name (a "
+        "LocalQueue of this namespace) and KAI kai.scheduler/queue from the workload object; a "
+        "label on the pod template alone does not queue it."
     )
