@@ -579,23 +579,51 @@ class RequestActivation:
         if expression._environment is not self._environment:
             raise ValueError(f"{expression.field_path}: compiled by another CelEnvironment")
 
+    def _deps(self, name: str) -> list[str]:
+        """Variables declared before ``name`` that its expression may mention."""
+        index, expression = self._declared[name]
+        refs = expression.variable_refs
+        return [other for other, (j, _) in self._declared.items()
+                if j < index and (refs is None or other in refs)]
+
+    def _done(self, name: str) -> bool:
+        return name in self._values or name in self._failures
+
     def _require(self, refs: frozenset[str] | None, limit: int) -> None:
-        for name, (index, _) in self._declared.items():
-            if index < limit and (refs is None or name in refs):
-                self._compute(name)
+        """Compute the variables an expression needs (and theirs), in dependency layers.
+
+        All variables of one layer are evaluated against the same runtime activation, so the
+        request's data is converted once per layer, not once per variable.
+        """
+        needed: set[str] = set()
+        stack = [name for name, (index, _) in self._declared.items()
+                 if index < limit and (refs is None or name in refs)]
+        while stack:
+            name = stack.pop()
+            if name in needed or self._done(name):
+                continue
+            needed.add(name)
+            stack.extend(self._deps(name))
+        while needed:
+            layer = [n for n in needed if all(self._done(d) for d in self._deps(n))]
+            activation = self._activation()
+            for name in sorted(layer, key=lambda n: self._declared[n][0]):
+                self._evaluate_variable(name, activation)
+                needed.discard(name)
 
     def _compute(self, name: str) -> None:
-        if name in self._values or name in self._failures:
-            return
-        index, expression = self._declared[name]
-        self._require(expression.variable_refs, index)
+        if not self._done(name):
+            self._require(frozenset({name}), len(self._declared))
+
+    def _evaluate_variable(self, name: str, activation: Any) -> None:
+        _, expression = self._declared[name]
         try:
             if expression.output_type in (
                 "timestamp",
                 "duration",
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
-            value = expression._run(self._activation())
+            value = expression._run(activation)
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             self._values[name] = value

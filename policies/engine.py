@@ -17,7 +17,6 @@ Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requ
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -337,7 +336,8 @@ class Engine:
         """Apply the policy's mutations in order; returns the new object (or ``current``)."""
         if not isinstance(current, Mapping):
             return current
-        working: dict[str, Any] = copy.deepcopy(dict(current))
+        # Each step returns a new object (jsonpatch and the shortcuts copy): no copy needed here.
+        working: Mapping[str, Any] = current
         for mutation in policy.mutations:
             try:
                 if mutation.condition is not None and \
@@ -357,9 +357,10 @@ class Engine:
                             point=point)
                 return current
             if updated != working:
-                changes = diff(working, updated)
-                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE,
-                                   json.dumps(changes)))
+                # The per-mutation diff is a finding only at the audit point; at admission the
+                # response patch (one diff of the whole request) is what counts.
+                changes = json.dumps(diff(working, updated)) if point == "audit" else ""
+                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE, changes))
                 working = updated
         return working if working != current else current
 

@@ -63,11 +63,17 @@ def apply_operations(target: dict[str, Any], operations: list[dict[str, Any]]) -
     Raises:
         MutationError: an operation does not apply (missing path, failed test, bad index).
     """
+    failures = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
+                ValueError, KeyError, IndexError)
+    try:
+        return check_identity(jsonpatch.JsonPatch(operations).apply(target, in_place=False))
+    except failures:
+        pass
+    # Replay one operation at a time only to say which one failed (rare path).
     for index, operation in enumerate(operations):
         try:
             target = jsonpatch.JsonPatch([operation]).apply(target, in_place=False)
-        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
-                ValueError, KeyError, IndexError) as exc:
+        except failures as exc:
             # The library's text can embed whole sub-documents (env values included): bound it.
             reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
             raise MutationError(f"operation {index} ({operation['op']} {operation['path']}) "
