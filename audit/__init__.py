@@ -1,7 +1,25 @@
-"""Compliance auditor (to be filled by the auditor issue).
+"""Compliance auditor: what already runs, judged by the admission policies, and how well the GPUs
+are placed.
 
-Will own object sources (snapshot files, live cluster through :mod:`kube`), the scanner, GPU
-placement efficiency (allocation, fragmentation, MIG waste, idle GPUs), the NVML inventory reader
-(``pynvml`` from ``nvidia-ml-py``), report renderers and report history. Must not serve HTTP
-admission.
+Owns, module by module:
+
+- sources: :mod:`audit.file_source` (snapshot files, streamed item by item when large) and
+  :mod:`audit.cluster_source` (a live cluster through :mod:`kube.lists`, read-only);
+- the scan (:mod:`audit.scanner`): one pass over the objects, feeding
+  :mod:`audit.ownership` (pods rolled up to their workload), :mod:`audit.pods` (what one pod
+  takes), :mod:`audit.node_capacity` (what one node offers, per resource and in
+  GPU-equivalents), :mod:`audit.placement` (allocation, free, fragmented, stranded, MIG and pending
+  GPUs, with :mod:`audit.scheduling` for the scheduler's filters) and :mod:`audit.compliance` (the
+  policy set at the audit point, once per workload, as findings with a severity);
+- :mod:`audit.utilization`: DCGM exporter metrics and allocated-but-idle GPUs;
+- :mod:`audit.report`: the report (a JSON-ready dict, documented in ``docs/audit-report.md``), and
+  its renderers :mod:`audit.render_terminal`, :mod:`audit.render_markdown`,
+  :mod:`audit.render_html` (with :mod:`audit.svg_charts`; the three share
+  :mod:`audit.report_tables`) and :mod:`audit.policy_reports` (``wgpolicyk8s.io/v1alpha2``);
+- :mod:`audit.history`: runs in SQLite and what changed since the previous one;
+- :mod:`audit.settings`: the frozen settings built by the CLI.
+
+Must not serve HTTP admission, import :mod:`webhook` or :mod:`certs`, or write to the cluster
+itself (:mod:`kube.policy_reports` does, when asked). The NVML inventory reader named in
+``docs/DESIGN.md`` is not written yet.
 """

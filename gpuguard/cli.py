@@ -11,7 +11,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gpuguard import certs_command, check_command, gpus_command, lint_command, test_command
+from gpuguard import (
+    audit_command,
+    certs_command,
+    check_command,
+    gpus_command,
+    lint_command,
+    test_command,
+)
 from gpuguard.settings import gpu_settings_from_args
 
 EXIT_OK = 0
@@ -32,7 +39,7 @@ class _UsageError(Exception):
 
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
-_COMMANDS = (gpus_command, lint_command, check_command, test_command, certs_command)
+_COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

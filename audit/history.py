@@ -1,0 +1,196 @@
+"""Audit history in SQLite: each run appended, and what changed since the previous one.
+
+Owns the history file (``--history FILE``, stdlib :mod:`sqlite3`): one row per run (time, source,
+summary), its findings (by a fingerprint of workload, policy, rule and field path, so a finding
+whose message wording changes stays the same finding) and its allocation figures (cluster, per
+team, per node). :func:`changes` compares a report with the previous run: new and fixed findings,
+and the trend of allocation and idle GPU-equivalents for the cluster and each team.
+
+The schema version is kept in the file (``PRAGMA user_version``); a file written by a newer
+version is refused rather than misread. Must not render or audit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    source TEXT NOT NULL,
+    summary TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS findings (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    fingerprint TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    team TEXT,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS findings_run ON findings(run);
+CREATE TABLE IF NOT EXISTS allocations (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    scope TEXT NOT NULL,
+    name TEXT,
+    allocatable REAL,
+    allocated REAL,
+    idle REAL
+);
+CREATE INDEX IF NOT EXISTS allocations_run ON allocations(run);
+"""
+
+
+class HistoryError(Exception):
+    """The history file cannot be used (unreadable, not SQLite, or from a newer gpuguard)."""
+
+
+def _workload_text(ref: Mapping[str, Any]) -> str:
+    where = f"{ref['namespace']}/" if ref.get("namespace") else ""
+    group = f".{ref['group']}" if ref.get("group") else ""
+    return f"{ref['kind']}{group}/{where}{ref['name']}"
+
+
+def fingerprint(finding: Mapping[str, Any]) -> str:
+    """A stable identity for a finding across runs (its message may change)."""
+    text = "\x1f".join((_workload_text(finding["workload"]), finding["policy"], finding["rule"],
+                        finding["path"], finding["severity"]))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run read back from the history: its id, time, findings by fingerprint, allocations.
+
+    ``allocations`` maps ``(scope, name)`` — scope ``cluster``, ``team`` or ``node`` — to
+    ``(allocatable, allocated, idle)`` GPU-equivalents (None when unknown).
+    """
+
+    id: int
+    at: str
+    source: str
+    findings: Mapping[str, Mapping[str, Any]]
+    allocations: Mapping[tuple[str, str | None], tuple[float | None, float | None, float | None]]
+
+
+class History:
+    """An open history file.
+
+    Raises:
+        HistoryError: the file is not a usable history (see module docstring).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise HistoryError(f"{path}: written by a newer gpuguard (history schema "
+                                   f"{version}, this one reads {SCHEMA_VERSION})")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{path}: not a gpuguard history file ({exc})") from None
+
+    def close(self) -> None:
+        """Close the file."""
+        self._db.close()
+
+    def latest(self) -> Run | None:
+        """The most recent run, or None for an empty history."""
+        row = self._db.execute("SELECT id, at, source FROM runs ORDER BY id DESC LIMIT 1"
+                               ).fetchone()
+        if row is None:
+            return None
+        run_id, at, source = row
+        findings = {fp: {"fingerprint": fp, "severity": sev, "policy": pol, "rule": rule,
+                         "workload": wl, "team": team, "message": msg}
+                    for fp, sev, pol, rule, wl, team, msg in self._db.execute(
+                        "SELECT fingerprint, severity, policy, rule, workload, team, message "
+                        "FROM findings WHERE run = ?", (run_id,))}
+        allocations = {(scope, name): (alloc, used, idle) for scope, name, alloc, used, idle
+                       in self._db.execute("SELECT scope, name, allocatable, allocated, idle "
+                                           "FROM allocations WHERE run = ?", (run_id,))}
+        return Run(run_id, at, source, findings, allocations)
+
+    def record(self, report: Mapping[str, Any]) -> int:
+        """Append a run; returns its id."""
+        with self._db:
+            cursor = self._db.execute(
+                "INSERT INTO runs (at, source, summary) VALUES (?, ?, ?)",
+                (report["generated"], json.dumps(report["source"], sort_keys=True),
+                 json.dumps(report["summary"], sort_keys=True)))
+            run_id = int(cursor.lastrowid or 0)
+            self._db.executemany(
+                "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, fingerprint(f), f["severity"], f["policy"], f["rule"],
+                  _workload_text(f["workload"]), f["team"], f["message"])
+                 for f in report["findings"]])
+            self._db.executemany("INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?)",
+                                 [(run_id, *row) for row in _allocation_rows(report)])
+        return run_id
+
+
+def _allocation_rows(report: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    summary = report["summary"]["gpu_equivalents"]
+    rows: list[tuple[Any, ...]] = [("cluster", None, summary["allocatable"],
+                                    summary["allocated"], summary["idle_allocated"])]
+    rows += [("team", t["team"], None, t["gpu_equivalents"]["allocated"],
+              t["gpu_equivalents"]["idle_allocated"]) for t in report["teams"]]
+    rows += [("node", n["name"], n["gpu_equivalents"]["allocatable"],
+              n["gpu_equivalents"]["allocated"], None) for n in report["nodes"]]
+    return rows
+
+
+def _delta(now: float | None, before: float | None) -> float | None:
+    if now is None or before is None:
+        return None
+    return round(now - before, 6)
+
+
+def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] | None:
+    """The ``changes`` section: what differs from ``previous`` (None when there is no previous
+    run)."""
+    if previous is None:
+        return None
+    current = {fingerprint(f): f for f in report["findings"]}
+    new = [f for fp, f in current.items() if fp not in previous.findings]
+    fixed = [f for fp, f in previous.findings.items() if fp not in current]
+    now = {(scope, name): values for scope, name, *values in _allocation_rows(report)}
+    trends = []
+    for scope in ("cluster", "team"):
+        names = {name for s, name in (*now, *previous.allocations) if s == scope}
+        for name in sorted(names, key=str):
+            before = previous.allocations.get((scope, name), (None, None, None))
+            after = now.get((scope, name), (None, None, None))
+            trends.append({
+                "scope": scope, "name": name,
+                "allocated": after[1], "allocated_before": before[1],
+                "allocated_change": _delta(after[1], before[1]),
+                "idle": after[2], "idle_before": before[2],
+                "idle_change": _delta(after[2], before[2]),
+            })
+    node_names_now = {name for s, name in now if s == "node"}
+    node_names_before = {name for s, name in previous.allocations if s == "node"}
+    return {
+        "previous_run": {"id": previous.id, "at": previous.at},
+        "new_findings": [{"severity": f["severity"], "policy": f["policy"], "rule": f["rule"],
+                          "workload": _workload_text(f["workload"]), "team": f["team"],
+                          "message": f["message"]} for f in new],
+        "fixed_findings": [{k: f[k] for k in ("severity", "policy", "rule", "workload", "team",
+                                                "message")} for f in fixed],
+        "trends": trends,
+        "nodes_added": sorted(node_names_now - node_names_before, key=str),
+        "nodes_removed": sorted(node_names_before - node_names_now, key=str),
+    }

@@ -1,0 +1,211 @@
+"""What one Node offers to the scheduler, per extended resource, and what each slot is worth.
+
+Owns the per-node view placement needs on top of :func:`policies.nodes.node_facts` (which reads
+the GFD / MIG-manager labels, HAMi's register annotation and the label inconsistencies):
+
+- allocatable and capacity **per extended resource name**, as the scheduler accounts them
+  (``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``, ``nvidia.com/gpu.shared``, HAMi / Volcano
+  split resources);
+- the GPU-equivalents of one slot of each resource on *this* node (its unit): 1 for a whole device;
+  the profile's compute slices over the model's for a MIG instance, also under the single strategy
+  where ``nvidia.com/gpu`` is a MIG slice; 1/replicas for a time-slicing / MPS replica; 1/split for
+  a HAMi slot; 0 for split dimensions (``gpumem``, ``gpucores``), which describe a slot rather than
+  add one; None when unknown (shared replicas without a replica count). The sum of allocatable x
+  unit is the node's allocatable GPU-equivalents, as :mod:`policies.nodes` counts them;
+- which resources are whole physical GPUs (unit 1): the ones fragmentation is about;
+- readiness (``Ready`` condition; no conditions at all = unknown, treated as ready),
+  ``spec.unschedulable`` (cordoned), ``NoSchedule`` / ``NoExecute`` taints, allocatable CPU
+  (millicores) and memory (bytes).
+
+Must not look at pods.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from audit.scheduling import Taint, taints_of
+from policies import mig
+from policies.nodes import NodeFacts, node_facts
+from policies.quantity import QuantityError, parse_quantity
+from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
+
+_DEVICE_KINDS = (ResourceKind.WHOLE, ResourceKind.CORES, ResourceKind.MIG, ResourceKind.SHARED)
+_SPLIT_KINDS = (ResourceKind.SPLIT_COUNT, ResourceKind.SPLIT_MEMORY,
+                ResourceKind.SPLIT_MEMORY_PERCENT, ResourceKind.SPLIT_CORES)
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """One node as placement sees it (see module docstring).
+
+    Attributes:
+        name: the node name.
+        facts: the GPU facts of :mod:`policies.nodes` (product, model, MIG strategy, warnings).
+        labels: the node's labels (string values).
+        allocatable / capacity: GPU extended resource → slots.
+        units: resource → GPU-equivalents of one slot (None: unknown).
+        whole: the resources whose slots are whole physical GPUs on this node.
+        mig_profiles: resource → MIG profile of its slots (mixed resources, and
+            ``nvidia.com/gpu`` under the single strategy).
+        ready: the Ready condition (None: the node reports no conditions).
+        not_ready: the Ready condition's reason when it is not True.
+        unschedulable: ``spec.unschedulable`` (cordoned).
+        taints: ``(key, value, effect)`` of its NoSchedule / NoExecute taints.
+        cpu_millicores / memory_bytes: allocatable CPU and memory (None when not reported).
+    """
+
+    name: str
+    facts: NodeFacts
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, int]
+    capacity: Mapping[str, int]
+    units: Mapping[str, Fraction | None]
+    whole: frozenset[str]
+    mig_profiles: Mapping[str, str]
+    ready: bool | None
+    not_ready: str | None
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    cpu_millicores: int | None
+    memory_bytes: int | None
+
+    @property
+    def gpu_equivalents(self) -> Fraction | None:
+        """Allocatable GPU-equivalents (None when some resource's unit is unknown)."""
+        total = Fraction(0)
+        for resource, count in self.allocatable.items():
+            unit = self.units.get(resource)
+            if unit is None:
+                if count:
+                    return None
+                continue
+            total += count * unit
+        return total
+
+    @property
+    def has_gpus(self) -> bool:
+        """Whether the node advertises any GPU resource (even at 0) or is a broken GPU node."""
+        return bool(self.allocatable or self.capacity or self.facts.mig_invalid
+                    or self.facts.product)
+
+
+def is_split(resource: str, settings: GPUSettings | None = None) -> bool:
+    """Whether ``resource`` is a dimension of a HAMi / Volcano split (memory, cores, count)."""
+    return classify(resource, settings or DEFAULT_SETTINGS) in _SPLIT_KINDS
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _gpu_resources(resources: Any, settings: GPUSettings) -> dict[str, int]:
+    """The GPU extended resources of a capacity / allocatable map; unusable values skipped
+    (node_facts reports them)."""
+    found: dict[str, int] = {}
+    for resource, raw in _dict(resources).items():
+        kind = classify(str(resource), settings)
+        if kind not in _DEVICE_KINDS and kind not in _SPLIT_KINDS:
+            continue
+        try:
+            value = parse_quantity(raw)
+        except QuantityError:
+            continue
+        if value >= 0 and value.denominator == 1:
+            found[str(resource)] = int(value)
+    return found
+
+
+def _scalar(resources: Mapping[str, Any], name: str, scale: int) -> int | None:
+    raw = resources.get(name)
+    if raw is None:
+        return None
+    try:
+        return max(0, math.floor(parse_quantity(raw) * scale))
+    except QuantityError:
+        return None
+
+
+def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
+          settings: GPUSettings) -> Fraction | None:
+    """GPU-equivalents of one slot of ``resource`` on this node (mirrors policies.nodes)."""
+    if kind in _SPLIT_KINDS or resource == "aws.amazon.com/neuroncore":
+        return Fraction(0)
+    if kind is ResourceKind.MIG:
+        parsed = mig.profile_from_resource(resource)
+        return mig.equivalents(parsed[0], facts.model)[0] if parsed else None
+    if kind is ResourceKind.SHARED:
+        replicas = facts.replicas if facts.replicas and facts.replicas > 1 else None
+        per = settings.replicas_for(resource) or replicas
+        if per is None:
+            return None
+        parsed = mig.profile_from_resource(resource)
+        per_device = mig.equivalents(parsed[0], facts.model)[0] if parsed else Fraction(1)
+        return per_device / per
+    if resource != "nvidia.com/gpu":
+        return Fraction(1)
+    if facts.mig_single_profile:
+        return mig.equivalents(facts.mig_single_profile, facts.model)[0]
+    if facts.hami_devices:
+        return Fraction(1, facts.hami_devices[0].split or 1)
+    if facts.replicas and facts.replicas > 1:
+        return Fraction(1, facts.replicas)
+    return Fraction(1)
+
+
+def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+    for condition in status.get("conditions") or []:
+        condition = _dict(condition)
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return True, None
+            return False, str(condition.get("reason") or f"Ready={condition.get('status')}")
+    return None, None
+
+
+def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacity:
+    """Read one Node object (as ``kubectl get node -o yaml`` prints it); never raises."""
+    facts = node_facts(node, settings)
+    metadata = _dict(node.get("metadata"))
+    status = _dict(node.get("status"))
+    spec = _dict(node.get("spec"))
+    raw_allocatable = _dict(status.get("allocatable")) or _dict(status.get("capacity"))
+    allocatable = _gpu_resources(raw_allocatable, settings)
+    capacity = _gpu_resources(status.get("capacity"), settings) or dict(allocatable)
+    units: dict[str, Fraction | None] = {}
+    whole = set()
+    profiles: dict[str, str] = {}
+    for resource in {*allocatable, *capacity}:
+        kind = classify(resource, settings)
+        units[resource] = _unit(resource, kind, facts, settings)
+        if kind is ResourceKind.WHOLE and units[resource] == 1:
+            whole.add(resource)
+        if kind is ResourceKind.MIG:
+            parsed = mig.profile_from_resource(resource)
+            if parsed:
+                profiles[resource] = parsed[0]
+        elif resource == "nvidia.com/gpu" and facts.mig_single_profile:
+            profiles[resource] = facts.mig_single_profile
+    ready, reason = _readiness(status)
+    labels = {str(k): str(v) for k, v in _dict(metadata.get("labels")).items()
+              if isinstance(v, str | int | float | bool)}
+    return NodeCapacity(
+        name=facts.name,
+        facts=facts,
+        labels=labels,
+        allocatable=allocatable,
+        capacity=capacity,
+        units=units,
+        whole=frozenset(whole),
+        mig_profiles=profiles,
+        ready=ready,
+        not_ready=reason,
+        unschedulable=spec.get("unschedulable") is True,
+        taints=taints_of(node),
+        cpu_millicores=_scalar(raw_allocatable, "cpu", 1000),
+        memory_bytes=_scalar(raw_allocatable, "memory", 1),
+    )

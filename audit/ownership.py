@@ -1,0 +1,120 @@
+"""Who owns what: object keys, controller references, and rolling pods up to their workload.
+
+Owns the identity of a workload as the audit reports it. A pod owned by a controller
+(``metadata.ownerReferences``, the reference with ``controller: true``, else the first) belongs
+to that controller; a controller that is itself owned belongs to its owner, and so on while the
+owner is in the input — so a pod whose ReplicaSet is in the input rolls up to the Deployment, a Job
+to its CronJob, a LeaderWorkerSet's StatefulSets to the LeaderWorkerSet. When an owner is not in
+the input the chain stops at the reference (the workload is then named by it, e.g. a ReplicaSet
+whose Deployment was not captured). Objects are keyed by namespace, API group, kind and name, so a
+Volcano ``Job`` is not a ``batch`` Job.
+
+Must not read files, evaluate policies or compute GPU facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectKey:
+    """An object's identity: ``namespace`` is None for cluster-scoped objects, ``group`` ``""``
+    for the core API."""
+
+    namespace: str | None
+    group: str
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        """``Kind/namespace/name`` (``Kind/name`` when cluster-scoped)."""
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind}/{where}{self.name}"
+
+
+def group_of(api_version: Any) -> str:
+    """The API group of an ``apiVersion`` (``apps/v1`` → ``apps``, ``v1`` → ``""``)."""
+    text = str(api_version or "")
+    return text.rpartition("/")[0]
+
+
+def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
+    """The key of a Kubernetes object; None when it has no name (nor generateName)."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    name = metadata.get("name") or metadata.get("generateName")
+    if not isinstance(name, str) or not name:
+        return None
+    namespace = metadata.get("namespace")
+    return ObjectKey(namespace if isinstance(namespace, str) and namespace else None,
+                     group_of(obj.get("apiVersion")), str(obj.get("kind") or ""), name)
+
+
+def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:
+    """The key of the object's controller (``ownerReferences``), or None when it has none.
+
+    Owner references name objects in the dependent's namespace (or cluster-scoped ones, which
+    never own namespaced workloads in practice).
+    """
+    metadata = obj.get("metadata")
+    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    if not references or not isinstance(references, list):
+        return None
+    chosen = None
+    for reference in references:
+        if not isinstance(reference, Mapping):
+            continue
+        kind, name = reference.get("kind"), reference.get("name")
+        if not (isinstance(kind, str) and isinstance(name, str) and name):
+            continue
+        if reference.get("controller") is True:
+            chosen = reference
+            break
+        chosen = chosen or reference
+    if chosen is None:
+        return None
+    return ObjectKey(namespace, group_of(chosen.get("apiVersion")), chosen["kind"],
+                     chosen["name"])
+
+
+class Ownership:
+    """The owner links between the objects of one snapshot (filled while streaming).
+
+    ``record(key, owner)`` is called for every object in the input that can own pods or be
+    owned; :meth:`root` then follows the links.
+    """
+
+    def __init__(self) -> None:
+        self._owner: dict[ObjectKey, ObjectKey | None] = {}
+
+    def record(self, key: ObjectKey, owner: ObjectKey | None) -> None:
+        """``key`` is in the input; its controller is ``owner`` (None: it is top-level)."""
+        self._owner[key] = owner
+
+    def present(self, key: ObjectKey) -> bool:
+        """Whether the object is in the input."""
+        return key in self._owner
+
+    def root(self, key: ObjectKey) -> ObjectKey:
+        """The workload ``key`` belongs to: follow owners while the current object is present."""
+        seen = {key}
+        current = key
+        while True:
+            owner = self._owner.get(current)
+            if owner is None or owner in seen:
+                return current
+            seen.add(owner)
+            current = owner
+
+    def chain(self, key: ObjectKey) -> list[ObjectKey]:
+        """``key`` and its owners up to :meth:`root`, nearest first."""
+        chain = [key]
+        while True:
+            owner = self._owner.get(chain[-1])
+            if owner is None or owner in chain:
+                return chain
+            chain.append(owner)

@@ -1,0 +1,166 @@
+"""PolicyReports (``wgpolicyk8s.io/v1alpha2``, Kubernetes Policy WG) built from an audit report.
+
+Owns the mapping from the audit report to the report objects tools such as Policy Reporter and
+the Kyverno UI read: **one** ``PolicyReport`` named ``gpuguard-audit`` per namespace that has
+evaluated workloads — never one object per resource — holding a result per finding and per
+exception, with the namespace's pass / fail / warn / error / skip counts in ``summary``; and one
+``ClusterPolicyReport`` named ``gpuguard-audit`` for the cluster-scoped placement problems of nodes
+(stranded GPUs, broken MIG layouts, GFD label inconsistencies).
+
+Mapping: ``deny`` → result ``fail``, severity ``high``; ``warn`` → ``warn`` / ``medium``;
+``audit`` → ``fail`` / ``low``; ``error`` → ``error`` / ``medium``; an exception → ``skip`` /
+``info``. ``info`` findings (mutations admission would apply) are not results. Results are
+ordered by severity and cut so that one object stays under ``MAX_REPORT_BYTES`` (etcd's limit is
+1.5 MiB); the ``gpuguard.io/truncated-results`` annotation then says how many were left out, and
+``summary`` still counts them all.
+
+Must not talk to the cluster (:mod:`kube.policy_reports` writes them).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from typing import Any
+
+API_VERSION = "wgpolicyk8s.io/v1alpha2"
+REPORT_NAME = "gpuguard-audit"
+SOURCE = "gpuguard"
+MAX_REPORT_BYTES = 1_000_000
+_RESULT = {"deny": ("fail", "high"), "warn": ("warn", "medium"), "audit": ("fail", "low"),
+           "error": ("error", "medium")}
+_LABELS = {"app.kubernetes.io/managed-by": "gpuguard"}
+
+
+def _timestamp(report: Mapping[str, Any]) -> dict[str, int]:
+    try:
+        when = datetime.datetime.fromisoformat(report["generated"])
+    except (KeyError, TypeError, ValueError):
+        when = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return {"seconds": int(when.timestamp()), "nanos": 0}
+
+
+def _resource(ref: Mapping[str, Any]) -> dict[str, str]:
+    reference = {"kind": str(ref["kind"]), "name": str(ref["name"])}
+    if ref.get("namespace"):
+        reference["namespace"] = str(ref["namespace"])
+    if ref.get("group") is not None:
+        # The version is not known for owners named only by reference; the group is.
+        reference["apiVersion"] = str(ref["group"]) or "v1"
+    return reference
+
+
+def _ref_text(ref: Mapping[str, Any] | None) -> str:
+    if not ref:
+        return ""
+    where = f"{ref['namespace']}/" if ref.get("namespace") else ""
+    return f"{ref['kind']}/{where}{ref['name']}"
+
+
+def _cut(results: list[dict[str, Any]], base_size: int) -> tuple[list[dict[str, Any]], int]:
+    """Keep results (already ordered by severity) while the object stays under the limit."""
+    kept = []
+    size = base_size
+    for result in results:
+        size += len(json.dumps(result)) + 1
+        if size > MAX_REPORT_BYTES:
+            break
+        kept.append(result)
+    return kept, len(results) - len(kept)
+
+
+def _finish(obj: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    kept, dropped = _cut(results, len(json.dumps(obj)))
+    if dropped:
+        obj["metadata"]["annotations"] = {"gpuguard.io/truncated-results": f"{dropped} results "
+                                          "left out to stay under the object size limit"}
+    obj["results"] = kept
+    return obj
+
+
+def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``PolicyReport`` per namespace with evaluated workloads."""
+    stamp = _timestamp(report)
+    by_namespace: dict[str, list[dict[str, Any]]] = {}
+    for finding in report["findings"]:
+        mapped = _RESULT.get(finding["severity"])
+        namespace = finding["workload"]["namespace"]
+        if mapped is None or not namespace:
+            continue
+        result, severity = mapped
+        properties = {"evaluated": _ref_text(finding["evaluated"]),
+                      "actions": ",".join(finding["actions"]) or "none"}
+        if finding["path"]:
+            properties["path"] = finding["path"]
+        if finding.get("team"):
+            properties["team"] = str(finding["team"])
+        by_namespace.setdefault(namespace, []).append({
+            "source": SOURCE, "policy": finding["policy"], "rule": finding["rule"],
+            "category": "GPU compliance", "severity": severity, "result": result,
+            "scored": True, "timestamp": stamp, "message": finding["message"],
+            "resources": [_resource(finding["workload"])], "properties": properties})
+    for exception in report["exceptions"]:
+        namespace = exception["workload"]["namespace"]
+        if not namespace:
+            continue
+        by_namespace.setdefault(namespace, []).append({
+            "source": SOURCE, "policy": exception["policy"], "rule": "exceptions",
+            "category": "GPU compliance", "severity": "info", "result": "skip",
+            "scored": False, "timestamp": stamp,
+            "message": f"exempt: {exception['reason']}",
+            "resources": [_resource(exception["workload"])],
+            "properties": {"exception": exception["reason"]}})
+    reports = []
+    for entry in report["namespaces"]:
+        namespace = entry["namespace"]
+        if not namespace:
+            continue
+        results = by_namespace.get(namespace, [])
+        findings = entry["findings"]
+        summary = {"pass": entry["passed_rules"],
+                   "fail": findings.get("deny", 0) + findings.get("audit", 0),
+                   "warn": findings.get("warn", 0), "error": findings.get("error", 0),
+                   "skip": entry["exceptions"]}
+        obj = {"apiVersion": API_VERSION, "kind": "PolicyReport",
+               "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(_LABELS)},
+               "summary": summary}
+        reports.append(_finish(obj, results))
+    return reports
+
+
+def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ClusterPolicyReport``: placement problems of nodes."""
+    stamp = _timestamp(report)
+    results = []
+    for node in report["nodes"]:
+        resource = [{"apiVersion": "v1", "kind": "Node", "name": node["name"]}]
+        stranded = node.get("stranded")
+        if stranded:
+            eq = stranded["gpu_equivalents"]
+            results.append({
+                "source": SOURCE, "policy": "gpuguard-placement", "rule": "stranded-gpus",
+                "category": "GPU placement", "severity": "medium", "result": "warn",
+                "scored": False, "timestamp": stamp,
+                "message": f"{'unknown' if eq is None else f'{eq:g}'} free GPU-equivalent(s) "
+                           "no pod can use: " + "; ".join(stranded["reasons"]),
+                "resources": resource,
+                "properties": {"reasons": "; ".join(stranded["reasons"]),
+                               "gpuEquivalents": "unknown" if eq is None else f"{eq:g}"}})
+        for warning in node["warnings"]:
+            results.append({
+                "source": SOURCE, "policy": "gpuguard-placement", "rule": "node-gpu-labels",
+                "category": "GPU placement", "severity": "low", "result": "warn",
+                "scored": False, "timestamp": stamp, "message": warning,
+                "resources": resource})
+    summary = {"pass": sum(1 for n in report["nodes"] if not n.get("stranded")
+                           and not n["warnings"]),
+               "fail": 0, "warn": len(results), "error": 0, "skip": 0}
+    obj = {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
+           "metadata": {"name": REPORT_NAME, "labels": dict(_LABELS)}, "summary": summary}
+    return _finish(obj, results)
+
+
+def build(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every report object: the namespaces' PolicyReports, then the ClusterPolicyReport."""
+    return [*namespace_reports(report), cluster_report(report)]

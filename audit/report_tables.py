@@ -1,0 +1,277 @@
+"""The report as titled tables of text, shared by the terminal, Markdown and HTML renderers.
+
+Owns which figures each human-readable output shows and how they are worded (so the three agree):
+summary, changes since the previous run, nodes, teams, fragmentation, stranded GPUs, MIG,
+pending GPU pods, idle GPUs, findings by policy, findings, exceptions, warnings and errors. Cells
+are plain text (renderers escape them). ``limit`` cuts long tables; the cut is stated in the
+table's ``more``.
+
+Must not print or escape for a medium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextTable:
+    """One section: ``title``, column names, rows of text cells, a note, rows left out."""
+
+    key: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    note: str = ""
+    more: int = 0
+
+
+def number(value: float | None, unknown: str = "?") -> str:
+    """A GPU-equivalent (or other) figure: up to 3 decimals, no trailing zeros."""
+    if value is None:
+        return unknown
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def ref_text(ref: Mapping[str, Any] | None) -> str:
+    """``Kind/namespace/name``."""
+    if not ref:
+        return "-"
+    where = f"{ref['namespace']}/" if ref.get("namespace") else ""
+    return f"{ref['kind']}/{where}{ref['name']}"
+
+
+def _counts(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in counts.items() if v) or "-"
+
+
+def _table(key: str, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]],
+           limit: int | None, note: str = "") -> TextTable:
+    shown = rows if limit is None else rows[:limit]
+    return TextTable(key, title, tuple(columns), tuple(tuple(r) for r in shown), note,
+                     len(rows) - len(shown))
+
+
+def _summary(report: Mapping[str, Any]) -> TextTable:
+    s = report["summary"]
+    eq = s["gpu_equivalents"]
+    whole = s["whole_gpus"]
+    findings = s["findings"]
+    share = eq.get("allocated_share")
+    rows = [
+        ("nodes", f"{s['nodes']} ({s['gpu_nodes']} with GPUs)"),
+        ("physical GPUs", f"{s['physical_gpus']['known']}"
+         + (f" (+ {s['physical_gpus']['nodes_unknown']} node(s) that do not say)"
+            if s["physical_gpus"]["nodes_unknown"] else "")),
+        ("GPU-equivalents", f"{number(eq['allocatable'])} allocatable, "
+         f"{number(eq['allocated'])} allocated"
+         + (f" ({share:.0%})" if share is not None else "")
+         + f", {number(eq['free'])} free, {number(eq['stranded'])} stranded"),
+        ("pending demand", f"{s['gpu_pods']['pending']} GPU pod(s), "
+         f"{number(eq['pending'])} GPU-equivalents"),
+        ("idle allocated", "no metrics" if eq["idle_allocated"] is None
+         else f"{number(eq['idle_allocated'])} GPU-equivalents"),
+        ("whole GPUs", f"{whole['allocatable']} allocatable, {whole['allocated']} allocated, "
+         f"{whole['free']} free, {whole['stranded']} stranded"),
+        ("pods", f"{s['pods']} ({s['gpu_pods']['running']} GPU pods running, "
+         f"{s['gpu_pods']['pending']} pending; {s['finished_pods']} finished, not counted)"),
+        ("workloads", f"{s['workloads']} ({s['gpu_workloads']} with GPUs, "
+         f"{s['evaluated_workloads']} evaluated)"),
+        ("findings", f"{findings['deny']} deny, {findings['warn']} warn, "
+         f"{findings['audit']} audit, {findings['error']} error, {findings['info']} info; "
+         f"{s['exceptions']} exception(s)"),
+        ("problems", f"{s['stranded_nodes']} node(s) with stranded GPUs, "
+         f"{s['errors']} input error(s), {s['warnings']} warning(s)"),
+    ]
+    return TextTable("summary", "Summary", ("", ""), tuple(rows))
+
+
+def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
+    changes = report.get("changes")
+    if not changes:
+        return []
+    note = f"since run {changes['previous_run']['id']} at {changes['previous_run']['at']}"
+    rows = [("new", f["severity"], f["policy"], f["workload"], f["message"])
+            for f in changes["new_findings"]]
+    rows += [("fixed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in changes["fixed_findings"]]
+    trends = [(t["scope"], str(t["name"]) if t["name"] is not None else
+               ("cluster" if t["scope"] == "cluster" else "(no team)"),
+               number(t["allocated_before"], "-"), number(t["allocated"], "-"),
+               _signed(t["allocated_change"]), number(t["idle_before"], "-"),
+               number(t["idle"], "-"), _signed(t["idle_change"]))
+              for t in changes["trends"]]
+    return [
+        _table("changes", "Findings since the previous run",
+               ("change", "severity", "policy", "workload", "message"), rows, limit,
+               note + f": {len(changes['new_findings'])} new, "
+               f"{len(changes['fixed_findings'])} fixed"),
+        _table("trends", "Allocation trend (GPU-equivalents)",
+               ("scope", "name", "allocated before", "allocated", "change", "idle before",
+                "idle", "idle change"), trends, limit, note),
+    ]
+
+
+def _signed(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return ("+" if value > 0 else "") + number(value)
+
+
+def _nodes(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = []
+    nodes = sorted(report["nodes"], key=lambda n: (-(n["gpu_equivalents"]["allocatable"] or 0),
+                                                   n["name"]))
+    for node in nodes:
+        eq = node["gpu_equivalents"]
+        kind = node["model"] or node["product"] or "-"
+        mode = []
+        if node["mig_strategy"] in ("single", "mixed"):
+            mode.append(f"MIG {node['mig_strategy']}"
+                        + (f" {node['mig_single_profile']}" if node["mig_single_profile"]
+                           else ""))
+        if node["sharing_strategy"] not in (None, "none"):
+            mode.append(f"{node['sharing_strategy']} x{node['replicas'] or '?'}")
+        if node["hami"]:
+            mode.append("HAMi")
+        state = {True: "Ready", False: "NotReady", None: "no conditions"}[node["ready"]]
+        if node["unschedulable"]:
+            state += ",cordoned"
+        resources = ", ".join(f"{r.removeprefix('nvidia.com/')} {v['allocated']}/"
+                              f"{v['allocatable']}" for r, v in node["resources"].items()
+                              if v["allocatable"] or v["allocated"])
+        rows.append((node["name"], kind, " ".join(mode) or "-", state,
+                     f"{number(eq['allocated'])}/{number(eq['allocatable'])}"
+                     + ("~" if eq["approximate"] else ""),
+                     number(eq["free"]), resources or "-",
+                     "; ".join(node["stranded"]["reasons"]) if node["stranded"] else ""))
+    return _table("nodes", "GPU nodes", ("node", "GPU", "mode", "state",
+                                         "GPU-eq allocated/allocatable", "free",
+                                         "resources allocated/allocatable", "stranded"),
+                  rows, limit)
+
+
+def _teams(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = []
+    for team in report["teams"]:
+        eq = team["gpu_equivalents"]
+        share = eq["share_of_cluster"]
+        rows.append((team["team"] or "(no team)", ", ".join(team["namespaces"]) or "-",
+                     str(team["workloads"]),
+                     f"{team['gpu_pods']['running']}/{team['gpu_pods']['pending']}",
+                     number(eq["allocated"]) + (f" ({share:.0%})" if share is not None else ""),
+                     number(eq["pending"]), number(eq["idle_allocated"], "-"),
+                     "-" if team["mean_utilization"] is None
+                     else f"{team['mean_utilization']:.0%}",
+                     _counts({k: v for k, v in team["findings"].items() if k != "info"})))
+    return _table("teams", f"Teams (namespace label {report['settings']['team_label']})",
+                  ("team", "namespaces", "workloads", "GPU pods run/pend", "GPU-eq allocated",
+                   "pending", "idle", "mean util", "findings"), rows, limit)
+
+
+def _fragmentation(report: Mapping[str, Any]) -> TextTable:
+    frag = report["fragmentation"]
+    rows = [(e["resource"], str(e["free"]), str(e["largest_free_on_one_node"]),
+             " ".join(f"{size}:{n}" for size, n in e["fits"].items()), e["message"])
+            for e in frag["whole_gpus"]]
+    eq = frag["gpu_equivalents"]
+    rows.append(("GPU-equivalents", number(eq["free"]), number(eq["largest_free_on_one_node"]),
+                 "-", f"fragmentation index {eq['index']:.2f} (0: all free capacity on one "
+                 "node)"))
+    return _table("fragmentation", "Fragmentation of free GPUs (usable nodes)",
+                  ("resource", "free", "largest on one node", "nodes fitting N", "meaning"),
+                  rows, None)
+
+
+def _stranded(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = [(s["node"], number(s["gpu_equivalents"]), str(s["whole_gpus"]),
+             _counts(s["resources"]), "; ".join(s["reasons"])) for s in report["stranded"]]
+    return _table("stranded", "Stranded GPUs (free, but no pod can use them)",
+                  ("node", "GPU-eq", "whole GPUs", "free resources", "why"), rows, limit)
+
+
+def _mig(report: Mapping[str, Any]) -> list[TextTable]:
+    rows = [(p["profile"], str(p["configured"]), str(p["used"]), str(p["free"]),
+             number(p["configured_gpu_equivalents"]), number(p["used_gpu_equivalents"]),
+             str(p["pending_instances"]), ", ".join(p["nodes"]) or "-")
+            for p in report["mig"]["profiles"]]
+    tables = [_table("mig", "MIG instances by profile",
+                     ("profile", "configured", "used", "free", "GPU-eq configured",
+                      "GPU-eq used", "pending", "nodes"), rows, None)]
+    unmet = [(u["profile"], str(u["pending_pods"]), str(u["pending_instances"]))
+             for u in report["mig"]["unmet_profiles"]]
+    if unmet:
+        tables.append(_table("mig-unmet", "Pending demand for MIG profiles no node offers",
+                             ("profile", "pending pods", "instances"), unmet, None))
+    return tables
+
+
+def _pending(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = [(f"{p['namespace']}/{p['pod']}", ref_text(p["workload"]), p["team"] or "-",
+             _counts(p["resources"]), number(p["gpu_equivalents"]), p["reason"], p["detail"])
+            for p in report["pending"]]
+    return _table("pending", "Pending GPU pods", ("pod", "workload", "team", "asks",
+                                                  "GPU-eq", "reason", "detail"), rows, limit)
+
+
+def _utilization(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
+    util = report.get("utilization")
+    if not util:
+        return []
+    window = util["window"]
+    note = (f"{util['devices']} device(s) in {util['source']}, {util['allocated_devices']} "
+            f"allocated, {util['idle_allocated_devices']} idle (< {util['idle_below']:.0%} "
+            f"mean utilization); window {window['start'] or '?'} to {window['end'] or '?'}, "
+            f"{window['samples']} sample(s)")
+    rows = [(ref_text(w["workload"]), w["team"] or "-", f"{w['idle_devices']}/{w['devices']}",
+             number(w["idle_gpu_equivalents"]),
+             "-" if w["mean_utilization"] is None else f"{w['mean_utilization']:.1%}")
+            for w in util["idle_workloads"]]
+    return [_table("idle", "Allocated but idle GPUs", ("workload", "team",
+                                                        "idle/devices", "idle GPU-eq",
+                                                        "mean util"), rows, limit, note)]
+
+
+def _policies(report: Mapping[str, Any]) -> TextTable:
+    rows = [(p["policy"], str(p["deny"]), str(p["warn"]), str(p["audit"]), str(p["error"]),
+             str(p["info"]), str(p["exempt"]), str(p["pass"])) for p in report["policies"]]
+    return _table("policies", "Findings by policy", ("policy", "deny", "warn", "audit", "error",
+                                                      "info", "exempt", "pass"), rows, None)
+
+
+def _findings(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = [(f["severity"], f["policy"], ref_text(f["workload"]), f["team"] or "-",
+             f["message"]) for f in report["findings"] if f["severity"] != "info"]
+    info = sum(1 for f in report["findings"] if f["severity"] == "info")
+    note = f"{info} mutation(s) admission would apply are in the JSON report" if info else ""
+    return _table("findings", "Findings", ("severity", "policy", "workload", "team", "message"),
+                  rows, limit, note)
+
+
+def _exceptions(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = [(e["policy"], ref_text(e["workload"]), e["team"] or "-", e["reason"])
+            for e in report["exceptions"]]
+    return _table("exceptions", "Policy exceptions applied",
+                  ("policy", "workload", "team", "reason"), rows, limit)
+
+
+def _problems(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    rows = [("error", e) for e in report["errors"]] + [("warning", w)
+                                                       for w in report["warnings"]]
+    for node in report["nodes"]:
+        rows += [("node", f"{node['name']}: {w}") for w in node["warnings"]]
+    return _table("problems", "Input errors and warnings", ("type", "message"), rows, limit)
+
+
+def tables(report: Mapping[str, Any], limit: int | None = None) -> list[TextTable]:
+    """Every section of the human-readable report, in reading order."""
+    return [
+        _summary(report), *_changes(report, limit), _teams(report, limit),
+        _nodes(report, limit), _fragmentation(report), _stranded(report, limit),
+        *_mig(report), _pending(report, limit), *_utilization(report, limit),
+        _policies(report), _findings(report, limit), _exceptions(report, limit),
+        _problems(report, limit),
+    ]

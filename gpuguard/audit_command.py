@@ -1,0 +1,328 @@
+"""``gpuguard audit``: compliance and GPU placement efficiency of what already runs.
+
+Reads a snapshot (``-f``: ``kubectl get … -A -o yaml|json`` output, directories, ``.gz``) or a live
+cluster (``--cluster``, read-only), evaluates the policy set on every workload and analyses GPU
+placement, then prints the report (``-o``), writes every format to ``--out DIR``, PolicyReports to
+the cluster (``--write-reports``) and the run to ``--history FILE``.
+
+Exit codes: 0 done; 1 a finding at or above ``--fail-on``; 2 usage errors, an unusable history
+file or cluster configuration, reports that could not be written, or nothing could be read at all
+(each unreadable input is one line on stderr; the audit runs on the rest and the report counts
+them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from audit import history as audit_history
+from audit import policy_reports, render_html, render_markdown, render_terminal
+from audit.file_source import iter_snapshot
+from audit.scanner import Scanner
+from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
+from audit.utilization import Metrics, MetricsError, read_metrics
+from gpuguard import policy_set
+from gpuguard.settings import add_gpu_settings
+from policies.resource_names import GPUSettings
+from policies.sources import Document, LoadError, printable
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+OUTPUTS = ("table", "json", "markdown", "html", "policyreport")
+_FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
+
+
+def _error(message: str) -> None:
+    print(f"gpuguard: {printable(message)}", file=sys.stderr)
+
+
+def _percent(text: str) -> float:
+    value = float(text.rstrip("%"))
+    if not 0 <= value <= 100:
+        raise ValueError(text)
+    return value / 100
+
+
+def settings_from_args(args: argparse.Namespace, gpu: GPUSettings,
+                       now: datetime.datetime) -> AuditSettings:
+    """The frozen :class:`AuditSettings` of one run.
+
+    Raises:
+        ValueError: ``--idle-below`` or ``--jobs`` is out of range (the message names the flag).
+    """
+    try:
+        idle = _percent(args.idle_below)
+    except ValueError:
+        raise ValueError(f"--idle-below {args.idle_below!r}: expected a percentage from 0 to "
+                         "100, e.g. 5") from None
+    cpus = os.cpu_count() or 1
+    jobs = args.jobs if args.jobs is not None else (min(cpus, 8) if cpus > 1 else 0)
+    if jobs < 0:
+        raise ValueError(f"--jobs {args.jobs}: expected 0 or more")
+    if not args.team_label.strip():
+        raise ValueError("--team-label: expected a label key, e.g. gpuguard.io/team")
+    return AuditSettings(gpu=gpu, team_label=args.team_label, idle_below=idle, now=now,
+                         jobs=jobs)
+
+
+def _progress_callbacks(stack: ExitStack, live: bool) -> tuple[Callable[[int], None] | None,
+                                                                Callable[[str, int], None] | None]:
+    """Progress on stderr, only when it is a terminal: objects read, and pages per resource."""
+    if not sys.stderr.isatty():
+        return None, None
+    progress = stack.enter_context(Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True))
+    task = progress.add_task("reading objects", total=None)
+
+    def objects(count: int) -> None:
+        progress.update(task, description=f"audited {count:,} objects")
+
+    def pages(plural: str, count: int) -> None:
+        progress.update(task, description=f"listing {plural}: {count:,}")
+
+    return objects, (pages if live else None)
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    """The cluster's ClusterConfig; raises ClusterConfigError."""
+    # The kubernetes client is imported only for live audits: it costs ~0.3 s to load.
+    from kube.connect import connect  # noqa: PLC0415
+
+    return connect(args.kubeconfig, args.context)
+
+
+def _cluster_items(cluster: Any, page_progress: Callable[[str, int], None] | None,
+                   notes: list[str]) -> Iterator[Document | LoadError]:
+    """The objects of the live cluster; relists, throttling and missing CRDs go to ``notes``."""
+    from audit.cluster_source import ClusterScan, iter_cluster  # noqa: PLC0415 - see _connect
+    from kube.lists import Lister  # noqa: PLC0415 - see _connect
+
+    scan_state = ClusterScan()
+    yield from iter_cluster(Lister(cluster.api_client), scan_state, progress=page_progress)
+    notes.extend(scan_state.notes())
+    if scan_state.not_served:
+        notes.append("not served by this cluster (CRD not installed), skipped: "
+                     + ", ".join(scan_state.not_served))
+
+
+#: Reports listing more workloads than this are written as compact JSON, streamed in chunks
+#: (indenting is ~5x slower and doubles the size; jq reformats either).
+INDENT_UP_TO = 2000
+
+
+def write_json(report: dict[str, Any], stream: TextIO) -> None:
+    """The JSON report on ``stream``: indented when small, else compact and streamed."""
+    if len(report["workloads"]) + len(report["findings"]) <= INDENT_UP_TO:
+        stream.write(json.dumps(report, indent=2) + "\n")
+        return
+    for chunk in json.JSONEncoder(separators=(",", ":")).iterencode(report):
+        stream.write(chunk)
+    stream.write("\n")
+
+
+def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "report.json").open("w", encoding="utf-8") as handle:
+        write_json(report, handle)
+    files = {
+        "report.md": render_markdown.render(report),
+        "report.html": render_html.render(report),
+        "policyreports.yaml": yaml.safe_dump_all(policy_reports.build(report),
+                                                 sort_keys=False),
+    }
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return [str(out / name) for name in ("report.json", *files)]
+
+
+def _print(report: dict[str, Any], output: str) -> None:
+    if output == "json":
+        write_json(report, sys.stdout)
+    elif output == "markdown":
+        sys.stdout.write(render_markdown.render(report) + "\n")
+    elif output == "html":
+        sys.stdout.write(render_html.render(report) + "\n")
+    elif output == "policyreport":
+        yaml.safe_dump_all(policy_reports.build(report), sys.stdout, sort_keys=False)
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=180)
+        render_terminal.render(report, console)
+
+
+def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
+    """Run one audit; see the module docstring for the exit codes."""
+    live = bool(args.cluster or args.kubeconfig or args.context)
+    if live and args.filename:
+        _error("error: give either -f PATH (a snapshot) or --cluster, not both")
+        return EXIT_USAGE
+    if not live and not args.filename:
+        _error("error: nothing to audit: give -f PATH (e.g. -f examples/cluster, the bundled "
+               "snapshot) or --cluster")
+        return EXIT_USAGE
+    if args.write_reports and not live:
+        _error("error: --write-reports writes to the cluster: use it with --cluster")
+        return EXIT_USAGE
+    try:
+        settings = settings_from_args(args, gpu, datetime.datetime.now(datetime.UTC))
+    except ValueError as exc:
+        _error(f"error: {exc}")
+        return EXIT_USAGE
+
+    cluster = None
+    if live:
+        from kube.config import ClusterConfigError  # noqa: PLC0415 - see _connect
+
+        try:
+            cluster = _connect(args)
+        except ClusterConfigError as exc:
+            _error(f"error: {exc}")
+            return EXIT_USAGE
+    history = None
+    if args.history:
+        try:
+            history = audit_history.History(args.history)
+        except audit_history.HistoryError as exc:
+            _error(f"error: --history {exc}")
+            return EXIT_USAGE
+
+    loaded = policy_set.load(args.policies, gpu)
+    policy_errors = [f"policy error: {e}" for e in loaded.errors]
+    for line in policy_errors:
+        _error(line)
+    metrics: Metrics | None = None
+    metric_errors: list[str] = []
+    if args.metrics:
+        try:
+            metrics = read_metrics(args.metrics)
+        except MetricsError as exc:
+            metric_errors.append(f"--metrics {exc}")
+            _error(metric_errors[-1])
+
+    notes: list[str] = []
+    if cluster is not None:
+        source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}
+    else:
+        source = {"kind": "files", "paths": list(args.filename)}
+    source["metrics"] = args.metrics
+    source["policies"] = list(args.policies or []) or "built-in library"
+    # The policy workers fork here, before the progress bar starts its thread.
+    scanner = Scanner(settings, loaded.engine, metrics)
+    try:
+        with ExitStack() as stack:
+            object_progress, page_progress = _progress_callbacks(stack, live)
+            scanner.progress = object_progress
+            items = _cluster_items(cluster, page_progress, notes) if cluster is not None \
+                else iter_snapshot(args.filename)
+            for item in items:
+                scanner.feed(item)
+    except BaseException:
+        scanner.compliance.close()
+        raise
+    report = scanner.finish(source, [*policy_errors, *metric_errors])
+    report["warnings"] = [*report["warnings"], *notes]
+    report["summary"]["warnings"] = len(report["warnings"])
+    for line in report["errors"]:
+        if not line.startswith(("policy error:", "--metrics")):
+            _error(line)
+
+    if history is not None:
+        try:
+            report["changes"] = audit_history.changes(report, history.latest())
+            history.record(report)
+        finally:
+            history.close()
+
+    _print(report, args.output)
+    status = EXIT_OK
+    if args.out:
+        try:
+            written = _write_outputs(report, Path(args.out))
+            print("gpuguard: wrote " + ", ".join(written), file=sys.stderr)
+        except OSError as exc:
+            _error(f"error: --out {args.out}: {exc.strerror or exc}")
+            status = EXIT_USAGE
+    if args.write_reports and cluster is not None:
+        from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
+
+        for result in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
+            where = f"{result.namespace}/" if result.namespace else ""
+            if result.action == "failed":
+                _error(f"error: {result.kind} {where}{result.name}: {result.message}")
+                status = EXIT_USAGE
+            else:
+                print(f"gpuguard: {result.kind} {where}{result.name} {result.action}",
+                      file=sys.stderr)
+
+    summary = report["summary"]
+    if summary["errors"] or summary["warnings"]:
+        print(f"gpuguard: {summary['errors']} input error(s), {summary['warnings']} "
+              "warning(s) (listed in the report)", file=sys.stderr)
+    if summary["objects"] == 0 and report["errors"]:
+        return EXIT_USAGE
+    if status != EXIT_OK:
+        return status
+    if args.fail_on and any(summary["findings"][level] for level in _FAIL_LEVELS[args.fail_on]):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
+    """Add ``gpuguard audit``; returns (name, handler)."""
+    parser = commands.add_parser(
+        "audit", help="audit running workloads: policy compliance and GPU placement efficiency",
+        description="Evaluate the policies on every workload of a snapshot or a live cluster "
+        "and analyse GPU placement: allocation per node and team, free, fragmented and "
+        "stranded GPUs, MIG use, pending GPU pods and, with DCGM metrics, idle GPUs. The JSON "
+        "report is documented in docs/audit-report.md.")
+    source = parser.add_argument_group("what to audit")
+    source.add_argument("-f", "--filename", action="append", metavar="PATH",
+                        help="snapshot: file, directory or - (kubectl get -A -o yaml|json "
+                        "output, kind: List, multi-document YAML, .gz); repeatable")
+    source.add_argument("--cluster", action="store_true",
+                        help="audit the live cluster (read-only; kubeconfig or in-cluster)")
+    source.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (implies --cluster)")
+    source.add_argument("--context", metavar="NAME",
+                        help="kubeconfig context (implies --cluster)")
+    source.add_argument("--metrics", metavar="FILE",
+                        help="DCGM exporter metrics (Prometheus text) or a Prometheus query "
+                        "result (JSON), for idle GPUs")
+    policy = parser.add_argument_group("how to judge")
+    policy.add_argument("--policies", action="append", metavar="PATH",
+                        help="policy file or directory (repeatable); default: built-in library")
+    policy.add_argument("--team-label", default=DEFAULT_TEAM_LABEL, metavar="KEY",
+                        help=f"Namespace label naming the team (default {DEFAULT_TEAM_LABEL})")
+    policy.add_argument("--idle-below", default="5", metavar="PERCENT",
+                        help="an allocated GPU with a lower mean utilization is idle "
+                        "(default 5)")
+    policy.add_argument("--jobs", type=int, metavar="N",
+                        help="worker processes evaluating policies while the snapshot is read "
+                        "(0: none; default: the CPU count, at most 8; 0 on one CPU)")
+    add_gpu_settings(parser)
+    output = parser.add_argument_group("what to produce")
+    output.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="format printed on stdout (default table)")
+    output.add_argument("--out", metavar="DIR",
+                        help="also write report.json, report.md, report.html and "
+                        "policyreports.yaml into DIR")
+    output.add_argument("--write-reports", action="store_true",
+                        help="create or update one PolicyReport per namespace and a "
+                        "ClusterPolicyReport in the cluster")
+    output.add_argument("--fail-on", choices=tuple(_FAIL_LEVELS),
+                        help="exit 1 when a finding is at least this severe (for CI)")
+    output.add_argument("--history", metavar="FILE",
+                        help="SQLite file: append this run and report changes since the last")
+    return "audit", run

@@ -1,0 +1,257 @@
+"""Paginated, read-only lists of Kubernetes resources through the official client.
+
+Owns listing every object of one resource across all namespaces the way kube-apiserver wants to be
+read (Kubernetes API concepts, "Retrieving large results sets in chunks"): ``GET`` with
+``limit`` (500 by default) and the ``continue`` token of the previous page; on ``410 Gone``
+(the continue token expired) a fresh list from the start, skipping the objects already delivered
+(by uid, else namespace/name); on ``429 Too Many Requests`` (API Priority and Fairness) a wait
+of ``Retry-After`` seconds before the same page is asked again; on ``5xx`` a few retries with
+back-off. A resource the server does not serve (``404``: CRD not installed) is reported as such,
+not as an error.
+
+Only ``GET`` requests are made here: the audit is read-only (PolicyReports are written by
+:mod:`kube.policy_reports`, and only when asked). Must not know about policy semantics or HTTP
+serving; only :mod:`kube` imports ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from urllib3.util import Retry
+
+DEFAULT_PAGE_SIZE = 500
+MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header
+MAX_THROTTLED = 30  # 429 answers in a row before giving up on a resource
+MAX_SERVER_ERRORS = 4  # 5xx answers in a row before giving up on a resource
+MAX_RELISTS = 5  # 410 answers in one list before giving up on a resource
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One listable resource: ``group`` ``""`` is the core API; ``kind`` names its objects."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def path(self) -> str:
+        """The cluster-wide list path (``/api/v1/pods``, ``/apis/apps/v1/deployments``)."""
+        if not self.group:
+            return f"/api/{self.version}/{self.plural}"
+        return f"/apis/{self.group}/{self.version}/{self.plural}"
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` or ``group/version``: what list items lack and get filled in with."""
+        return self.version if not self.group else f"{self.group}/{self.version}"
+
+
+#: What the audit reads, in this order: namespaces and nodes first (policies need the namespace
+#: object, placement the nodes), then the workload controllers, then pods. CRDs that a cluster
+#: does not have answer 404 and are skipped.
+AUDIT_RESOURCES: tuple[Resource, ...] = (
+    Resource("", "v1", "namespaces", "Namespace"),
+    Resource("", "v1", "nodes", "Node"),
+    Resource("apps", "v1", "deployments", "Deployment"),
+    Resource("apps", "v1", "replicasets", "ReplicaSet"),
+    Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource("apps", "v1", "daemonsets", "DaemonSet"),
+    Resource("batch", "v1", "cronjobs", "CronJob"),
+    Resource("batch", "v1", "jobs", "Job"),
+    Resource("", "v1", "replicationcontrollers", "ReplicationController"),
+    Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    Resource("kubeflow.org", "v1", "tfjobs", "TFJob"),
+    Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
+    Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
+    Resource("kubeflow.org", "v1", "jaxjobs", "JAXJob"),
+    Resource("ray.io", "v1", "rayclusters", "RayCluster"),
+    Resource("ray.io", "v1", "rayjobs", "RayJob"),
+    Resource("ray.io", "v1", "rayservices", "RayService"),
+    Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+    Resource("kubevirt.io", "v1", "virtualmachines", "VirtualMachine"),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
+    Resource("", "v1", "pods", "Pod"),
+)
+
+
+class ListError(Exception):
+    """A resource could not be listed; the message names the resource and the API's answer."""
+
+
+class NotServed(ListError):
+    """The API server does not serve the resource (404: the CRD is not installed)."""
+
+
+@dataclass
+class ListStats:
+    """What listing one resource took: pages, objects, relists (410), waits (429), retries (5xx).
+
+    ``waited_s`` is the sum of the Retry-After / back-off waits, in seconds.
+    """
+
+    pages: int = 0
+    objects: int = 0
+    relists: int = 0
+    throttled: int = 0
+    retries: int = 0
+    waited_s: float = 0.0
+    skipped_duplicates: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _retry_after(exc: ApiException, default: float) -> float:
+    """Seconds asked by a Retry-After header (delta-seconds form); ``default`` when absent."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else default
+    except (TypeError, ValueError):
+        seconds = default  # an HTTP-date form: kube-apiserver never sends it
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _reason(exc: ApiException) -> str:
+    """The API's Status message when the body has one, else the HTTP reason."""
+    try:
+        status = json.loads(exc.body or "")
+        message = status.get("message") if isinstance(status, dict) else None
+    except (TypeError, ValueError):
+        message = None
+    return f"{exc.status} {message or exc.reason or ''}".strip()
+
+
+class Lister:
+    """Lists resources page by page through an authenticated ``kubernetes.client.ApiClient``.
+
+    Args:
+        api_client: from :func:`kube.config.detect` or :func:`kube.connect.connect`.
+        page_size: ``limit`` of each request (objects per page).
+        sleep: how to wait (seconds); tests pass a recorder.
+        timeout_s: (connect, read) timeouts of one request, in seconds.
+    """
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, page_size: int = DEFAULT_PAGE_SIZE,
+                 sleep: Callable[[float], None] = time.sleep,
+                 timeout_s: tuple[float, float] = (10.0, 120.0)) -> None:
+        self._api = api_client
+        self._page_size = page_size
+        self._sleep = sleep
+        self._timeout = timeout_s
+        # urllib3 would retry 429 / 503 itself (3 times, then raise MaxRetryError); answers must
+        # reach iter_pages, which honours Retry-After without that limit. Connection errors are
+        # still retried by urllib3.
+        pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+        if pool is not None:
+            pool.connection_pool_kw["retries"] = Retry(
+                total=3, status=0, respect_retry_after_header=False, raise_on_status=False)
+
+    def _get(self, resource: Resource, token: str | None) -> dict[str, Any]:
+        """One page, as the parsed List. Raises ApiException for non-2xx answers."""
+        query: list[tuple[str, Any]] = [("limit", self._page_size)]
+        if token:
+            query.append(("continue", token))
+        request = self._api.param_serialize(
+            "GET", resource.path, query_params=query,
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = self._api.call_api(*request, _request_timeout=self._timeout)
+        body = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=body.decode(
+                "utf-8", "replace") if isinstance(body, bytes) else body, data=None)
+        page = json.loads(body)
+        if not isinstance(page, dict):
+            raise ListError(f"{resource.path}: the API answered a {type(page).__name__}, "
+                            "not a List")
+        return page
+
+    def iter_pages(self, resource: Resource,
+                   stats: ListStats | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Yield each page's items (with ``apiVersion`` and ``kind`` filled in, as kubectl does).
+
+        Raises:
+            NotServed: the resource is not served (404).
+            ListError: any other failure (403 forbidden, repeated 429 / 5xx / 410, network
+                errors); the message names the resource.
+        """
+        stats = stats if stats is not None else ListStats()
+        seen: set[str] = set()
+        token: str | None = None
+        throttled = server_errors = 0
+        while True:
+            try:
+                page = self._get(resource, token)
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise NotServed(f"{resource.path}: not served by this cluster") from None
+                if exc.status == 410 and token:
+                    stats.relists += 1
+                    if stats.relists > MAX_RELISTS:
+                        raise ListError(f"{resource.path}: the list expired (410) "
+                                        f"{stats.relists} times; giving up") from None
+                    stats.notes.append(f"{resource.path}: continue token expired (410 Gone); "
+                                       "listing again from the start")
+                    token = None
+                    continue
+                if exc.status == 429:
+                    throttled += 1
+                    stats.throttled += 1
+                    if throttled > MAX_THROTTLED:
+                        raise ListError(f"{resource.path}: throttled (429) {throttled} times in "
+                                        "a row; giving up") from None
+                    wait = _retry_after(exc, 1.0)
+                    stats.waited_s += wait
+                    self._sleep(wait)
+                    continue
+                if exc.status is not None and 500 <= exc.status <= 599:
+                    server_errors += 1
+                    stats.retries += 1
+                    if server_errors > MAX_SERVER_ERRORS:
+                        raise ListError(f"{resource.path}: {_reason(exc)} "
+                                        f"({server_errors} times)") from None
+                    wait = _retry_after(exc, min(0.5 * 2 ** server_errors, 8.0))
+                    stats.waited_s += wait
+                    self._sleep(wait)
+                    continue
+                raise ListError(f"{resource.path}: {_reason(exc)}") from None
+            except (OSError, ValueError) as exc:
+                raise ListError(f"{resource.path}: {type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # urllib3 raises its own hierarchy (MaxRetryError, ...)
+                if type(exc).__module__.startswith("urllib3"):
+                    raise ListError(f"{resource.path}: cannot reach the API server: "
+                                    f"{type(exc).__name__}") from None
+                raise
+            throttled = server_errors = 0
+            stats.pages += 1
+            items = page.get("items") if isinstance(page.get("items"), list) else []
+            fresh = []
+            for item in items:
+                if not isinstance(item, dict):
+                    continue
+                metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+                identity = str(metadata.get("uid") or
+                               f"{metadata.get('namespace')}/{metadata.get('name')}")
+                if identity in seen:
+                    stats.skipped_duplicates += 1
+                    continue
+                seen.add(identity)
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                fresh.append(item)
+            stats.objects += len(fresh)
+            yield fresh
+            metadata = page.get("metadata") if isinstance(page.get("metadata"), dict) else {}
+            token = metadata.get("continue") or None
+            if not token:
+                return
