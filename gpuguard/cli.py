@@ -17,6 +17,7 @@ from gpuguard import (
     check_command,
     gpus_command,
     lint_command,
+    serve_command,
     test_command,
 )
 from gpuguard.settings import gpu_settings_from_args
@@ -39,7 +40,8 @@ class _UsageError(Exception):
 
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
-_COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command)
+_COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
+             serve_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

@@ -200,11 +200,13 @@ class Engine:
         return workload_facts(obj, settings=self.settings)
 
     def _base_or_error(self, base: dict[str, Any], current: Mapping[str, Any] | None,
+                       subject: Mapping[str, Any] | None,
                        ) -> tuple[WorkloadFacts | None, PreparedData | str]:
-        """GPU facts and prepared CEL data of the current object; an internal failure becomes
-        an error text that every applicable policy reports under its failurePolicy."""
+        """GPU facts (of ``subject``: the object, or oldObject on DELETE) and the prepared CEL
+        data with ``object`` = ``current`` (null on DELETE, as in Kubernetes); an internal failure
+        becomes an error text every applicable policy reports under its failurePolicy."""
         try:
-            facts = self._facts(current)
+            facts = self._facts(subject)
         except Exception as exc:  # a bug here must not crash admission
             return None, f"the GPU facts of the object could not be computed: {_describe(exc)}"
         return facts, self._base(base, current, facts)
@@ -239,7 +241,7 @@ class Engine:
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
         applicable = self._applicable(review, point, run)
-        facts, prepared = self._base_or_error(base, review.subject) if applicable \
+        facts, prepared = self._base_or_error(base, current, review.subject) if applicable \
             else (None, PreparedData())
         shared: dict[int, RequestActivation] = {}
         if mutate:
@@ -257,7 +259,7 @@ class Engine:
                     continue
                 if changed is not current:
                     current = changed
-                    facts, prepared = self._base_or_error(base, current)
+                    facts, prepared = self._base_or_error(base, current, current)
                     shared = {}
         if validate:
             for policy in applicable:

@@ -982,3 +982,18 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
         vendors=tuple(sorted(set(out.vendors))), invalid=tuple(out.invalid),
         sources=tuple(out.sources),
     )
+
+
+def pinned_product(spec: Mapping[str, Any] | None) -> str | None:
+    """The GPU product (``nvidia.com/gpu.product`` value) a PodSpec is pinned to, or None.
+
+    A pod is pinned when its nodeSelector names one product, or when every required node-affinity
+    term allows exactly the same single product (:func:`_selector_values`). The MIG-single and
+    ``-SHARED`` suffixes are stripped (``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb`` →
+    ``NVIDIA-A100-SXM4-80GB``), so quota per product counts the physical model. Used by quota.
+    """
+    values = _selector_values(_as_dict(spec), PRODUCT_LABEL)
+    if not values:
+        return None
+    bases = {mig.parse_product(v).base for v in values}
+    return next(iter(bases)) if len(bases) == 1 else None

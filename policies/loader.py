@@ -41,6 +41,7 @@ from policies.model import (
     Rule,
     Subject,
 )
+from policies.quota import QUOTA_KIND, Quota, parse_quota
 from policies.sources import Document, load_package_yaml, read_documents
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
@@ -88,8 +89,8 @@ class PolicyError:
 
 
 @functools.cache
-def _schema_validator() -> jsonschema.protocols.Validator:
-    schema = load_package_yaml("policies.data", "gpupolicy.schema.json")
+def _schema_validator(name: str = "gpupolicy.schema.json") -> jsonschema.protocols.Validator:
+    schema = load_package_yaml("policies.data", name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
@@ -261,19 +262,37 @@ def _mutations(items: Any, builder: _Builder, base: str) -> tuple[Mutation, ...]
     return tuple(result)
 
 
-def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
-    """Check a GPUPolicy against the schema and compile its CEL; None when anything is wrong.
-
-    CEL is compiled even when the schema check fails, so one run lists every error.
-    """
-    before = len(builder.errors)
-    for error in sorted(_schema_validator().iter_errors(document.body),
+def _schema_errors(document: Document, builder: _Builder,
+                   schema: str = "gpupolicy.schema.json") -> None:
+    """Report every JSON Schema error of a gpuguard document (GPUPolicy, GPUQuota)."""
+    for error in sorted(_schema_validator(schema).iter_errors(document.body),
                         key=lambda e: [str(p) for p in e.absolute_path]):
         path = _path(error.absolute_path)
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
             extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
             path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
         builder.error(path, _schema_message(error))
+
+
+def _build_quota(document: Document, builder: _Builder) -> Quota | None:
+    """Check a GPUQuota against ``gpuquota.schema.json`` and build it; None on any error."""
+    before = len(builder.errors)
+    _schema_errors(document, builder, "gpuquota.schema.json")
+    if len(builder.errors) != before:
+        return None
+    quota, problems = parse_quota(document.body, document.location)
+    for path, message in problems:
+        builder.error(path, message)
+    return quota
+
+
+def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
+    """Check a GPUPolicy against the schema and compile its CEL; None when anything is wrong.
+
+    CEL is compiled even when the schema check fails, so one run lists every error.
+    """
+    before = len(builder.errors)
+    _schema_errors(document, builder)
     body = document.body
     spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
     metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
@@ -559,6 +578,7 @@ def build_policy_set(
     """Compile already-read documents; see :func:`load_policies`."""
     errors = errors if errors is not None else []
     policies: list[Policy] = []
+    quotas: list[Quota] = []
     warnings: list[str] = []
     bindings: dict[str, list[Document]] = {}
     used: set[int] = set()
@@ -585,8 +605,11 @@ def build_policy_set(
         builder = _Builder(document, environment, errors)
         if kind == "GPUPolicy" or body.get("apiVersion") == GPUPOLICY_API:
             used.add(id(document))
-            if kind == "GPUQuota":
-                continue  # quota documents are read by the quota module
+            if kind == QUOTA_KIND:
+                quota = _build_quota(document, builder)
+                if quota is not None:
+                    quotas.append(quota)
+                continue
             policy = _build_gpupolicy(document, builder)
             if policy is not None:
                 policies.append(policy)
@@ -636,4 +659,29 @@ def build_policy_set(
                                       f"{first.source}: document {first.index}"))
         seen.setdefault(policy.name, policy)
     policies = [p for p in policies if seen[p.name] is p]
-    return PolicySet(tuple(policies), tuple(warnings)), errors
+    quota_names: set[str] = set()
+    for quota in quotas:
+        if quota.name in quota_names:
+            errors.append(PolicyError(quota.source, None, None, "metadata.name",
+                                      f"GPUQuota name {quota.name!r} is already used (it names "
+                                      "the reservation ledger)"))
+        quota_names.add(quota.name)
+    return PolicySet(tuple(policies), tuple(warnings), tuple(quotas)), errors
+
+
+def load_quotas(paths: Sequence[str]) -> tuple[tuple[Quota, ...], list[PolicyError]]:
+    """Load only the ``GPUQuota`` documents under ``paths`` (files, directories).
+
+    Returns:
+        ``(quotas in file order, errors)``; a quota with any error is left out.
+    """
+    documents, load_errors = read_documents(paths, with_lines=True)
+    errors = [PolicyError(e.source, e.index, None, "", e.message) for e in load_errors]
+    quotas = []
+    for document in documents:
+        if document.body.get("kind") == QUOTA_KIND and \
+                document.body.get("apiVersion") == GPUPOLICY_API:
+            quota = _build_quota(document, _Builder(document, None, errors))  # type: ignore[arg-type]
+            if quota is not None:
+                quotas.append(quota)
+    return tuple(quotas), errors

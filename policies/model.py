@@ -14,9 +14,12 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policies.cel import CompiledExpression
+
+if TYPE_CHECKING:
+    from policies.quota import Quota
 
 DENY, WARN, AUDIT = "Deny", "Warn", "Audit"
 FAIL, IGNORE = "Fail", "Ignore"
@@ -201,6 +204,7 @@ class PolicySet:
 
     policies: tuple[Policy, ...]
     warnings: tuple[str, ...] = ()
+    quotas: tuple[Quota, ...] = ()  # GPUQuota documents (policies.quota), in file order
 
     def names(self) -> tuple[str, ...]:
         """Policy names, in evaluation order."""

@@ -192,7 +192,7 @@ def _job_pods(job_spec: Mapping[str, Any], path: str, reader: _Replicas) -> int:
 
 def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTemplate] | None:
     """Templates of a known kind, or None when the kind is not one gpuguard knows."""
-    kind = obj.get("kind")
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
     api_version = str(obj.get("apiVersion", ""))
     spec = reader.map(obj, "spec", "")
     if kind == "Pod":
@@ -359,8 +359,11 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
         whose GPUs come from ``domain.devices`` (``vm_domain_path``).
     """
-    kind = str(obj.get("kind", ""))
     reader = _Replicas()
+    kind = obj.get("kind", "")
+    if not isinstance(kind, str):
+        reader.invalid.append(f"kind: expected a string, got {type(kind).__name__}")
+        kind = ""
     metadata = reader.map(obj, "metadata", "")
     names = {}
     for key in ("namespace", "name", "generateName"):

@@ -179,3 +179,9 @@ def test_markup_and_escape_codes_in_names_are_printed_literally(tmp_path, capsys
     assert main(["gpus", "-f", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Pod/[/red]" in out and "\x1b" not in out and "\\x1b[2J" in out
+
+
+def test_a_kind_that_is_not_a_string_is_invalid_not_a_crash():
+    facts = workload_facts({"apiVersion": "v1", "kind": ["Pod"],
+                            "spec": {"containers": [{"name": "c"}]}})
+    assert facts is not None and "kind: expected a string, got list" in facts.total.invalid

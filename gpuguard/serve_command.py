@@ -1,0 +1,380 @@
+"""``gpuguard serve``: run the admission webhook (the composition root of the server).
+
+Builds the settings once from the command line, checks the inputs (certificate, policies' paths,
+namespace-labels file, cluster configuration) before anything starts so that mistakes exit 2 with
+one clear line, then wires :mod:`certs` (``ReloadingTLS``), :mod:`kube` (namespace watch cache or
+standalone file) and :mod:`webhook` together in each worker process. With ``--workers N`` the
+parent spawns N workers sharing the port (``SO_REUSEPORT``), forwards SIGTERM / SIGINT to them,
+restarts one that dies unexpectedly, and exposes their summed metrics (prometheus-client
+multiprocess mode). ``--dev`` makes a throw-away CA and serving certificate in a temporary
+directory and prints a ready-to-paste ``curl`` command.
+
+Exit codes: 0 after a graceful shutdown; 1 the server could not start (port taken) or a worker
+failed; 2 bad usage or input (missing certificate, refused TLS material, unreadable namespace
+labels, unusable kubeconfig).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from certs.files import CA_CERT, TLS_CERT, TLS_KEY
+from certs.generate import generate_ca, generate_serving_cert
+from certs.material import utc_now
+from certs.tls import ReloadingTLS, TLSError, describe
+from gpuguard import policy_set
+from gpuguard.settings import add_gpu_settings
+from kube.config import ClusterConfigError, detect
+from kube.namespaces import (
+    NamespaceFileError,
+    NamespaceWatch,
+    StaticNamespaces,
+    read_namespace_file,
+)
+from policies.resource_names import GPUSettings
+from webhook import logs
+from webhook.metrics import enable_multiprocess, mark_worker_dead
+from webhook.policy_store import PolicyStore
+from webhook.server import Server, run
+from webhook.settings import ServerSettings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+LOG = logging.getLogger("gpuguard.serve")
+SAMPLE_REVIEW = Path(__file__).resolve().parent.parent / "examples" / "admission" / \
+    "gpu-pod-review.json"
+DEV_SERVICE, DEV_NAMESPACE = "gpuguard", "gpuguard-system"
+_RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything a worker needs, built once by :func:`run` (picklable: sent to workers).
+
+    Attributes:
+        server: the server settings.
+        gpu: GPU naming and sharing.
+        policies: policy files / directories, or None for the built-in library.
+        cert_file / key_file: the serving certificate chain and key (PEM).
+        namespace_labels: a namespace-labels file (standalone namespaces), or None.
+        kubeconfig: an explicit kubeconfig, or None to detect.
+        log_level: ``debug``, ``info``, ``warning`` or ``error``.
+    """
+
+    server: ServerSettings
+    gpu: GPUSettings
+    policies: tuple[str, ...] | None
+    cert_file: str
+    key_file: str
+    namespace_labels: str | None
+    kubeconfig: str | None
+    log_level: str = "info"
+
+
+def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
+    """The namespace source: the labels file if given, else the cluster, else none.
+
+    Raises:
+        NamespaceFileError: the labels file cannot be used.
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    if config.namespace_labels:
+        return StaticNamespaces(read_namespace_file(config.namespace_labels),
+                                f"file {config.namespace_labels}")
+    cluster = detect(config.kubeconfig)
+    if cluster is None:
+        return StaticNamespaces({}, "none (standalone)")
+    watch = NamespaceWatch(cluster.api_client)
+    watch.source = f"cluster watch ({cluster.source})"
+    return watch
+
+
+def _certificate_check(tls: ReloadingTLS) -> Callable[[], str | None]:
+    def check() -> str | None:
+        if tls.not_after <= utc_now():
+            return (f"the serving certificate {tls.cert_file} expired at "
+                    f"{tls.not_after:%Y-%m-%dT%H:%M:%SZ}")
+        return None
+    return check
+
+
+def serve_worker(config: ServeConfig) -> int:
+    """Run one server process until SIGTERM / SIGINT; returns its exit code."""
+    logs.configure(config.log_level)
+    try:
+        tls = ReloadingTLS(config.cert_file, config.key_file)
+        namespaces = namespace_source(config)
+    except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
+        LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
+        return EXIT_USAGE
+    loader = functools.partial(policy_set.load, settings=config.gpu)
+    store = PolicyStore(config.policies, loader)
+    server = Server(config.server, store, namespaces, tls,
+                    certificate_check=_certificate_check(tls))
+    return run(server)
+
+
+def _exit_quietly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(EXIT_OK)
+
+
+def _worker_entry(config: ServeConfig) -> None:  # the spawned process's target
+    # A SIGTERM that arrives while the worker is still starting (nothing to drain yet) is a
+    # clean stop too; once serving, the event loop's handler takes over (graceful shutdown).
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    sys.exit(serve_worker(config))
+
+
+def supervise(config: ServeConfig) -> int:
+    """Run ``config.server.workers`` worker processes until SIGTERM / SIGINT (see module doc)."""
+    context = multiprocessing.get_context("spawn")
+    metrics_dir = tempfile.mkdtemp(prefix="gpuguard-metrics-")
+    enable_multiprocess(metrics_dir)
+    stopping = False
+
+    def start(index: int) -> Any:
+        process = context.Process(target=_worker_entry, args=(config,),
+                                  name=f"gpuguard-worker-{index}", daemon=False)
+        process.start()
+        LOG.info("worker started", extra={"fields": {"worker": index, "worker_pid":
+                                                     process.pid}})
+        return process
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for process in workers.values():
+            if process.is_alive():
+                process.terminate()  # SIGTERM: each worker shuts down gracefully
+
+    workers = {i: start(i) for i in range(config.server.workers)}
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    restarts: dict[int, int] = {}
+    failed = False
+    try:
+        while workers:
+            wait([p.sentinel for p in workers.values()], timeout=1.0)
+            for index, process in list(workers.items()):
+                if process.is_alive():
+                    continue
+                process.join()
+                mark_worker_dead(process.pid)
+                del workers[index]
+                if stopping:
+                    failed = failed or process.exitcode not in (EXIT_OK, -signal.SIGTERM)
+                    continue
+                if process.exitcode == EXIT_USAGE:
+                    failed = True  # bad input: restarting cannot help
+                    stop(signal.SIGTERM, None)
+                    continue
+                count = restarts.get(index, 0)
+                delay = _RESTART_BACKOFF_S[min(count, len(_RESTART_BACKOFF_S) - 1)]
+                LOG.error("worker exited unexpectedly; restarting", extra={"fields": {
+                    "worker": index, "exitcode": process.exitcode, "restart_in_s": delay}})
+                restarts[index] = count + 1
+                time.sleep(delay)
+                if not stopping:
+                    workers[index] = start(index)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+@dataclass(frozen=True)
+class DevMaterial:
+    """Throw-away TLS material of ``--dev``: the directory and the three files in it."""
+
+    directory: str
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+
+def make_dev_material(directory: str) -> DevMaterial:
+    """A fresh CA and a serving certificate (localhost, 127.0.0.1, the Service names)."""
+    ca_pem, ca_key = generate_ca("gpuguard dev CA (throw-away)", days=1)
+    cert_pem, key_pem = generate_serving_cert(ca_pem, ca_key, DEV_SERVICE, DEV_NAMESPACE, days=1,
+                                              extra_sans=("localhost", "127.0.0.1", "::1"))
+    paths = {}
+    for name, data, mode in ((CA_CERT, ca_pem, 0o644), (TLS_CERT, cert_pem, 0o644),
+                             (TLS_KEY, key_pem, 0o600)):
+        path = os.path.join(directory, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        paths[name] = path
+    return DevMaterial(directory, paths[CA_CERT], paths[TLS_CERT], paths[TLS_KEY])
+
+
+def curl_command(ca_file: str, port: int, endpoint: str = "validate",
+                 review: Path = SAMPLE_REVIEW) -> str:
+    """The ``curl`` command posting the sample AdmissionReview to a ``--dev`` server."""
+    return (f"curl --cacert {ca_file} -H 'Content-Type: application/json' "
+            f"--data-binary @{review} https://localhost:{port}/{endpoint}")
+
+
+def build_config(args: argparse.Namespace, settings: GPUSettings, *,
+                 cert_file: str, key_file: str) -> ServeConfig:
+    """The :class:`ServeConfig` of the parsed arguments.
+
+    Raises:
+        ValueError: a setting out of range; the message names it.
+    """
+    host = args.host or ("127.0.0.1" if args.dev else "0.0.0.0")
+    server = ServerSettings(
+        host=host, port=args.port, workers=args.workers, deadline_ms=args.deadline_ms,
+        eval_threads=args.eval_threads, policy_reload_s=args.policy_reload_s,
+        tls_reload_s=args.tls_reload_s, shutdown_delay_s=args.shutdown_delay_s,
+        drain_timeout_s=args.drain_timeout_s, log_objects=args.log_objects,
+        benchmark_routes=args.benchmark_routes,
+    )
+    return ServeConfig(server=server, gpu=settings,
+                       policies=tuple(args.policies) if args.policies else None,
+                       cert_file=cert_file, key_file=key_file,
+                       namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
+                       log_level=args.log_level)
+
+
+def _preflight(config: ServeConfig) -> str | None:
+    """Check the inputs once, in the parent; returns the first problem, or None."""
+    try:
+        tls = ReloadingTLS(config.cert_file, config.key_file)
+        source = namespace_source(config)
+    except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
+        return str(exc)
+    for path in config.policies or ():
+        if not Path(path).exists():
+            return f"--policies {path}: no such file or directory"
+    standalone = isinstance(source, StaticNamespaces) and not config.namespace_labels
+    LOG.info("starting gpuguard serve", extra={"fields": {
+        "certificate": describe(tls), "policies": ", ".join(config.policies or ())
+        or "built-in library", "namespaces": source.source, "workers": config.server.workers,
+        "port": config.server.port}})
+    if standalone:
+        LOG.warning("no cluster configured (no kubeconfig, not in a pod): running standalone; "
+                    "namespaces carry only their kubernetes.io/metadata.name label (use "
+                    "--namespace-labels FILE to give their labels)")
+    elif isinstance(source, StaticNamespaces):
+        LOG.info("namespace labels from a file, not from the cluster",
+                 extra={"fields": {"file": config.namespace_labels}})
+    return None
+
+
+def run_command(args: argparse.Namespace, settings: GPUSettings) -> int:
+    """Handle ``gpuguard serve`` (see module docstring for the exit codes)."""
+    try:
+        logs.configure(args.log_level)
+    except ValueError as exc:
+        print(f"gpuguard serve: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.dev and not (args.cert and args.key):
+        print("gpuguard serve: error: --cert and --key are required (or --dev for a throw-away "
+              "certificate)", file=sys.stderr)
+        return EXIT_USAGE
+    dev_dir = tempfile.mkdtemp(prefix="gpuguard-dev-") if args.dev else None
+    try:
+        cert_file, key_file = args.cert, args.key
+        if dev_dir is not None:
+            material = make_dev_material(dev_dir)
+            cert_file, key_file = material.cert_file, material.key_file
+        try:
+            config = build_config(args, settings, cert_file=cert_file, key_file=key_file)
+        except ValueError as exc:
+            print(f"gpuguard serve: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        problem = _preflight(config)
+        if problem is not None:
+            print(f"gpuguard serve: error: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        if dev_dir is not None:
+            _print_dev_help(material, config.server.port)
+        if config.server.workers == 1:
+            return serve_worker(config)
+        return supervise(config)
+    finally:
+        if dev_dir is not None:
+            shutil.rmtree(dev_dir, ignore_errors=True)
+
+
+def _print_dev_help(material: DevMaterial, port: int) -> None:
+    review = SAMPLE_REVIEW if SAMPLE_REVIEW.is_file() else Path("REVIEW.json")
+    lines = [
+        f"gpuguard serve --dev: throw-away CA and serving certificate in {material.directory} "
+        "(removed on exit).",
+        "Post the sample GPU pod AdmissionReview:",
+        "  " + curl_command(material.ca_file, port, "validate", review),
+        "  " + curl_command(material.ca_file, port, "mutate", review),
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
+    """Add ``gpuguard serve``; returns (name, handler)."""
+    parser = commands.add_parser(
+        "serve", help="run the validating + mutating admission webhook (HTTPS)",
+        description="Serve POST /validate and /mutate (AdmissionReview admission.k8s.io/v1, "
+        "v1beta1), GET /healthz, /readyz and /metrics over HTTPS. Policies and the serving "
+        "certificate are reloaded when their files change.",
+    )
+    parser.add_argument("--policies", action="append", metavar="PATH",
+                        help="policy file or directory, e.g. a mounted ConfigMap (repeatable); "
+                        "default: the built-in library")
+    parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
+    parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
+    parser.add_argument("--dev", action="store_true",
+                        help="generate a throw-away CA and serving certificate, listen on "
+                        "127.0.0.1 and print a curl command to try it")
+    parser.add_argument("--host", help="listening address (default 0.0.0.0; 127.0.0.1 with "
+                        "--dev)")
+    parser.add_argument("--port", type=int, default=8443, help="listening port (default 8443)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="worker processes sharing the port (default 1)")
+    parser.add_argument("--namespace-labels", metavar="FILE",
+                        help="namespace labels (YAML: name -> labels map, or kubectl get ns -o "
+                        "yaml) instead of watching the cluster")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig to watch namespaces with (default: in-cluster, then "
+                        "$KUBECONFIG, then ~/.kube/config; none: standalone)")
+    parser.add_argument("--deadline-ms", type=int, default=ServerSettings.deadline_ms,
+                        metavar="N", help="evaluation deadline in ms; keep it below the "
+                        "webhook's timeoutSeconds (default %(default)s)")
+    parser.add_argument("--eval-threads", type=int, default=ServerSettings.eval_threads,
+                        metavar="N", help="threads evaluating policies per worker "
+                        "(default %(default)s)")
+    parser.add_argument("--policy-reload-s", type=float, default=ServerSettings.policy_reload_s,
+                        metavar="S", help="seconds between policy file checks "
+                        "(default %(default)s)")
+    parser.add_argument("--tls-reload-s", type=float, default=ServerSettings.tls_reload_s,
+                        metavar="S", help="seconds between certificate file checks "
+                        "(default %(default)s)")
+    parser.add_argument("--shutdown-delay-s", type=float,
+                        default=ServerSettings.shutdown_delay_s, metavar="S",
+                        help="after SIGTERM, seconds answering while not ready "
+                        "(default %(default)s)")
+    parser.add_argument("--drain-timeout-s", type=float, default=ServerSettings.drain_timeout_s,
+                        metavar="S", help="longest wait for requests in flight at shutdown "
+                        "(default %(default)s)")
+    parser.add_argument("--log-objects", action="store_true",
+                        help="include object and oldObject in the decision log lines")
+    parser.add_argument("--log-level", default="info",
+                        choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--benchmark-routes", action="store_true", help=argparse.SUPPRESS)
+    add_gpu_settings(parser)
+    return "serve", run_command
+

@@ -1,0 +1,346 @@
+"""Namespace objects for admission: a watch cache on the cluster, or a file when standalone.
+
+Owns answering "what is the Namespace object of ``name``" (labels for ``namespaceSelector``, the
+``namespaceObject`` CEL variable) from:
+
+- :class:`NamespaceWatch`: a paginated list then a watch of ``/api/v1/namespaces`` through the
+  official ``kubernetes`` client, in a daemon worker thread that hands each change to the asyncio
+  loop (``loop.call_soon_threadsafe``), so readers on the loop need no lock. A watch that expires
+  (HTTP 410 Gone, or an ``ERROR`` event with code 410) is followed by a fresh list that replaces
+  the whole cache (deletions missed meanwhile are dropped); other errors are retried with
+  back-off.
+- :class:`StaticNamespaces`: a fixed map, e.g. read by :func:`read_namespace_file` from YAML
+  (namespace name → labels map, or ``kubectl get ns -o yaml`` output).
+
+A namespace the source does not know gets a stub carrying only the
+``kubernetes.io/metadata.name`` label, which the API server sets on every namespace.
+
+Must not know about HTTP serving or policy semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+NAME_LABEL = "kubernetes.io/metadata.name"
+_LOG = logging.getLogger("gpuguard.kube.namespaces")
+
+
+class NamespaceFileError(ValueError):
+    """A namespace-labels file that cannot be used; the message names the file and the entry."""
+
+
+def namespace_stub(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Namespace object with ``labels`` plus the ``kubernetes.io/metadata.name`` label."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {**(labels or {}), NAME_LABEL: name}}}
+
+
+def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A Namespace as CEL sees it: without managedFields, with the name label present."""
+    metadata = dict(obj.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    name = str(metadata.get("name") or "")
+    metadata["labels"] = {**(metadata.get("labels") or {}), NAME_LABEL: name}
+    return {"apiVersion": "v1", "kind": "Namespace", **{k: v for k, v in obj.items()
+                                                         if k in ("spec", "status")},
+            "metadata": metadata}
+
+
+def _labels_of(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise NamespaceFileError(f"{where}: expected a map of label names to values")
+    labels = {}
+    for key, label in value.items():
+        if not isinstance(key, str) or not key:
+            raise NamespaceFileError(f"{where}: label name {key!r} is not a string")
+        if isinstance(label, (dict, list)):
+            raise NamespaceFileError(f"{where}.{key}: expected a label value (a string)")
+        labels[key] = "" if label is None else (str(label).lower() if isinstance(label, bool)
+                                                else str(label))
+    return labels
+
+
+def parse_namespace_documents(documents: list[Any], source: str) -> dict[str, dict[str, Any]]:
+    """Namespace objects by name from parsed YAML documents (see :func:`read_namespace_file`).
+
+    Raises:
+        NamespaceFileError: an entry that is neither form; the message names it.
+    """
+    namespaces: dict[str, dict[str, Any]] = {}
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        where = f"{source}: document {index}"
+        if not isinstance(document, Mapping):
+            raise NamespaceFileError(f"{where}: expected a map of namespace names to labels, a "
+                                     "Namespace or a List of Namespaces")
+        kind = document.get("kind")
+        if kind in ("List", "NamespaceList", "Namespace") and "apiVersion" in document:
+            items = document.get("items") if kind != "Namespace" else [document]
+            if not isinstance(items, list):
+                raise NamespaceFileError(f"{where}: items: expected a list of Namespaces")
+            for i, item in enumerate(items):
+                item_where = where if kind == "Namespace" else f"{where}: items[{i}]"
+                if not isinstance(item, Mapping) or item.get("kind", "Namespace") != "Namespace":
+                    raise NamespaceFileError(f"{item_where}: expected a Namespace")
+                metadata = item.get("metadata")
+                name = metadata.get("name") if isinstance(metadata, Mapping) else None
+                if not isinstance(name, str) or not name:
+                    raise NamespaceFileError(f"{item_where}: metadata.name: expected a name")
+                labels = _labels_of(metadata.get("labels"), f"{item_where}: metadata.labels")
+                namespaces[name] = _trim({**item, "metadata": {**metadata, "labels": labels}})
+            continue
+        for name, labels in document.items():
+            if not isinstance(name, str) or not name:
+                raise NamespaceFileError(f"{where}: namespace name {name!r} is not a string")
+            namespaces[name] = namespace_stub(name, _labels_of(labels, f"{where}: {name}"))
+    return namespaces
+
+
+def read_namespace_file(path: str) -> dict[str, dict[str, Any]]:
+    """Read namespace labels from YAML: ``name: {label: value}`` maps, or Namespace objects.
+
+    Accepted forms: a map of namespace name to its labels map (``team-a: {gpuguard.io/team:
+    a}``), ``kubectl get ns -o yaml`` output (a ``List`` of Namespaces), or Namespace documents
+    separated by ``---``.
+
+    Raises:
+        NamespaceFileError: the file cannot be read or parsed, or an entry is malformed.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NamespaceFileError(f"{path}: cannot be read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise NamespaceFileError(f"{path}: not valid YAML: {exc}") from None
+    return parse_namespace_documents(documents, path)
+
+
+class StaticNamespaces:
+    """A fixed set of namespaces (from a file, or none at all).
+
+    Args:
+        namespaces: Namespace objects by name.
+        source: where they came from, for logs (``file PATH`` or ``none``).
+    """
+
+    def __init__(self, namespaces: Mapping[str, Mapping[str, Any]], source: str) -> None:
+        self._namespaces = dict(namespaces)
+        self.source = source
+
+    def get(self, name: str) -> Mapping[str, Any]:
+        """The Namespace object of ``name`` (a stub when unknown)."""
+        found = self._namespaces.get(name)
+        return found if found is not None else namespace_stub(name)
+
+    def status(self) -> tuple[bool, str]:
+        """Always synced: ``(True, description)``."""
+        return True, f"{len(self._namespaces)} namespaces from {self.source}"
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion expired: list again."""
+
+
+class NamespaceWatch:
+    """Namespaces of a live cluster, kept current by list + watch in a worker thread.
+
+    Args:
+        api_client: an authenticated ``kubernetes.client.ApiClient`` (see :mod:`kube.config`).
+        watch_timeout_s: server-side timeout of one watch call (seconds); the watch is resumed
+            from the last resourceVersion after it.
+        page_size: namespaces per list page.
+        max_backoff_s: longest wait between retries after an error (seconds).
+    """
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, watch_timeout_s: int = 300,
+                 page_size: int = 500, max_backoff_s: float = 30.0) -> None:
+        self._api = k8s_client.CoreV1Api(api_client)
+        self._watch_timeout_s = watch_timeout_s
+        self._page_size = page_size
+        self._max_backoff_s = max_backoff_s
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._synced = False
+        self._last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._response: Any = None
+        self.lists = 0  # completed lists (the first, then one per relist)
+        self.source = "cluster watch"
+
+    # --- readers (event-loop thread) -----------------------------------------------------------
+
+    def get(self, name: str) -> Mapping[str, Any]:
+        """The Namespace object of ``name`` (a stub when unknown, e.g. created a moment ago)."""
+        found = self._namespaces.get(name)
+        return found if found is not None else namespace_stub(name)
+
+    def status(self) -> tuple[bool, str]:
+        """``(synced, detail)``: synced once the first list arrived."""
+        if self._synced:
+            return True, f"{len(self._namespaces)} namespaces, watching"
+        return False, f"namespace list not received yet: {self._last_error or 'listing'}"
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start the worker thread; changes are applied on ``loop`` (or in the thread if None)."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="namespace-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the worker thread and wait up to ``timeout`` seconds for it.
+
+        The open watch's socket is shut down, which wakes the thread's blocking read (closing
+        the response from here would wait for that read: it holds the stream's lock).
+        """
+        self._stop.set()
+        response = self._response
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed: the thread is on its way out
+                _LOG.debug("shutting the namespace watch socket down failed", exc_info=True)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # --- worker thread ------------------------------------------------------------------------
+
+    def _post(self, change: Callable[[], None]) -> None:
+        if self._loop is None:
+            change()
+            return
+        try:
+            self._loop.call_soon_threadsafe(change)
+        except RuntimeError:  # the loop is closed: the server is gone
+            self._stop.set()
+
+    def _replace(self, namespaces: dict[str, dict[str, Any]]) -> None:
+        def apply() -> None:
+            self._namespaces = namespaces
+            self._synced = True
+            self._last_error = None
+            self.lists += 1
+        self._post(apply)
+
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+
+        def apply() -> None:
+            if kind == "DELETED":
+                self._namespaces.pop(name, None)
+            else:
+                self._namespaces[name] = obj
+        self._post(apply)
+
+    def _list(self) -> tuple[dict[str, dict[str, Any]], str]:
+        namespaces: dict[str, dict[str, Any]] = {}
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
+                                      "_request_timeout": (10, 60)}
+            if token:
+                kwargs["_continue"] = token
+            response = self._api.list_namespace(**kwargs)
+            page = json.loads(response.data)
+            for item in page.get("items") or []:
+                trimmed = _trim(item)
+                namespaces[trimmed["metadata"]["name"]] = trimmed
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return namespaces, str(metadata.get("resourceVersion") or "")
+
+    def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        response = self._api.list_namespace(
+            watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s, _preload_content=False,
+            _request_timeout=(10, self._watch_timeout_s + 30))
+        self._response = response
+        try:
+            for line in iter_resp_lines(response):
+                if self._stop.is_set():
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                yield str(event.get("type")), event.get("object") or {}
+        finally:
+            self._response = None
+            response.close()
+            response.release_conn()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                namespaces, version = self._list()
+                self._replace(namespaces)
+                _LOG.info("namespace cache listed", extra={"fields": {
+                    "namespaces": len(namespaces), "resourceVersion": version}})
+                backoff = 0.5
+                while not self._stop.is_set():
+                    started, events = time.monotonic(), 0
+                    for kind, obj in self._events(version):
+                        events += 1
+                        if kind == "ERROR":
+                            if obj.get("code") == 410:
+                                raise _Gone(str(obj.get("message") or "resourceVersion expired"))
+                            raise RuntimeError(f"watch error {obj.get('code')}: "
+                                               f"{obj.get('message')}")
+                        version = str((obj.get("metadata") or {}).get("resourceVersion")
+                                      or version)
+                        if kind in ("ADDED", "MODIFIED", "DELETED"):
+                            self._apply(kind, _trim(obj))
+                    if not events and time.monotonic() - started < 1.0:
+                        self._stop.wait(1.0)  # a watch closed at once: do not hammer the API
+            except _Gone as exc:
+                _LOG.info("namespace watch expired (410 Gone); listing again",
+                          extra={"fields": {"detail": str(exc)}})
+            except ApiException as exc:
+                if exc.status == 410:
+                    _LOG.info("namespace watch expired (410 Gone); listing again")
+                    continue
+                self._failed(f"API error {exc.status} {exc.reason}", backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+            except Exception as exc:  # network errors of every kind: retry
+                if self._stop.is_set():
+                    return
+                self._failed(f"{type(exc).__name__}: {exc}", backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+
+    def _failed(self, message: str, backoff: float) -> None:
+        def apply() -> None:
+            self._last_error = message
+        self._post(apply)
+        _LOG.warning("namespace watch failed; retrying", extra={"fields": {
+            "error": message, "retry_in_s": backoff}})
+        self._stop.wait(backoff)

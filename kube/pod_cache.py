@@ -1,0 +1,255 @@
+"""GPU usage of the cluster's pods for quota: an index of pod charges kept by a pod watch.
+
+:class:`PodUsageIndex` holds, per pod, the usage it counts for (:func:`policies.quota.pod_charge`)
+and running totals per namespace, so the usage of a quota's scope is a sum over namespaces, not
+over pods (the admission hot path). Pending and running pods count; finished pods
+(``Succeeded`` / ``Failed``) and deleted ones do not.
+
+:class:`PodCache` fills the index from a live cluster: a paginated list of ``/api/v1/pods`` then a
+watch, in a daemon worker thread (the pattern of :class:`kube.namespaces.NamespaceWatch`). A watch
+that expires (410 Gone, or an ``ERROR`` event with code 410) is followed by a fresh list that
+replaces the index; other errors are retried with back-off. Readers may be on any thread: the
+index is guarded by a lock.
+
+Must not know about HTTP serving; quota semantics are :mod:`policies.quota`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from policies.quota import ZERO, Quota, Usage, pod_charge
+from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+
+_LOG = logging.getLogger("gpuguard.kube.pod_cache")
+
+
+class PodUsageIndex:
+    """Usage per pod and per namespace (see module docstring). Thread-safe.
+
+    Args:
+        namespace_labels: namespace name → its labels, for team scopes.
+        settings: GPU naming, for the GPU facts.
+    """
+
+    def __init__(self, namespace_labels: Callable[[str], Mapping[str, Any]] = lambda n: {},
+                 settings: GPUSettings = DEFAULT_SETTINGS) -> None:
+        self.namespace_labels = namespace_labels
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._pods: dict[tuple[str, str], Usage] = {}
+        self._namespaces: dict[str, Usage] = {}
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            remaining = self._namespaces[key[0]] - old
+            if remaining.pods <= 0:
+                del self._namespaces[key[0]]
+            else:
+                self._namespaces[key[0]] = remaining
+
+    def upsert(self, pod: Mapping[str, Any]) -> None:
+        """Add or update a pod (a finished pod is removed)."""
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        usage = pod_charge(pod, self.settings).usage
+        with self._lock:
+            self._remove(key)
+            if usage.pods:
+                self._pods[key] = usage
+                self._namespaces[key[0]] = self._namespaces.get(key[0], ZERO) + usage
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Forget a pod."""
+        with self._lock:
+            self._remove((namespace, name))
+
+    def replace(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Replace everything (after a list)."""
+        fresh = PodUsageIndex(self.namespace_labels, self.settings)
+        for pod in pods:
+            fresh.upsert(pod)
+        with self._lock:
+            self._pods, self._namespaces = fresh._pods, fresh._namespaces
+
+    def pod_usage(self, namespace: str, name: str) -> Usage | None:
+        """The usage of one pod; None when not in the index."""
+        return self._pods.get((namespace, name))
+
+    def usage(self, quota: Quota) -> Usage:
+        """Usage of the pods in ``quota``'s scope (GPU-equivalents, devices, MiB, …)."""
+        scope = quota.scope
+        if scope.kind == "Namespace":
+            return self._namespaces.get(str(scope.namespace), ZERO)
+        total = ZERO
+        for namespace, usage in list(self._namespaces.items()):
+            if scope.applies(namespace, self.namespace_labels(namespace)):
+                total = total + usage
+        return total
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+def _trim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What quota needs of a pod: metadata (names, annotations), spec, status.phase."""
+    metadata = pod.get("metadata") or {}
+    return {
+        "kind": "Pod",
+        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "annotations",
+                                                  "labels", "resourceVersion") if k in metadata},
+        "spec": pod.get("spec") or {},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion expired: list again."""
+
+
+class PodCache:
+    """A :class:`PodUsageIndex` kept current by list + watch of all pods, in a worker thread.
+
+    Args:
+        api_client: an authenticated ``kubernetes.client.ApiClient``.
+        index: the index to fill (its namespace labels and settings are used).
+        watch_timeout_s: server-side timeout of one watch call (seconds).
+        page_size: pods per list page.
+        max_backoff_s: longest wait between retries after an error (seconds).
+    """
+
+    def __init__(self, api_client: k8s_client.ApiClient, index: PodUsageIndex | None = None, *,
+                 watch_timeout_s: int = 300, page_size: int = 500,
+                 max_backoff_s: float = 30.0) -> None:
+        self._api = k8s_client.CoreV1Api(api_client)
+        self.index = index if index is not None else PodUsageIndex()
+        self._watch_timeout_s = watch_timeout_s
+        self._page_size = page_size
+        self._max_backoff_s = max_backoff_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._response: Any = None
+        self.synced = threading.Event()
+        self.lists = 0  # completed lists (the first, then one per relist)
+        self.last_error: str | None = None
+
+    # UsageSource, delegated
+    def usage(self, quota: Quota) -> Usage:
+        """See :meth:`PodUsageIndex.usage`."""
+        return self.index.usage(quota)
+
+    def pod_usage(self, namespace: str, name: str) -> Usage | None:
+        """See :meth:`PodUsageIndex.pod_usage`."""
+        return self.index.pod_usage(namespace, name)
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._run, name="pod-cache", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the worker (shutting the open watch's socket down) and wait up to ``timeout`` s."""
+        self._stop.set()
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                _LOG.debug("shutting the pod watch socket down failed", exc_info=True)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _list(self) -> str:
+        pods: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
+                                      "_request_timeout": (10, 60)}
+            if token:
+                kwargs["_continue"] = token
+            page = json.loads(self._api.list_pod_for_all_namespaces(**kwargs).data)
+            pods.extend(_trim(item) for item in page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                self.index.replace(pods)
+                self.lists += 1
+                self.last_error = None
+                self.synced.set()
+                return str(metadata.get("resourceVersion") or "")
+
+    def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        response = self._api.list_pod_for_all_namespaces(
+            watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s, _preload_content=False,
+            _request_timeout=(10, self._watch_timeout_s + 30))
+        self._response = response
+        try:
+            for line in iter_resp_lines(response):
+                if self._stop.is_set():
+                    return
+                if line.strip():
+                    event = json.loads(line)
+                    yield str(event.get("type")), event.get("object") or {}
+        finally:
+            self._response = None
+            response.close()
+            response.release_conn()
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        metadata = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.index.delete(str(metadata.get("namespace") or ""), str(metadata.get("name")))
+        elif kind in ("ADDED", "MODIFIED"):
+            self.index.upsert(_trim(obj))
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                version = self._list()
+                backoff = 0.5
+                while not self._stop.is_set():
+                    started, events = time.monotonic(), 0
+                    for kind, obj in self._events(version):
+                        events += 1
+                        if kind == "ERROR":
+                            if obj.get("code") == 410:
+                                raise _Gone(str(obj.get("message") or "expired"))
+                            raise RuntimeError(f"watch error {obj.get('code')}: "
+                                               f"{obj.get('message')}")
+                        version = str((obj.get("metadata") or {}).get("resourceVersion")
+                                      or version)
+                        self._apply(kind, obj)
+                    if not events and time.monotonic() - started < 1.0:
+                        self._stop.wait(1.0)
+            except _Gone:
+                _LOG.info("pod watch expired (410 Gone); listing again")
+            except ApiException as exc:
+                if exc.status == 410:
+                    _LOG.info("pod watch expired (410 Gone); listing again")
+                    continue
+                self._failed(f"API error {exc.status} {exc.reason}", backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+            except Exception as exc:  # network errors of every kind: retry
+                if self._stop.is_set():
+                    return
+                self._failed(f"{type(exc).__name__}: {exc}", backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+
+    def _failed(self, message: str, backoff: float) -> None:
+        self.last_error = message
+        _LOG.warning("pod watch failed; retrying", extra={"fields": {"error": message,
+                                                                     "retry_in_s": backoff}})
+        self._stop.wait(backoff)

@@ -1,0 +1,582 @@
+"""The running server: deadline and failurePolicy (HAMi-160, kueue-5244), policy hot reload and
+ConfigMap symlink swaps under concurrent requests, broken updates, certificate rotation under
+concurrent requests with a real TLS client (HAMi-1572), readiness, metrics, graceful shutdown and
+the ``gpuguard serve`` process (``--dev``, SIGTERM, several workers).
+
+No assertion is about time: waits poll for a state, with a generous upper bound.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from certs.generate import generate_ca, generate_serving_cert
+from certs.tls import ReloadingTLS
+from kube.namespaces import StaticNamespaces
+from tests.test_webhook_harness import (
+    JSON,
+    Harness,
+    bug_review,
+    gpu_policy,
+    loader,
+    patch_of,
+    write_policies,
+)
+from webhook.health import Health
+from webhook.policy_store import PolicyStore
+from webhook.server import Server
+from webhook.settings import ServerSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT_S = 30.0  # upper bound of every poll; never an assertion about speed
+
+pytestmark = pytest.mark.asyncio
+
+
+def deny(name, message, **extra):
+    return gpu_policy(name, {"validations": [{"expression": "false", "message": message}],
+                             **extra})
+
+
+async def until(predicate, what):
+    """Poll ``predicate`` (sync or async) until true; fail after WAIT_S."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + WAIT_S
+    while loop.time() < end:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def settings(**overrides):
+    base = {"host": "127.0.0.1", "port": 0, "shutdown_delay_s": 0.0, "drain_timeout_s": 10.0,
+            "policy_reload_s": 0.05, "tls_reload_s": 0.05}
+    return ServerSettings(**{**base, **overrides})
+
+
+@contextlib.asynccontextmanager
+async def running(policies, *, tls=None, namespaces=None, **overrides):
+    store = PolicyStore([str(p) for p in policies] if policies is not None else None, loader)
+    server = Server(settings(**overrides), store, StaticNamespaces(namespaces or {}, "test"),
+                    tls)
+    await server.start()
+    try:
+        yield server
+    finally:
+        if server.runner is not None and not server.health.shutting_down:
+            await server.shutdown()
+
+
+def url(server, path, scheme="http"):
+    return f"{scheme}://127.0.0.1:{server.port}{path}"
+
+
+async def post(session, server, endpoint, body, scheme="http"):
+    async with session.post(url(server, f"/{endpoint}", scheme), data=json.dumps(body),
+                            headers=JSON) as response:
+        return response.status, await response.json()
+
+
+async def readiness(session, server, scheme="http"):
+    async with session.get(url(server, "/readyz", scheme)) as response:
+        return response.status, await response.json()
+
+
+def sample(server, name, **labels):
+    return server.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def gpu_pod(uid="gpu"):
+    review = bug_review("Project-HAMi-HAMi-160.yaml", "gpu_pod")
+    review["request"]["uid"] = uid
+    return review
+
+
+class Blocker:
+    """Replaces an engine's evaluate with one that waits until released (a stuck evaluation)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.original = engine.evaluate
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        engine.evaluate = self
+
+    def __call__(self, *args, **kwargs):
+        self.entered.set()
+        self.release.wait(WAIT_S)
+        return self.original(*args, **kwargs)
+
+
+# --- deadline and failurePolicy (HAMi-160, kueue-5244) ---------------------------------------
+
+GPU_FAIL = gpu_policy("gpu-scheduler-check", {
+    "failurePolicy": "Fail", "match": {"excludeNamespaces": ["kube-system"]},
+    "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
+    "validations": [{"expression": "gpu.count <= 8"}]})
+GPU_IGNORE = gpu_policy("gpu-hint", {
+    "failurePolicy": "Ignore",
+    "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
+    "validations": [{"expression": "gpu.count <= 8"}]})
+
+
+async def test_deadline_denies_when_a_matching_policy_is_fail_hami_160(tmp_path):
+    path = write_policies(tmp_path, GPU_FAIL, GPU_IGNORE)
+    async with running([path], deadline_ms=50) as server, aiohttp.ClientSession() as session:
+        blocker = Blocker(server.store.current.engine)
+        status, body = await post(session, server, "validate", gpu_pod("g1"))
+        assert blocker.entered.is_set() and not blocker.release.is_set()  # still evaluating
+        blocker.release.set()
+        assert status == 200
+        response = body["response"]
+        assert response["uid"] == "g1"  # response_must_echo_uid
+        assert response["allowed"] is False
+        assert response["status"]["code"] == 403
+        assert response["status"]["message"] == (
+            "gpuguard: the evaluation did not finish within the 50 ms deadline; denied because "
+            "these matching policies have failurePolicy Fail: gpu-scheduler-check")
+        # The system pod is outside the Fail policy's scope: allowed, with a warning.
+        blocker.release.clear()
+        system = bug_review("Project-HAMi-HAMi-160.yaml", "non_gpu_system_pod")
+        status, body = await post(session, server, "validate", system)
+        blocker.release.set()
+        assert body["response"]["allowed"] is True
+        assert body["response"]["warnings"] == [
+            "gpuguard: the evaluation did not finish within the 50 ms deadline; allowed without "
+            "policy checks because the matching policies have failurePolicy Ignore"]
+        assert "patch" not in body["response"]
+        text = server.metrics.exposition().decode()
+        assert 'gpuguard_admission_fallbacks_total{cause="deadline",endpoint="validate"} 2.0' \
+            in text
+
+
+async def test_deadline_allows_with_a_warning_when_only_ignore_policies_match(tmp_path):
+    path = write_policies(tmp_path, GPU_IGNORE)
+    async with running([path], deadline_ms=50) as server, aiohttp.ClientSession() as session:
+        blocker = Blocker(server.store.current.engine)
+        status, body = await post(session, server, "mutate", gpu_pod())
+        blocker.release.set()
+        assert status == 200 and body["response"]["allowed"] is True
+        assert body["response"]["warnings"][0].startswith(
+            "gpuguard: the evaluation did not finish within the 50 ms deadline; allowed")
+        assert "patch" not in body["response"]
+
+
+async def test_engine_exception_follows_failure_policy(tmp_path):
+    path = write_policies(tmp_path, GPU_FAIL)
+    async with running([path]) as server, aiohttp.ClientSession() as session:
+        def broken(*args, **kwargs):
+            raise RuntimeError("engine bug")
+        server.store.current.engine.evaluate = broken
+        status, body = await post(session, server, "validate", gpu_pod())
+        assert status == 200
+        assert body["response"]["status"]["message"] == (
+            "gpuguard: the evaluation failed (RuntimeError: engine bug); denied because these "
+            "matching policies have failurePolicy Fail: gpu-scheduler-check")
+        job = bug_review("kubernetes-sigs-kueue-5244.yaml")  # a Job without GPUs
+        status, body = await post(session, server, "mutate", job)
+        assert body["response"]["allowed"] is True  # no mutating policy: nothing can fail
+
+
+# --- policy hot reload -----------------------------------------------------------------------
+
+
+async def fire(session, server, count, uid_prefix, scheme="http"):
+    async def one(i):
+        return await post(session, server, "validate", gpu_pod(f"{uid_prefix}-{i}"), scheme)
+    return await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def test_hot_reload_under_concurrent_requests(tmp_path):
+    path = write_policies(tmp_path, deny("version", "generation one"))
+    async with running([path]) as server, aiohttp.ClientSession() as session:
+        first = asyncio.create_task(fire(session, server, 150, "a"))
+        await asyncio.sleep(0)
+        write_policies(tmp_path, deny("version", "generation two"))
+        during = await first
+        await until(lambda: server.store.current.generation == 2, "the reload")
+        after = await fire(session, server, 50, "b")
+        for status, body in during + after:
+            assert status == 200
+            assert body["response"]["status"]["message"] in (
+                "version: generation one", "version: generation two")
+        assert {b["response"]["status"]["message"] for _, b in after} == \
+            {"version: generation two"}
+        status, ready = await readiness(session, server)
+        assert status == 200 and ready["checks"]["policies"]["generation"] == 2
+        text = server.metrics.exposition().decode()
+        assert 'gpuguard_policy_reloads_total{outcome="success"} 2.0' in text
+
+
+def configmap_version(directory, stamp, documents):
+    """What the kubelet does for a ConfigMap volume: a new ..<stamp> dir, then swap ..data."""
+    version = directory / f"..{stamp}"
+    version.mkdir()
+    for name, text in documents.items():
+        (version / name).write_text(text)
+    temporary = directory / "..data_tmp"
+    temporary.symlink_to(version.name)
+    os.replace(temporary, directory / "..data")
+    for name in documents:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+
+
+async def test_configmap_symlink_swap_is_reloaded_once_per_key(tmp_path):
+    mount = tmp_path / "policies"
+    mount.mkdir()
+    configmap_version(mount, "2026_11_29_12_00_00.1", {
+        "limits.yaml": deny("limits", "first"), "more.yaml": deny("more", "first")})
+    async with running([mount]) as server, aiohttp.ClientSession() as session:
+        assert server.store.current.names == ("limits", "more")  # not the ..<stamp> copies
+        _, body = await post(session, server, "validate", gpu_pod())
+        assert body["response"]["status"]["message"] == "limits: first; more: first"
+        configmap_version(mount, "2026_11_29_12_05_00.2", {
+            "limits.yaml": deny("limits", "second"), "more.yaml": deny("more", "second")})
+        await until(lambda: server.store.current.generation == 2, "the ConfigMap swap")
+        assert server.store.current.names == ("limits", "more")
+        _status, body = await post(session, server, "validate", gpu_pod())
+        assert body["response"]["status"]["message"] == "limits: second; more: second"
+
+
+async def test_broken_update_is_rejected_and_the_last_good_set_keeps_serving(tmp_path, caplog):
+    path = write_policies(tmp_path, deny("good", "still the good set"))
+    caplog.set_level("ERROR", logger="gpuguard.webhook.server")
+    async with running([path]) as server, aiohttp.ClientSession() as session:
+        path.write_text(gpu_policy("broken", {"validations": [{"expression": "gpu.count <="}]}))
+        await until(lambda: server.store.last_errors, "the rejection")
+        status, body = await post(session, server, "validate", gpu_pod())
+        assert body["response"]["status"]["message"] == "good: still the good set"
+        status, ready = await readiness(session, server)
+        assert status == 200
+        rejected = ready["checks"]["policies"]["rejectedUpdate"]
+        assert len(rejected) == 1 and "spec.validations[0].expression: CEL error" in rejected[0]
+        assert 'gpuguard_policy_reloads_total{outcome="rejected"} 1.0' in \
+            server.metrics.exposition().decode()
+        assert any(r.msg.startswith("policy update rejected; still serving generation 1")
+                   for r in caplog.records)
+        write_policies(tmp_path, deny("good", "fixed"))
+        await until(lambda: server.store.current.generation == 2, "the fixed reload")
+        status, ready = await readiness(session, server)
+        assert "rejectedUpdate" not in ready["checks"]["policies"]
+
+
+async def test_broken_policies_at_start_mean_not_ready_until_fixed(tmp_path):
+    path = tmp_path / "policies.yaml"
+    path.write_text("kind: GPUPolicy\napiVersion: gpuguard.io/v1alpha1\nspec: 3\n")
+    async with running([path]) as server, aiohttp.ClientSession() as session:
+        status, ready = await readiness(session, server)
+        assert status == 503 and ready["checks"]["policies"]["ok"] is False
+        status, body = await post(session, server, "validate", gpu_pod())
+        assert status == 503 and body["reason"] == "ServiceUnavailable"
+        write_policies(tmp_path, deny("good", "loaded"))
+        await until(lambda: server.store.current is not None, "the first good load")
+        status, ready = await readiness(session, server)
+        assert status == 200
+
+
+# --- TLS: a real client verifying the CA, and certificate rotation (HAMi-1572) --------------
+
+
+def tls_files(directory, ca, name):
+    cert, key = generate_serving_cert(ca[0], ca[1], "gpuguard", "gpuguard-system", 1,
+                                      extra_sans=("localhost", "127.0.0.1"))
+    (directory / f"{name}.crt").write_bytes(cert)
+    (directory / f"{name}.key").write_bytes(key)
+    return cert
+
+
+def der(cert_pem):
+    return x509.load_pem_x509_certificate(cert_pem).public_bytes(Encoding.DER)
+
+
+async def peer_certificate(port, client_context):
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context,
+                                                   server_hostname="127.0.0.1")
+    certificate = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return certificate
+
+
+async def raw_exchange(reader, writer, body):
+    data = json.dumps(body).encode()
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: (\d+)", head)[1])
+    return head.split(b" ", 2)[1], json.loads(await reader.readexactly(length))
+
+
+async def test_tls_client_verifies_ca_and_rotation_keeps_connections_hami_1572(tmp_path):
+    ca = generate_ca("test webhook CA", 1)
+    cert_a = tls_files(tmp_path, ca, "tls")
+    client_context = ssl.create_default_context(cadata=ca[0].decode())
+    tls = ReloadingTLS(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    path = write_policies(tmp_path, gpu_policy("tolerate", {
+        "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
+        "mutations": [{"addToleration": {"key": "nvidia.com/gpu", "operator": "Exists"}}]}))
+    async with running([path], tls=tls) as server:
+        connector = aiohttp.TCPConnector(ssl=client_context)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            status, body = await post(session, server, "mutate", gpu_pod(), "https")
+            assert status == 200 and patch_of(body)
+            status, ready = await readiness(session, server, "https")
+            assert ready["checks"]["tls"] == {"ok": True, "detail": "serving"}
+            assert await peer_certificate(server.port, client_context) == der(cert_a)
+            # A keep-alive connection opened before the rotation ...
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", server.port, ssl=client_context, server_hostname="127.0.0.1")
+            assert (await raw_exchange(reader, writer, gpu_pod("k1")))[0] == b"200"
+            # ... cert-manager renews (same CA) while requests keep coming.
+            load = asyncio.create_task(fire(session, server, 100, "r", "https"))
+            cert_b = tls_files(tmp_path, ca, "tls.new")
+            os.replace(tmp_path / "tls.new.key", tmp_path / "tls.key")
+            os.replace(tmp_path / "tls.new.crt", tmp_path / "tls.crt")
+            await until(lambda: sample(server, "gpuguard_tls_reloads_total", outcome="success"),
+                        "the certificate reload")
+            results = await load
+            assert all(status == 200 for status, _ in results)  # no handshake errors
+            assert await peer_certificate(server.port, client_context) == der(cert_b)
+            status, answer = await raw_exchange(reader, writer, gpu_pod("k2"))
+            assert status == b"200" and answer["response"]["uid"] == "k2"
+            assert writer.get_extra_info("ssl_object").getpeercert(binary_form=True) == \
+                der(cert_a)  # the open connection kept its certificate
+            writer.close()
+            # Bad new material: reload refused, the old certificate keeps serving.
+            (tmp_path / "tls.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nbroken\n")
+            await until(lambda: server.health.tls_reload_error, "the refused reload")
+            status, ready = await readiness(session, server, "https")
+            assert status == 200 and "lastReloadError" in ready["checks"]["tls"]
+            assert await peer_certificate(server.port, client_context) == der(cert_b)
+            assert sample(server, "gpuguard_tls_reloads_total", outcome="failure") >= 1
+
+
+async def test_readiness_fails_for_an_expired_certificate(tmp_path):
+    store = PolicyStore(None, loader)
+    store.load()
+    health = Health(store, StaticNamespaces({}, "test"),
+                    certificate_check=lambda: "the serving certificate tls.crt expired at X")
+    health.tls_up = True
+    ready, detail = health.readiness()
+    assert not ready
+    assert detail["checks"]["tls"] == {"ok": False,
+                                       "detail": "the serving certificate tls.crt expired at X"}
+
+
+# --- metrics and graceful shutdown -----------------------------------------------------------
+
+
+async def test_metrics_page_names_every_metric(aiohttp_client, tmp_path):
+    harness = Harness([write_policies(tmp_path, deny("d", "no"))])
+    client = await aiohttp_client(harness.app)
+    await client.post("/validate", data=json.dumps(gpu_pod()), headers=JSON)
+    await client.post("/validate", data=b"{", headers=JSON)
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    text = await response.text()
+    for line in (
+        'gpuguard_admission_requests_total{decision="denied",endpoint="validate"} 1.0',
+        'gpuguard_admission_requests_total{decision="bad_request",endpoint="validate"} 1.0',
+        'gpuguard_admission_policy_decisions_total{decision="deny",endpoint="validate",'
+        'policy="d"} 1.0',
+        'gpuguard_admission_duration_seconds_bucket{endpoint="validate",le="0.0001"}',
+        "gpuguard_admission_requests_in_flight 0.0",
+    ):
+        assert line in text, line
+    for name in ("gpuguard_policy_reloads_total", "gpuguard_tls_reloads_total",
+                 "gpuguard_admission_evaluation_errors_total",
+                 "gpuguard_admission_fallbacks_total", "gpuguard_policies_loaded"):
+        assert f"# TYPE {name.removesuffix('_total')}" in text
+    harness.close()
+
+
+async def test_graceful_shutdown_drains_in_flight_requests(tmp_path):
+    path = write_policies(tmp_path, deny("d", "no"))
+    async with running([path], shutdown_delay_s=0.3, deadline_ms=20_000) as server, \
+            aiohttp.ClientSession() as session:
+        blocker = Blocker(server.store.current.engine)
+        in_flight = asyncio.create_task(post(session, server, "validate", gpu_pod("slow")))
+        await until(blocker.entered.is_set, "the request to be evaluating")
+        shutdown = asyncio.create_task(server.shutdown())
+        await until(lambda: server.health.shutting_down, "shutdown to begin")
+        status, ready = await readiness(session, server)  # still answering, not ready
+        assert status == 503 and ready["checks"]["shutdown"]["detail"] == "shutting down"
+        await until(lambda: not server.runner.addresses, "the listener to close")
+        with pytest.raises(aiohttp.ClientConnectionError):  # no new connections now
+            async with aiohttp.ClientSession() as fresh:
+                await readiness(fresh, server)
+        assert not in_flight.done()
+        blocker.release.set()  # the request in flight still completes
+        status, body = await in_flight
+        assert status == 200 and body["response"]["uid"] == "slow"
+        await shutdown
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await readiness(session, server)
+
+
+# --- the gpuguard serve process --------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServeProcess:
+    def __init__(self, *args):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gpuguard", "serve", "--dev", "--port", str(self.port),
+             "--shutdown-delay-s", "0.1", *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.banner = ""
+        while "mutate" not in self.banner:
+            line = self.process.stdout.readline()
+            assert line, self.process.stderr.read()
+            self.banner += line
+        self.ca_file = re.search(r"--cacert (\S+)", self.banner)[1]
+        self.context = ssl.create_default_context(cafile=self.ca_file)
+        self.log_lines = []
+        self._reader = threading.Thread(target=self._read_logs, daemon=True)
+        self._reader.start()
+
+    def _read_logs(self):
+        for line in self.process.stderr:
+            self.log_lines.append(line)
+
+    def logged(self):
+        return [json.loads(line) for line in list(self.log_lines) if line.startswith("{")]
+
+    async def get(self, session, path):
+        async with session.get(f"https://localhost:{self.port}{path}",
+                               ssl=self.context) as response:
+            return response.status, await response.text()
+
+    async def wait_ready(self, session):
+        async def ready():
+            with contextlib.suppress(aiohttp.ClientError):
+                return (await self.get(session, "/readyz"))[0] == 200
+            return False
+        await until(ready, "gpuguard serve to be ready")
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(WAIT_S)
+        self._reader.join(WAIT_S)
+        return code, "".join(self.log_lines)
+
+
+async def test_serve_dev_prints_a_working_curl_command_and_stops_on_sigterm():
+    serve = ServeProcess()
+    try:
+        assert f"https://localhost:{serve.port}/validate" in serve.banner
+        command = next(line.strip() for line in serve.banner.splitlines()
+                       if line.strip().startswith("curl") and "/validate" in line)
+        async with aiohttp.ClientSession() as session:
+            await serve.wait_ready(session)
+        result = await asyncio.to_thread(
+            subprocess.run, ["sh", "-c", command + " -s"], capture_output=True, text=True,
+            cwd=ROOT, check=False)
+        body = json.loads(result.stdout)
+        assert body["response"]["uid"] == "0b8f5a4e-7f1c-4a57-9a8e-2c1d2f1e0001"
+        assert body["response"]["allowed"] is False
+        assert "gpu-requests-equal-limits" in body["response"]["status"]["message"]
+    finally:
+        code, logs = serve.stop()
+    assert code == 0, logs
+    lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    messages = [line["msg"] for line in lines]
+    assert any(m.startswith("no cluster configured (no kubeconfig, not in a pod): running "
+                            "standalone") for m in messages)
+    decision = next(line for line in lines if line["msg"] == "admission")
+    assert {"uid", "kind", "namespace", "name", "operation", "decision", "latency_ms"} <= \
+        set(decision)
+    assert "object" not in decision
+    assert messages.index("shutting down: reporting not ready") < messages.index("stopped")
+
+
+async def test_serve_with_two_workers_sums_metrics_across_workers():
+    serve = ServeProcess("--workers", "2")
+    try:
+        async with aiohttp.ClientSession() as session:
+            await until(lambda: len({e["pid"] for e in serve.logged()
+                                     if e["msg"] == "listening"}) == 2, "both workers")
+            await serve.wait_ready(session)
+            review = json.loads((ROOT / "examples" / "admission" /
+                                 "gpu-pod-review.json").read_text())
+            for _ in range(20):
+                # A new connection each time, so that SO_REUSEPORT spreads them.
+                async with aiohttp.ClientSession() as fresh, fresh.post(
+                        f"https://localhost:{serve.port}/mutate", json=review,
+                        ssl=serve.context) as response:
+                    assert response.status == 200
+            _status, text = await serve.get(session, "/metrics")
+        total = sum(float(m[1]) for m in re.finditer(
+            r'gpuguard_admission_requests_total\{decision="allowed",endpoint="mutate"\} (\S+)',
+            text))
+        assert total == 20.0
+    finally:
+        code, logs = serve.stop()
+    assert code == 0, logs
+    pids = {json.loads(line)["pid"] for line in logs.splitlines()
+            if line.startswith("{") and '"msg":"listening"' in line}
+    assert len(pids) == 2
+
+
+async def test_serve_without_certificate_is_a_usage_error():
+    result = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "gpuguard", "serve"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "--cert and --key are required" in result.stderr
+
+
+async def test_serve_with_refused_tls_material_is_a_usage_error(tmp_path):
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.key").write_text("not a key")
+    result = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "gpuguard", "serve", "--cert",
+                             str(tmp_path / "tls.crt"), "--key", str(tmp_path / "tls.key")],
+                            cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("gpuguard serve: error: ")
+    assert "tls.crt" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policies", "/nonexistent/policies"],
+     "--policies /nonexistent/policies: no such file or directory"),
+    (["--namespace-labels", "/nonexistent/ns.yaml"], "/nonexistent/ns.yaml: cannot be read"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig: no such file"),
+    (["--deadline-ms", "0"], "deadline_ms: must be at least 1, got 0"),
+    (["--workers", "0"], "workers: must be at least 1, got 0"),
+])
+async def test_serve_input_errors_exit_2_with_one_line(args, message):
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "gpuguard", "serve", "--dev", *args], cwd=ROOT,
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gpuguard serve")]
+    assert len(errors) == 1 and errors[0].startswith(f"gpuguard serve: error: {message}")

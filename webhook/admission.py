@@ -1,0 +1,268 @@
+"""One admission decision: an AdmissionReview envelope in, a :class:`Decision` out.
+
+Owns what the webhook adds around the engine: the namespace object from the namespace source,
+which engine passes each endpoint runs (``/mutate``: mutations only — its patch goes back to the
+API server; ``/validate``: validations and audit annotations on the object as mutated by then —
+so warnings are never given twice), running the evaluation in a thread pool under the request
+deadline, and the failurePolicy fallback when the evaluation cannot finish (deadline) or raises
+(a bug): if any matching, non-exempt policy has ``failurePolicy: Fail`` the request is denied
+with a message saying so, otherwise it is allowed with a warning. ``pods/status`` (any
+``status`` subresource) is allowed without evaluation. For dryRun requests nothing is recorded
+(the :class:`Recorder`, e.g. a future quota reservation, is not called).
+
+Must not evaluate policy logic itself (that is :mod:`policies.engine`) or know about HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, Verdict
+from policies.matching import matches
+from policies.model import FAIL, Policy
+from policies.review import ReviewError, ReviewInput, from_request
+from webhook.metrics import Metrics
+from webhook.policy_store import PolicySnapshot, PolicyStore
+from webhook.settings import ServerSettings
+from webhook.wire import Envelope, WireError, bad_request
+
+VALIDATE, MUTATE_ENDPOINT = "validate", "mutate"
+ENDPOINTS = (VALIDATE, MUTATE_ENDPOINT)
+NOT_EVALUATED_SUBRESOURCES = frozenset({"status"})
+ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
+DEADLINE, EXCEPTION = "deadline", "exception"
+
+
+class NamespaceSource(Protocol):
+    """Namespace objects by name (:mod:`kube.namespaces`)."""
+
+    def get(self, name: str) -> Mapping[str, Any]:
+        """The Namespace object (a stub with the name label when unknown)."""
+        ...
+
+    def status(self) -> tuple[bool, str]:
+        """``(synced, detail)`` for readiness."""
+        ...
+
+
+class Recorder(Protocol):
+    """Side effects of an admitted request (never called for dryRun requests)."""
+
+    def record(self, review: ReviewInput, verdict: Verdict, endpoint: str) -> None:
+        """Record an allowed, non-dryRun request."""
+        ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the webhook answers, and what the log line and metrics say about it.
+
+    Attributes:
+        allowed: the answer. ``message`` / ``reason``: the denial's status message and reason.
+        warnings / audit_annotations / patch: as the engine gave them (``patch`` only on
+            ``/mutate``).
+        decision: ``allowed``, ``denied`` or ``not_evaluated``.
+        denied_by: names of the policies that denied.
+        policy_outcomes: ``(policy, deny|warn|audit|mutate|error|exempt)`` pairs.
+        fallback: ``deadline`` or ``exception`` when failurePolicy decided; else None.
+        review: the parsed request (None when not evaluated).
+    """
+
+    allowed: bool
+    decision: str
+    message: str = ""
+    reason: str = "Forbidden"
+    warnings: tuple[str, ...] = ()
+    audit_annotations: Mapping[str, str] = field(default_factory=dict)
+    patch: tuple[dict[str, Any], ...] = ()
+    denied_by: tuple[str, ...] = ()
+    policy_outcomes: tuple[tuple[str, str], ...] = ()
+    fallback: str | None = None
+    review: ReviewInput | None = None
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
+    """``(policy, decision)`` pairs of one verdict, each once, in result order."""
+    seen: dict[tuple[str, str], None] = {}
+    for result in verdict.results:
+        if result.outcome == FAILED:
+            for action in result.actions:
+                seen[(result.policy, action.lower())] = None
+        elif result.outcome in (ERROR, MUTATE, EXEMPT):
+            seen[(result.policy, result.outcome)] = None
+    return tuple(seen)
+
+
+def _denied_by(verdict: Verdict) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d.split(": ", 1)[0] for d in verdict.denials))
+
+
+def _namespace_of(request: Mapping[str, Any]) -> str | None:
+    """The request's namespace as :func:`policies.review.from_request` reads it."""
+    namespace = request.get("namespace")
+    if not namespace:
+        obj = request.get("object")
+        if not isinstance(obj, Mapping):
+            obj = request.get("oldObject")
+        metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+        namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return str(namespace) if namespace else None
+
+
+def _relevant(policy: Policy, endpoint: str) -> bool:
+    if endpoint == MUTATE_ENDPOINT:
+        return bool(policy.mutations)
+    return bool(policy.validations or policy.audit_annotations or policy.param_missing)
+
+
+def _exempt(policy: Policy, review: ReviewInput) -> bool:
+    subject = review.subject if isinstance(review.subject, Mapping) else {}
+    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
+    today = review.now.date()
+    return any(e.applies(review.namespace, name, labels, today) for e in policy.exceptions)
+
+
+def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
+                         endpoint: str) -> tuple[list[str], int]:
+    """Names of the matching policies with ``failurePolicy: Fail``, and how many matched.
+
+    Only policies this endpoint would run, that match the request and that no exception
+    exempts count. A policy whose match cannot be decided counts as matching.
+    """
+    failing: list[str] = []
+    matched = 0
+    for policy in snapshot.engine.policies.policies:
+        if not _relevant(policy, endpoint):
+            continue
+        try:
+            applies = matches(policy.match, review) and not _exempt(policy, review)
+        except Exception:  # a matching bug must not hide a Fail policy
+            applies = True
+        if applies:
+            matched += 1
+            if policy.failure_policy == FAIL:
+                failing.append(policy.name)
+    return failing, matched
+
+
+class Admitter:
+    """Decides admission requests with the store's current policy set.
+
+    Args:
+        store: the policy set being served.
+        namespaces: Namespace objects for namespaceSelector / ``namespaceObject``.
+        settings: deadline and friends.
+        metrics: where per-policy outcomes are counted.
+        executor: threads evaluating policies (the deadline abandons a stuck one).
+        clock: the time requests are evaluated at (exception expiry); default UTC now.
+        recorder: side effects of admitted non-dryRun requests; default none.
+    """
+
+    def __init__(
+        self,
+        store: PolicyStore,
+        namespaces: NamespaceSource,
+        settings: ServerSettings,
+        metrics: Metrics,
+        executor: concurrent.futures.Executor,
+        *,
+        clock: Callable[[], datetime.datetime] = _utcnow,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.store = store
+        self.namespaces = namespaces
+        self.settings = settings
+        self.metrics = metrics
+        self.executor = executor
+        self.clock = clock
+        self.recorder = recorder
+
+    def review_input(self, envelope: Envelope) -> ReviewInput:
+        """The engine's view of the request, with its namespace object.
+
+        Raises:
+            WireError: 400 when the AdmissionRequest cannot be evaluated (bad ``operation``,
+                ``object`` not an object, ...); the message names the field.
+        """
+        request = envelope.request
+        namespace = _namespace_of(request)
+        namespace_object = self.namespaces.get(namespace) if namespace else None
+        try:
+            review = from_request(request, namespace_object=namespace_object, now=self.clock())
+        except ReviewError as exc:
+            raise bad_request(str(exc)) from None
+        if review.kind[2] == "Namespace" and namespace_object is not None:
+            # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
+            review = dataclasses.replace(review, namespace_object=None)
+        return review
+
+    async def admit(self, envelope: Envelope, endpoint: str) -> Decision:
+        """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
+
+        Raises:
+            WireError: 400 for an AdmissionRequest that cannot be evaluated; 503 when no
+                policy set has loaded yet.
+        """
+        subresource = envelope.request.get("subResource")
+        if isinstance(subresource, str) and subresource in NOT_EVALUATED_SUBRESOURCES:
+            return Decision(allowed=True, decision=NOT_EVALUATED)
+        review = self.review_input(envelope)
+        snapshot = self.store.current
+        if snapshot is None:
+            detail = "; ".join(self.store.last_errors) or "still loading"
+            raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
+        mutate = endpoint == MUTATE_ENDPOINT
+        future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
+                                      validate=not mutate)
+        try:
+            async with asyncio.timeout(self.settings.deadline_s):
+                verdict = await asyncio.wrap_future(future)
+        except TimeoutError:
+            future.cancel()  # drops it if still queued; a running evaluation finishes unseen
+            return self._fallback(snapshot, review, endpoint, DEADLINE,
+                                  f"the evaluation did not finish within the "
+                                  f"{self.settings.deadline_ms} ms deadline")
+        except Exception as exc:  # an engine bug: the policies' failurePolicy decides
+            return self._fallback(snapshot, review, endpoint, EXCEPTION,
+                                  f"the evaluation failed ({type(exc).__name__}: {exc})")
+        outcomes = policy_outcomes(verdict)
+        if verdict.allowed and not review.dry_run and self.recorder is not None:
+            self.recorder.record(review, verdict, endpoint)
+        return Decision(
+            allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
+            message=verdict.message, reason=verdict.reason, warnings=verdict.warnings,
+            audit_annotations=verdict.audit_annotations,
+            patch=verdict.patch if mutate else (), denied_by=_denied_by(verdict),
+            policy_outcomes=outcomes, review=review,
+        )
+
+    def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+                  cause: str, what: str) -> Decision:
+        """The failurePolicy answer when the evaluation cannot be used (see module docstring)."""
+        self.metrics.fallbacks.labels(endpoint, cause).inc()
+        failing, matched = fail_closed_policies(snapshot, review, endpoint)
+        if failing:
+            message = (f"gpuguard: {what}; denied because these matching policies have "
+                       f"failurePolicy Fail: {', '.join(failing)}")
+            return Decision(allowed=False, decision=DENIED, message=message,
+                            reason="Forbidden", denied_by=tuple(failing),
+                            policy_outcomes=tuple((name, "error") for name in failing),
+                            fallback=cause, review=review)
+        scope = "the matching policies have failurePolicy Ignore" if matched else \
+            "no policy with failurePolicy Fail matches it"
+        return Decision(allowed=True, decision=ALLOWED,
+                        warnings=(f"gpuguard: {what}; allowed without policy checks because "
+                                  f"{scope}",),
+                        fallback=cause, review=review)

@@ -1,0 +1,66 @@
+"""Readiness: whether the API server may send requests to this server now.
+
+Owns the ``/readyz`` verdict and its detail. Ready means: a policy set is loaded, TLS is up (the
+listener serves a certificate, and the optional certificate check finds nothing wrong — e.g. an
+expired certificate), the namespace source has synced, and no shutdown has begun. A rejected
+policy update or a failed certificate reload does not make the server unready (the last good set
+and certificate keep serving) but is shown in the detail.
+
+Must not serve HTTP (the app does) or change any state other than its own flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from webhook.admission import NamespaceSource
+from webhook.policy_store import PolicyStore
+
+
+class Health:
+    """The server's readiness flags and checks.
+
+    Args:
+        store: the policy store.
+        namespaces: the namespace source.
+        certificate_check: returns a problem with the served certificate (e.g. expired), or
+            None; called on every ``/readyz``.
+    """
+
+    def __init__(self, store: PolicyStore, namespaces: NamespaceSource,
+                 certificate_check: Callable[[], str | None] | None = None) -> None:
+        self.store = store
+        self.namespaces = namespaces
+        self.certificate_check = certificate_check
+        self.tls_up = False
+        self.tls_reload_error: str | None = None
+        self.shutting_down = False
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, detail)``; ``detail`` maps each check to ``{ok, detail}``."""
+        checks: dict[str, dict[str, Any]] = {}
+        snapshot = self.store.current
+        if snapshot is None:
+            problem = "; ".join(self.store.last_errors) or "loading"
+            checks["policies"] = {"ok": False, "detail": f"no policy set loaded: {problem}"}
+        else:
+            checks["policies"] = {
+                "ok": True, "generation": snapshot.generation,
+                "detail": f"{len(snapshot.names)} policies from {self.store.describe()}"}
+            if self.store.last_errors:
+                checks["policies"]["rejectedUpdate"] = list(self.store.last_errors)
+        tls: dict[str, Any] = {"ok": self.tls_up,
+                               "detail": "serving" if self.tls_up else "not listening yet"}
+        problem = self.certificate_check() if self.certificate_check and self.tls_up else None
+        if problem:
+            tls = {"ok": False, "detail": problem}
+        if self.tls_reload_error:
+            tls["lastReloadError"] = self.tls_reload_error
+        checks["tls"] = tls
+        synced, detail = self.namespaces.status()
+        checks["namespaces"] = {"ok": synced, "detail": detail}
+        if self.shutting_down:
+            checks["shutdown"] = {"ok": False, "detail": "shutting down"}
+        ready = all(check["ok"] for check in checks.values())
+        return ready, {"status": "ready" if ready else "not ready", "checks": checks}

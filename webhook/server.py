@@ -1,0 +1,262 @@
+"""One server process: start, keep policies and certificate fresh, shut down gracefully.
+
+Owns the lifecycle of a worker: the first policy load (off the loop; the server listens even when
+it fails, answering ``/readyz`` 503 with the errors and retrying on every policy check), starting
+the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
+port), the periodic policy check (:meth:`PolicyStore.check`, hot reload) and certificate check
+(``reload_if_changed`` on the TLS object: new handshakes get the new certificate, open
+connections are kept), and the graceful shutdown on SIGTERM / SIGINT: report not ready, keep
+answering for ``shutdown_delay_s`` so endpoints drop this pod, close the listener, let requests in
+flight finish (up to ``drain_timeout_s``), stop, exit 0.
+
+Must not build its collaborators from the command line or import :mod:`certs`: the TLS object
+(anything with ``.context`` and ``.reload_if_changed()``) is passed in by
+:mod:`gpuguard.serve_command`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import gc
+import logging
+import signal
+import ssl
+from collections.abc import Callable
+from typing import Protocol
+
+from aiohttp import web
+
+from webhook.admission import Admitter, NamespaceSource, Recorder
+from webhook.app import HANDLERS_KEY, build_app
+from webhook.health import Health
+from webhook.metrics import Metrics
+from webhook.policy_store import LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
+from webhook.settings import ServerSettings
+
+LOG = logging.getLogger("gpuguard.webhook.server")
+# Idle keep-alive connections are kept longer than kube-apiserver's client keeps them idle (90 s,
+# Go's http.Transport default), so the client closes first: a request racing the server's
+# close would fail the webhook call.
+KEEPALIVE_S = 120.0
+
+
+class TLSSource(Protocol):
+    """A server TLS context that can re-read its certificate files (``certs.tls.ReloadingTLS``)."""
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        """The server context (the same object across reloads)."""
+        ...
+
+    def reload_if_changed(self) -> bool:
+        """Reload the certificate chain into ``context`` if the files changed.
+
+        Returns whether it reloaded; raises (keeping the old certificate) on bad material.
+        """
+        ...
+
+
+class NamespaceLifecycle(NamespaceSource, Protocol):
+    """A namespace source that runs in the background (:mod:`kube.namespaces`)."""
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Begin keeping namespaces current, applying changes on ``loop``."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the background work."""
+        ...
+
+
+class Server:
+    """One worker's server.
+
+    Args:
+        settings: address, deadline, intervals.
+        store: the policy store (loaded by :meth:`start`).
+        namespaces: the namespace source (started by :meth:`start`).
+        tls: the TLS object; None serves plain HTTP (tests only).
+        certificate_check: a readiness check of the served certificate (see :class:`Health`).
+        recorder: side effects of admitted requests (see :class:`~webhook.admission.Recorder`).
+    """
+
+    def __init__(self, settings: ServerSettings, store: PolicyStore,
+                 namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
+                 certificate_check: Callable[[], str | None] | None = None,
+                 recorder: Recorder | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.namespaces = namespaces
+        self.tls = tls
+        self.metrics = Metrics()
+        self.health = Health(store, namespaces, certificate_check)
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            settings.eval_threads, thread_name_prefix="gpuguard-evaluate")
+        self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
+                                 recorder=recorder)
+        self.app = build_app(self.admitter, self.health, self.metrics, settings)
+        self.runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._port = 0
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0); 0 before :meth:`start`."""
+        return self._port
+
+    @property
+    def in_flight(self) -> int:
+        """Admission requests being handled now."""
+        return self.app[HANDLERS_KEY].in_flight
+
+    def _record_reload(self, result: ReloadResult) -> None:
+        if result.outcome == LOADED and result.snapshot is not None:
+            snapshot = result.snapshot
+            self.metrics.policy_reloads.labels("success").inc()
+            self.metrics.policies_loaded.set(len(snapshot.names))
+            LOG.info("policy set loaded", extra={"fields": {
+                "generation": snapshot.generation, "policies": list(snapshot.names),
+                "source": self.store.describe(), "warnings": list(snapshot.warnings)}})
+            if not snapshot.names:
+                LOG.warning("the policy set is empty: every request is allowed",
+                            extra={"fields": {"source": self.store.describe()}})
+        elif result.outcome == REJECTED:
+            self.metrics.policy_reloads.labels("rejected").inc()
+            serving = self.store.current
+            LOG.error("policy update rejected; " + (
+                f"still serving generation {serving.generation}" if serving
+                else "no policy set is loaded"), extra={"fields": {
+                    "errors": list(result.errors), "source": self.store.describe()}})
+        elif result.outcome == RETRY:
+            LOG.info("policy files changed while loading; loading again at the next check")
+
+    async def load_policies(self, *, force: bool = False) -> ReloadResult:
+        """Load (``force``) or check-and-reload the policy set off the event loop."""
+        result = await asyncio.to_thread(self.store.load if force else self.store.check)
+        self._record_reload(result)
+        return result
+
+    async def reload_tls(self) -> bool:
+        """Check the certificate files once; returns whether the certificate was reloaded."""
+        if self.tls is None:
+            return False
+        try:
+            # On the loop thread, which performs the handshakes: the context is never updated
+            # while a handshake reads it. An unchanged check is two small file reads.
+            changed = self.tls.reload_if_changed()
+        except Exception as exc:  # bad new material: keep serving the old certificate
+            self.metrics.tls_reloads.labels("failure").inc()
+            self.health.tls_reload_error = str(exc)
+            LOG.error("serving certificate reload failed; keeping the previous certificate",
+                      extra={"fields": {"error": str(exc)}})
+            return False
+        if changed:
+            self.metrics.tls_reloads.labels("success").inc()
+            self.health.tls_reload_error = None
+            LOG.info("serving certificate reloaded")
+        return changed
+
+    async def _every(self, seconds: float, action: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                LOG.exception("periodic check failed")
+
+    async def start(self) -> None:
+        """Load policies, start the namespace source, listen, start the periodic checks.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        loop = asyncio.get_running_loop()
+        await self.load_policies(force=True)
+        self.namespaces.start(loop)
+        self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None,
+                                    shutdown_timeout=self.settings.drain_timeout_s,
+                                    keepalive_timeout=KEEPALIVE_S)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.settings.host, self.settings.port,
+                           ssl_context=self.tls.context if self.tls else None,
+                           reuse_port=self.settings.workers > 1 or None)
+        await site.start()
+        self._port = int(self.runner.addresses[0][1])
+        # What start-up built (modules, the compiled policy set) lives as long as the process:
+        # keep it out of the garbage collector's full collections, which otherwise scan it
+        # again and again while requests wait (a p99 latency cost).
+        gc.freeze()
+        self.health.tls_up = True
+        LOG.info("listening", extra={"fields": {
+            "address": f"{self.settings.host}:{self.port}",
+            "scheme": "https" if self.tls else "http",
+            "deadline_ms": self.settings.deadline_ms, "policies": self.store.describe(),
+            "namespaces": getattr(self.namespaces, "source", "?")}})
+        if self.store.reloadable:
+            self._tasks.append(asyncio.create_task(
+                self._every(self.settings.policy_reload_s, self.load_policies)))
+        if self.tls is not None:
+            self._tasks.append(asyncio.create_task(
+                self._every(self.settings.tls_reload_s, self.reload_tls)))
+
+    async def shutdown(self, *, delay: bool = True) -> None:
+        """Graceful stop: not ready, answer during the delay, close, drain, release.
+
+        ``delay=False`` skips the not-ready delay (a server that failed to start).
+        """
+        self.health.shutting_down = True
+        LOG.info("shutting down: reporting not ready", extra={"fields": {
+            "delay_s": self.settings.shutdown_delay_s, "in_flight": self.in_flight}})
+        if delay and self.settings.shutdown_delay_s and self.runner is not None:
+            await asyncio.sleep(self.settings.shutdown_delay_s)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        in_flight = self.in_flight
+        if self.runner is not None:
+            # Closes the listener, then waits for the handlers in flight (drain_timeout_s).
+            await self.runner.cleanup()
+        await asyncio.to_thread(self.namespaces.stop)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        LOG.info("stopped", extra={"fields": {"drained": in_flight}})
+
+
+async def serve(server: Server, stop: asyncio.Event) -> None:
+    """Start ``server``, wait for ``stop``, shut down gracefully."""
+    try:
+        await server.start()
+    except BaseException:
+        await server.shutdown(delay=False)
+        raise
+    await stop.wait()
+    await server.shutdown()
+
+
+def run(server: Server) -> int:
+    """Run ``server`` until SIGTERM or SIGINT; returns the exit code (0 after a clean stop).
+
+    Returns 1 when the server cannot start (e.g. the port is taken), after logging why.
+    """
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(server, stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        LOG.error("cannot start the server", extra={"fields": {"error": str(exc)}})
+        return 1
+    return 0

@@ -1,0 +1,258 @@
+"""The AdmissionReview wire format: request bytes in, response maps out.
+
+Owns reading an ``admission.k8s.io/v1`` (or ``v1beta1``) AdmissionReview body — content type,
+UTF-8, JSON syntax, nesting depth, envelope ``apiVersion`` / ``kind``, ``request`` and ``uid`` —
+into an :class:`Envelope`, every problem becoming a :class:`WireError` with its HTTP status and a
+message naming the field; and writing AdmissionReview responses (``uid`` echoed, ``apiVersion``
+answered in kind, a ``status`` on denial, ``warnings``, ``auditAnnotations``, a base64 JSONPatch)
+and the ``Status`` body of 4xx answers. Field names follow the Kubernetes API reference for
+AdmissionReview.
+
+Must not evaluate policies, read the AdmissionRequest's content beyond the envelope, or do I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+KIND = "AdmissionReview"
+JSON_CONTENT_TYPE = "application/json"
+
+# HTTP status of a denial by its Status reason (metav1.StatusReason); anything else is 403.
+_REASON_CODES = {
+    "Forbidden": 403, "Unauthorized": 401, "Invalid": 422, "BadRequest": 400,
+    "RequestEntityTooLarge": 413, "Conflict": 409, "AlreadyExists": 409, "NotFound": 404,
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+class WireError(Exception):
+    """A request the server answers with an HTTP 4xx instead of an AdmissionReview.
+
+    Attributes:
+        status: the HTTP status (400, 413, 415, ...).
+        reason: the ``Status`` reason (``BadRequest``, ``RequestEntityTooLarge``, ...).
+        message: what was wrong, naming the field (``request.uid: expected a non-empty
+            string``).
+    """
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def bad_request(message: str) -> WireError:
+    """A 400 ``BadRequest`` :class:`WireError`."""
+    return WireError(400, "BadRequest", message)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A well-formed AdmissionReview.
+
+    Attributes:
+        api_version: ``admission.k8s.io/v1`` or ``admission.k8s.io/v1beta1`` (the answer uses
+            the same).
+        uid: ``request.uid``, echoed in the response.
+        request: the AdmissionRequest map (not yet checked beyond ``uid``).
+    """
+
+    api_version: str
+    uid: str
+    request: Mapping[str, Any]
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Accept ``application/json`` (with or without parameters such as ``charset=utf-8``).
+
+    Raises:
+        WireError: 415 for any other or a missing content type.
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != JSON_CONTENT_TYPE:
+        shown = content_type or "none"
+        raise WireError(415, "UnsupportedMediaType",
+                        f"Content-Type {shown!r} is not supported: send an AdmissionReview as "
+                        f"{JSON_CONTENT_TYPE}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# Built once: json.loads / json.dumps with arguments build a new coder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON bytes of ``value`` (ASCII, so any string is safe to send)."""
+    return _ENCODER.encode(value).encode()
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects / arrays more than ``limit`` levels (the top is level 1)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                if depth >= limit:
+                    return True
+                push((child, depth + 1))
+    return False
+
+
+def decode_json(body: bytes, *, max_depth: int) -> Any:
+    """Parse a request body as strict UTF-8 JSON no deeper than ``max_depth``.
+
+    Raises:
+        WireError: 400 for an empty body, bytes that are not UTF-8, invalid JSON (including
+            ``NaN`` / ``Infinity`` and integers too long to convert) or nesting deeper than
+            ``max_depth``; the message says which and where.
+    """
+    if not body.strip():
+        raise bad_request("the request body is empty: expected an AdmissionReview")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"the request body is not UTF-8: invalid byte at offset "
+                          f"{exc.start}") from None
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}") from None
+    except RecursionError:
+        raise bad_request(f"the request body nests JSON deeper than {max_depth} levels") from None
+    except ValueError as exc:  # NaN / Infinity, integer digit limit
+        raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    # A document with fewer brackets than the limit cannot be too deep: skip the walk.
+    if (isinstance(value, (dict, list)) and body.count(b"{") + body.count(b"[") > max_depth
+            and too_deep(value, max_depth)):
+        raise bad_request(f"the request body nests JSON deeper than {max_depth} levels")
+    return value
+
+
+def parse_envelope(value: Any) -> Envelope:
+    """Check the AdmissionReview envelope of a parsed body.
+
+    Raises:
+        WireError: 400 when the body is not an object, ``apiVersion`` / ``kind`` are not an
+            AdmissionReview's, ``request`` is missing or not an object, or ``request.uid`` is
+            missing or not a non-empty string.
+    """
+    if not isinstance(value, dict):
+        raise bad_request(f"expected an AdmissionReview object, got a JSON "
+                          f"{_json_type(value)}")
+    api_version = value.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise bad_request(f"apiVersion: expected one of {', '.join(API_VERSIONS)}, got "
+                          f"{_shown(api_version)}")
+    if value.get("kind") != KIND:
+        raise bad_request(f"kind: expected {KIND}, got {_shown(value.get('kind'))}")
+    request = value.get("request")
+    if request is None:
+        raise bad_request("request: missing; an AdmissionReview sent to a webhook carries the "
+                          "AdmissionRequest in 'request'")
+    if not isinstance(request, dict):
+        raise bad_request(f"request: expected an object, got a JSON {_json_type(request)}")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise bad_request(f"request.uid: expected a non-empty string, got {_shown(uid)}")
+    return Envelope(api_version, uid, request)
+
+
+def parse(body: bytes, content_type: str | None, *, max_depth: int) -> Envelope:
+    """Content type, decoding and envelope checks in one call (see the functions above).
+
+    Raises:
+        WireError: 415 or 400, as :func:`check_content_type`, :func:`decode_json` and
+            :func:`parse_envelope` say.
+    """
+    check_content_type(content_type)
+    return parse_envelope(decode_json(body, max_depth=max_depth))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else \
+        f"a JSON {_json_type(value)}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def status_code(reason: str) -> int:
+    """The HTTP code for a denial ``reason`` (403 unless the reason names another)."""
+    return _REASON_CODES.get(reason, 403)
+
+
+def clean_warning(text: str) -> str:
+    """A warning as one line: control characters (newlines, tabs) become single spaces."""
+    return _CONTROL.sub(" ", text).strip()
+
+
+def response(
+    envelope: Envelope,
+    *,
+    allowed: bool,
+    message: str = "",
+    reason: str = "Forbidden",
+    warnings: Sequence[str] = (),
+    audit_annotations: Mapping[str, str] | None = None,
+    patch: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The AdmissionReview answering ``envelope``.
+
+    Args:
+        envelope: the request's envelope (``apiVersion`` and ``uid`` are echoed).
+        allowed: the decision. A denial carries ``status`` with ``code`` (403 unless
+            ``reason`` names another status), ``reason`` and ``message``.
+        warnings: shown to the client (kubectl prints them); each made one line.
+        audit_annotations: added to the audit event (keys already valid label-name segments).
+        patch: RFC 6902 operations; omitted (with ``patchType``) when None or empty.
+
+    Returns:
+        The response map, ready for ``json.dumps``.
+    """
+    answer: dict[str, Any] = {"uid": envelope.uid, "allowed": allowed}
+    if not allowed:
+        answer["status"] = {"metadata": {}, "status": "Failure", "code": status_code(reason),
+                            "reason": reason, "message": message}
+    if warnings:
+        answer["warnings"] = [clean_warning(w) for w in warnings]
+    if audit_annotations:
+        answer["auditAnnotations"] = dict(audit_annotations)
+    if patch:
+        answer["patchType"] = "JSONPatch"
+        answer["patch"] = base64.b64encode(encode(list(patch))).decode("ascii")
+    return {"apiVersion": envelope.api_version, "kind": KIND, "response": answer}
+
+
+def error_body(error: WireError) -> dict[str, Any]:
+    """The ``Status`` body of a 4xx answer."""
+    return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+            "code": error.status, "reason": error.reason, "message": error.message}
