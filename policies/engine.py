@@ -348,9 +348,11 @@ class Engine:
                 if mutation.expression is not None:
                     operations = validate_operations(activation.evaluate(mutation.expression))
                     updated = apply_operations(working, operations)
+                    change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
                     updated = apply_shortcut(working, mutation.shortcut, facts)
+                    change = f"{mutation.shortcut[0]} {json.dumps(mutation.shortcut[1])}"
                 check_identity(updated, current)
             except (CelEvaluationError, MutationError) as exc:
                 message = exc.message if isinstance(exc, CelEvaluationError) else str(exc)
@@ -359,10 +361,10 @@ class Engine:
                             point=point)
                 return current
             if updated != working:
-                # The per-mutation diff is a finding only at the audit point; at admission the
-                # response patch (one diff of the whole request) is what counts.
-                changes = json.dumps(diff(working, updated)) if point == "audit" else ""
-                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE, changes))
+                # Described from the mutation itself (a diff per mutation costs more than the
+                # whole evaluation); the response patch is one diff of the whole request.
+                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE,
+                                   f"would {change}" if point == "audit" else change))
                 working = updated
         return working if working != current else current
 
