@@ -27,8 +27,9 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
 ``templates``             list of {path, specPath, role, replicas, minReplicas, maxReplicas
                           (-1: no autoscaling bounds), requested, count,
                           equivalents, migProfiles, gpus, metadata {labels, annotations}, spec}
-                          per pod template (``spec`` is the PodSpec: tolerations, nodeSelector,
-                          runtimeClassName, ...)
+                          per pod template (``spec`` holds the PodSpec's scheduling fields:
+                          nodeSelector, affinity, tolerations, runtimeClassName, schedulerName,
+                          ...; not the containers, which ``object`` has)
 ``maxPerPod``             map {count, equivalents}: the largest single pod
 ========================  =====================================================================
 
@@ -46,6 +47,14 @@ from policies.gpu import Access, GPUFacts
 from policies.workloads import WorkloadFacts
 
 NO_GPU: dict[str, Any] = {}
+# The PodSpec fields exposed per template: where and how the pod is scheduled and run. Containers
+# are left out (they are large, and their GPU facts are already summarised); policies that need
+# them read ``object``.
+SCHEDULING_FIELDS = frozenset({
+    "nodeSelector", "affinity", "tolerations", "runtimeClassName", "schedulerName",
+    "priorityClassName", "topologySpreadConstraints", "nodeName", "hostNetwork", "hostIPC",
+    "hostPID", "serviceAccountName", "resourceClaims",
+})
 
 
 def _access(items: tuple[Access, ...]) -> list[dict[str, str]]:
@@ -86,7 +95,7 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
             # YAML null maps (``annotations:`` with no value) are read as empty maps.
             "metadata": {"labels": _string_map(template.metadata.get("labels")),
                          "annotations": _string_map(template.metadata.get("annotations"))},
-            "spec": dict(template.spec),
+            "spec": {k: v for k, v in template.spec.items() if k in SCHEDULING_FIELDS},
             **_summary(per_pod),
         })
     largest = max((t for t in templates if t["requested"]), default=None,

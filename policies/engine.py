@@ -17,6 +17,7 @@ Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requ
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -338,8 +339,10 @@ class Engine:
         """Apply the policy's mutations in order; returns the new object (or ``current``)."""
         if not isinstance(current, Mapping):
             return current
-        # Each step returns a new object (jsonpatch and the shortcuts copy): no copy needed here.
+        # Expression steps return a new object (jsonpatch copies); shortcuts change a private
+        # copy in place, made at most once per policy.
         working: Mapping[str, Any] = current
+        owned = False
         for mutation in policy.mutations:
             try:
                 if mutation.condition is not None and \
@@ -348,10 +351,12 @@ class Engine:
                 if mutation.expression is not None:
                     operations = validate_operations(activation.evaluate(mutation.expression))
                     updated = apply_operations(working, operations)
+                    changed = updated != working
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
-                    updated = apply_shortcut(working, mutation.shortcut, facts)
+                    updated = working if owned else copy.deepcopy(dict(working))
+                    changed = apply_shortcut(updated, mutation.shortcut, facts)
                     change = f"{mutation.shortcut[0]} {json.dumps(mutation.shortcut[1])}"
                 check_identity(updated, current)
             except (CelEvaluationError, MutationError) as exc:
@@ -360,12 +365,12 @@ class Engine:
                             f"mutation {mutation.name!r} failed: {message}", error=True,
                             point=point)
                 return current
-            if updated != working:
+            if changed:
                 # Described from the mutation itself (a diff per mutation costs more than the
                 # whole evaluation); the response patch is one diff of the whole request.
                 run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE,
                                    f"would {change}" if point == "audit" else change))
-                working = updated
+            working, owned = updated, owned or changed or mutation.expression is None
         return working if working != current else current
 
     def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,

@@ -13,7 +13,6 @@ Must not decide whether a mutation runs (that is the engine) or do I/O.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -157,51 +156,60 @@ def _tolerates(existing: Any, wanted: Mapping[str, Any]) -> bool:
 
 def apply_shortcut(
     obj: dict[str, Any], shortcut: tuple[str, Any], facts: WorkloadFacts | None,
-) -> dict[str, Any]:
-    """Apply one declarative GPU shortcut to a copy of ``obj`` and return it.
+) -> bool:
+    """Apply one declarative GPU shortcut to ``obj`` in place; True when it changed something.
 
-    ``setLabel`` / ``setAnnotation`` take ``target: object`` (default, the object's own metadata:
-    where Kueue reads ``kueue.x-k8s.io/queue-name``) or ``podTemplates``.
+    The caller owns ``obj`` (a private copy of the request's object). ``setLabel`` /
+    ``setAnnotation`` take ``target: object`` (default, the object's own metadata: where Kueue
+    reads ``kueue.x-k8s.io/queue-name``) or ``podTemplates``.
+
+    Raises:
+        MutationError: the object's metadata is not a map.
     """
     name, argument = shortcut
-    result = copy.deepcopy(obj)
     if name in ("setLabel", "setAnnotation") and argument.get("target", "object") == "object":
-        field = "labels" if name == "setLabel" else "annotations"
-        if not isinstance(result.get("metadata"), dict):
+        if not isinstance(obj.get("metadata"), dict):
             raise MutationError(f"{name}: the object's metadata is "
-                                f"{type(result.get('metadata')).__name__}, not a map")
-        metadata = result["metadata"]
-        if not isinstance(metadata.get(field), dict):
-            metadata[field] = {}
-        metadata[field][argument["key"]] = argument["value"]
-        return result
-    for spec_path, metadata_path in _pod_targets(result, facts):
-        spec = _at(result, spec_path)
+                                f"{type(obj.get('metadata')).__name__}, not a map")
+        return _set_key(obj["metadata"], "labels" if name == "setLabel" else "annotations",
+                        argument["key"], argument["value"])
+    changed = False
+    for spec_path, metadata_path in _pod_targets(obj, facts):
+        spec = _at(obj, spec_path)
         if spec is None:
             continue
         if name == "addToleration":
             tolerations = spec.get("tolerations")
             if not isinstance(tolerations, list):
                 tolerations = spec["tolerations"] = []
+                changed = True
             if not any(_tolerates(t, argument) for t in tolerations):
                 tolerations.append(dict(argument))
-        elif name == "setRuntimeClassName":
-            spec["runtimeClassName"] = argument
-        elif name == "setSchedulerName":
-            spec["schedulerName"] = argument
+                changed = True
+        elif name in ("setRuntimeClassName", "setSchedulerName"):
+            field = "runtimeClassName" if name == "setRuntimeClassName" else "schedulerName"
+            changed = spec.get(field) != argument or changed
+            spec[field] = argument
         elif name == "setNodeSelector":
-            if not isinstance(spec.get("nodeSelector"), dict):
-                spec["nodeSelector"] = {}
-            spec["nodeSelector"][argument["key"]] = argument["value"]
+            changed = _set_key(spec, "nodeSelector", argument["key"], argument["value"]) or changed
         elif name in ("setLabel", "setAnnotation"):
             parent_path, _, key = metadata_path.rpartition(".")
-            parent = _at(result, parent_path)
+            parent = _at(obj, parent_path)
             if parent is None:
                 continue
             if not isinstance(parent.get(key), dict):
                 parent[key] = {}
+                changed = True
             field = "labels" if name == "setLabel" else "annotations"
-            if not isinstance(parent[key].get(field), dict):
-                parent[key][field] = {}
-            parent[key][field][argument["key"]] = argument["value"]
-    return result
+            changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
+    return changed
+
+
+def _set_key(parent: dict[str, Any], field: str, key: str, value: Any) -> bool:
+    """``parent[field][key] = value``, creating the map (a null one too); True when it changed."""
+    if not isinstance(parent.get(field), dict):
+        parent[field] = {}
+    if parent[field].get(key) == value and key in parent[field]:
+        return False
+    parent[field][key] = value
+    return True
