@@ -163,13 +163,27 @@ class Engine:
         self.policies = policies
         self.environment = environment
         self.settings = settings
-        # Params are fixed per policy: check them for CEL once, not per request.
+        # Params are fixed per policy: check them for CEL once, not per request. Policies with
+        # equal params share one prepared value, and so (without variables) one activation.
         self._params: dict[int, Any] = {}
+        by_value: dict[str, Any] = {}
         for policy in policies.policies:
-            try:
-                self._params[id(policy)] = prepare({"params": policy.params})["params"]
-            except CelEvaluationError:
-                self._params[id(policy)] = None
+            key = json.dumps(policy.params, sort_keys=True, default=str)
+            if key not in by_value:
+                try:
+                    by_value[key] = prepare({"params": policy.params})["params"]
+                except CelEvaluationError:
+                    by_value[key] = None
+            self._params[id(policy)] = by_value[key]
+        # matchConditions that read neither params nor variables run on one activation shared
+        # by every policy of the request: policies that do not apply never convert the object.
+        self._conditions: dict[int, tuple[tuple[Rule, ...], tuple[Rule, ...]]] = {
+            id(policy): (
+                tuple(c for c in policy.match_conditions if _reads_only_request(c.expression)),
+                tuple(c for c in policy.match_conditions if not _reads_only_request(c.expression)),
+            )
+            for policy in policies.policies
+        }
 
     def _activation(self, policy: Policy, base: PreparedData,
                     shared: dict[int, RequestActivation]) -> RequestActivation:
@@ -287,8 +301,16 @@ class Engine:
         if isinstance(prepared, str):
             run.failure(policy, "request", "", prepared, error=True, point=point)
             return None
+        plain, rest = self._conditions[id(policy)]
+        if plain:
+            if _CONDITIONS not in shared:
+                shared[_CONDITIONS] = self.environment.activation(
+                    PreparedData({**prepared, "params": None}))
+            if not self._conditions_hold(policy, plain, shared[_CONDITIONS], run, point):
+                return None
         activation = self._activation(policy, prepared, shared)
-        return activation if self._conditions_hold(policy, activation, run, point) else None
+        return activation if self._conditions_hold(policy, rest, activation, run, point) \
+            else None
 
     def _applicable(self, review: ReviewInput, point: str, run: _Run) -> list[Policy]:
         """Policies whose match selects the request and that no exception exempts."""
@@ -311,9 +333,9 @@ class Engine:
             result.append(policy)
         return result
 
-    def _conditions_hold(self, policy: Policy, activation: RequestActivation, run: _Run,
-                         point: str) -> bool:
-        for condition in policy.match_conditions:
+    def _conditions_hold(self, policy: Policy, conditions: Sequence[Rule],
+                         activation: RequestActivation, run: _Run, point: str) -> bool:
+        for condition in conditions:
             try:
                 value = activation.evaluate(condition.expression)
             except CelEvaluationError as exc:
@@ -426,6 +448,15 @@ class Engine:
         # Fall back to the static message as the API server does, saying why.
         text = rule.message or f"failed expression: {rule.expression.expression.strip()}"
         return f"{text} ({problem})" if problem else text
+
+
+_CONDITIONS = -1  # key of the shared matchConditions activation (ids of params are positive)
+_PARAMS_OR_VARIABLES = re.compile(r"(?<![\w.])(params|variables)\b")
+
+
+def _reads_only_request(expression: Any) -> bool:
+    """Whether an expression reads only the request's data (no params, no variables)."""
+    return not _PARAMS_OR_VARIABLES.search(expression.expression)
 
 
 def _describe(exc: Exception) -> str:
