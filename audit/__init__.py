@@ -17,9 +17,14 @@ Owns, module by module:
   :mod:`audit.render_html` (with :mod:`audit.svg_charts`; the three share
   :mod:`audit.report_tables`) and :mod:`audit.policy_reports` (``wgpolicyk8s.io/v1alpha2``);
 - :mod:`audit.history`: runs in SQLite and what changed since the previous one;
-- :mod:`audit.settings`: the frozen settings built by the CLI.
+- :mod:`audit.settings`: the frozen settings built by the CLI;
+- the NVML inventory (``docs/inventory.md``): :mod:`audit.nvml` (the only ``pynvml`` importer:
+  backend protocol and loader), :mod:`audit.nvml_reader` (reading a machine's GPUs),
+  :mod:`audit.inventory` and :mod:`audit.inventory_summary` (the documents),
+  :mod:`audit.inventory_files` (``--inventory`` inputs), :mod:`audit.inventory_join` (findings
+  against the allocations) and :mod:`audit.inventory_audit` (their place in the scan).
 
 Must not serve HTTP admission, import :mod:`webhook` or :mod:`certs`, or write to the cluster
-itself (:mod:`kube.policy_reports` does, when asked). The NVML inventory reader named in
-``docs/DESIGN.md`` is not written yet.
+itself (:mod:`kube.policy_reports` does, when asked; :mod:`kube.node_annotations` writes the
+inventory annotation for ``gpuguard inventory``).
 """

@@ -11,6 +11,7 @@ Must not read input, evaluate policies or render.
 from __future__ import annotations
 
 import datetime
+import math
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
@@ -20,6 +21,7 @@ from audit.compliance import SEVERITIES, ComplianceResult, Finding
 from audit.ownership import ObjectKey
 from audit.placement import as_float
 from audit.settings import AuditSettings
+from policies.quota import QuotaStatus
 
 if TYPE_CHECKING:
     from audit.scanner import Scanner
@@ -44,6 +46,25 @@ def finding_dict(finding: Finding, team: str | None) -> dict[str, Any]:
     }
 
 
+def quota_entry(status: QuotaStatus, team_of: Any) -> dict[str, Any]:
+    """One entry of ``quotas``: a GPUQuota's usage against its limits (docs/audit-report.md)."""
+    quota = status.quota
+    scope = quota.scope
+    team = scope.value if scope.kind == "Team" else \
+        team_of(scope.namespace) if scope.kind == "Namespace" else None
+    ratios = status.ratios()
+    return {
+        "name": quota.name, "source": quota.source, "team": team,
+        "scope": scope.to_cel(), "limits": quota.limits.to_cel(), "used": status.used.to_cel(),
+        # A limit of 0 with usage is an infinite ratio: null (JSON has no infinity).
+        "usage_ratio": {k: round(v, 4) if math.isfinite(v) else None for k, v in ratios.items()},
+        "max_ratio": (round(max(ratios.values()), 4) if math.isfinite(max(ratios.values()))
+                      else None) if ratios else None,
+        "headroom_gpu_equivalents": status.to_cel().get("headroomGpuEquivalents"),
+        "state": status.state(),
+    }
+
+
 def _severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
 
@@ -51,7 +72,8 @@ def _severity_rank(severity: str) -> int:
 def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Scanner,
              placement: dict[str, Any], compliance: ComplianceResult,
              utilization: dict[str, Any] | None, errors: list[str],
-             generated: datetime.datetime) -> dict[str, Any]:
+             generated: datetime.datetime,
+             quotas: list[QuotaStatus] | None = None) -> dict[str, Any]:
     """Build the report (see module docstring)."""
     root = scanner.ownership.root
     team_of = scanner.team_of_namespace
@@ -185,6 +207,9 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
     namespace_list = [{**entry, "findings": {s: entry["findings"].get(s, 0) for s in SEVERITIES}}
                       for _, entry in sorted(namespaces.items(), key=lambda e: str(e[0]))]
 
+    # --- quotas --------------------------------------------------------------------------------
+    quota_list = [quota_entry(status, team_of) for status in quotas or ()]
+
     # --- summary -------------------------------------------------------------------------------
     cluster = placement["cluster"]
     pending_eq = sum((w["pending"] for w in workloads.values()), Fraction(0))
@@ -214,6 +239,8 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         },
         "findings": {s: severities.get(s, 0) for s in SEVERITIES},
         "exceptions": len(exceptions),
+        "quotas": {state: sorted(e["name"] for e in quota_list if e["state"] == state)
+                   for state in ("over", "near", "ok")},
         "stranded_nodes": len(placement["stranded"]),
         "errors": len(errors),
         "warnings": len(warnings),
@@ -228,6 +255,7 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         "cluster": cluster,
         "nodes": placement["nodes"],
         "teams": team_list,
+        "quotas": quota_list,
         "fragmentation": placement["fragmentation"],
         "stranded": placement["stranded"],
         "mig": placement["mig"],

@@ -1,9 +1,9 @@
 """The report as titled tables of text, shared by the terminal, Markdown and HTML renderers.
 
 Owns which figures each human-readable output shows and how they are worded (so the three agree):
-summary, changes since the previous run, nodes, teams, fragmentation, stranded GPUs, MIG,
-pending GPU pods, idle GPUs, findings by policy, findings, exceptions, warnings and errors. Cells
-are plain text (renderers escape them). ``limit`` cuts long tables; the cut is stated in the
+summary, changes since the previous run, nodes, teams, GPU quotas, fragmentation, stranded GPUs,
+MIG, pending GPU pods, idle GPUs, findings by policy, findings, exceptions, warnings and errors.
+Cells are plain text (renderers escape them). ``limit`` cuts long tables; the cut is stated in the
 table's ``more``.
 
 Must not print or escape for a medium.
@@ -83,6 +83,9 @@ def _summary(report: Mapping[str, Any]) -> TextTable:
         ("findings", f"{findings['deny']} deny, {findings['warn']} warn, "
          f"{findings['audit']} audit, {findings['error']} error, {findings['info']} info; "
          f"{s['exceptions']} exception(s)"),
+        *([("GPU quotas", f"over: {', '.join(s['quotas']['over']) or 'none'}; at 90 % or "
+            f"more: {', '.join(s['quotas']['near']) or 'none'}")]
+          if s.get("quotas") and (s["quotas"]["over"] or s["quotas"]["near"]) else []),
         ("problems", f"{s['stranded_nodes']} node(s) with stranded GPUs, "
          f"{s['errors']} input error(s), {s['warnings']} warning(s)"),
     ]
@@ -170,6 +173,36 @@ def _teams(report: Mapping[str, Any], limit: int | None) -> TextTable:
     return _table("teams", f"Teams (namespace label {report['settings']['team_label']})",
                   ("team", "namespaces", "workloads", "GPU pods run/pend", "GPU-eq allocated",
                    "pending", "idle", "mean util", "findings"), rows, limit)
+
+
+def _quotas(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
+    quotas = report.get("quotas") or []
+    if not quotas:
+        return []
+    rows = []
+    for quota in quotas:
+        used, limits = quota["used"], quota["limits"]
+        parts = []
+        if "gpuEquivalents" in limits:
+            parts.append(f"{number(used['gpuEquivalents'])}/{number(limits['gpuEquivalents'])} "
+                         "GPU-eq")
+        parts += [f"{used['gpus'].get(r, 0)}/{n} {r}" for r, n in limits["gpus"].items()]
+        if "gpuMemoryGiB" in limits:
+            parts.append(f"{number(used['gpuMemoryGiB'])}/{number(limits['gpuMemoryGiB'])} GiB")
+        parts += [f"{used['mig'].get(p, 0)}/{n} MIG {p}" for p, n in limits["mig"].items()]
+        parts += [f"{number(used['products'].get(p, 0))}/{number(n)} GPU-eq {p}"
+                  for p, n in limits["products"].items()]
+        ratio = quota["max_ratio"]
+        rows.append((quota["name"], quota["team"] or "-", "; ".join(parts) or "-",
+                     "∞" if ratio is None and quota["usage_ratio"] else
+                     "-" if ratio is None else f"{ratio:.0%}",
+                     number(quota["headroom_gpu_equivalents"], "-"), quota["state"]))
+    summary = report["summary"].get("quotas") or {}
+    note = f"{len(summary.get('over', []))} over quota, {len(summary.get('near', []))} at 90 % " \
+        "or more; pending and running pods"
+    return [_table("quotas", "GPU quotas (used/limit)", ("quota", "team", "used/limit",
+                                                        "highest", "headroom GPU-eq", "state"),
+                   rows, limit, note)]
 
 
 def _fragmentation(report: Mapping[str, Any]) -> TextTable:
@@ -270,6 +303,7 @@ def tables(report: Mapping[str, Any], limit: int | None = None) -> list[TextTabl
     """Every section of the human-readable report, in reading order."""
     return [
         _summary(report), *_changes(report, limit), _teams(report, limit),
+        *_quotas(report, limit),
         _nodes(report, limit), _fragmentation(report), _stranded(report, limit),
         *_mig(report), _pending(report, limit), *_utilization(report, limit),
         _policies(report), _findings(report, limit), _exceptions(report, limit),

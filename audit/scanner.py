@@ -25,6 +25,7 @@ from audit.report import assemble
 from audit.settings import AuditSettings
 from audit.utilization import Metrics, utilization_report
 from policies.engine import Engine
+from policies.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
 from policies.sources import Document, LoadError
 from policies.workloads import claim_template_devices, find_workload
 
@@ -42,12 +43,17 @@ class Scanner:
         metrics: DCGM metrics, or None.
         progress: called with the number of objects read so far, every 1,000 objects (may be
             set later, as ``progress``).
+        quotas: ``GPUQuota`` documents to report usage against (pending and running pods,
+            summed per namespace as they stream in: the webhook's numbers).
     """
 
     def __init__(self, settings: AuditSettings, engine: Engine | None,
                  metrics: Metrics | None = None,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 quotas: Iterable[Quota] = ()) -> None:
         self.settings = settings
+        self.quotas = tuple(quotas)
+        self.quota_usage: dict[str, Usage] = {}  # namespace -> usage of its pods
         self.metrics = metrics
         self.ownership = Ownership()
         self.compliance = Compliance(engine, settings, self.ownership)
@@ -117,6 +123,11 @@ class Scanner:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
             return
         self._seen_pods.add(identity)
+        if self.quotas:
+            charge = pod_charge(body, self.settings.gpu).usage
+            if charge.pods:
+                namespace = str(usage.key.namespace or "")
+                self.quota_usage[namespace] = self.quota_usage.get(namespace, ZERO) + charge
         if usage.owner is not None:
             self.ownership.record(usage.key, usage.owner)
         tallied = self.placement.add_pod(usage)
@@ -152,6 +163,17 @@ class Scanner:
             return None
         return self.namespaces.get(namespace, {}).get(self.settings.team_label) or None
 
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Usage against limits of every quota (namespaces' labels as read)."""
+        statuses = []
+        for quota in self.quotas:
+            used = ZERO
+            for namespace, usage in self.quota_usage.items():
+                if quota.scope.applies(namespace, self.namespaces.get(namespace, {})):
+                    used = used + usage
+            statuses.append(QuotaStatus(quota, used))
+        return statuses
+
     def finish(self, source: Mapping[str, Any],
                policy_errors: Iterable[str] = ()) -> dict[str, Any]:
         """Evaluate what is left, compute every figure and assemble the report."""
@@ -179,6 +201,7 @@ class Scanner:
         return assemble(
             settings=self.settings, source=source, scanner=self, placement=placement,
             compliance=compliance, utilization=utilization, errors=errors,
+            quotas=self.quota_statuses(),
             generated=self.settings.now if self.settings.now.year > 1970
             else datetime.datetime.now(datetime.UTC))
 
@@ -186,9 +209,10 @@ class Scanner:
 def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine: Engine | None,
          *, metrics: Metrics | None = None, source: Mapping[str, Any] | None = None,
          policy_errors: Iterable[str] = (),
-         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+         progress: Callable[[int], None] | None = None,
+         quotas: Iterable[Quota] = ()) -> dict[str, Any]:
     """Audit ``items`` and return the report (see docs/audit-report.md)."""
-    scanner = Scanner(settings, engine, metrics, progress)
+    scanner = Scanner(settings, engine, metrics, progress, quotas)
     try:
         for item in items:
             scanner.feed(item)

@@ -30,11 +30,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from audit import history as audit_history
 from audit import policy_reports, render_html, render_markdown, render_terminal
 from audit.file_source import iter_snapshot
+from audit.inventory_audit import InventoryAudit
 from audit.scanner import Scanner
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.utilization import Metrics, MetricsError, read_metrics
 from gpuguard import policy_set
 from gpuguard.settings import add_gpu_settings
+from policies.loader import load_quotas
 from policies.resource_names import GPUSettings
 from policies.sources import Document, LoadError, printable
 
@@ -212,6 +214,7 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
             metric_errors.append(f"--metrics {exc}")
             _error(metric_errors[-1])
 
+    inventory = InventoryAudit(args.inventory, settings) if args.inventory is not None else None
     notes: list[str] = []
     if cluster is not None:
         source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}
@@ -220,7 +223,16 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     source["metrics"] = args.metrics
     source["policies"] = list(args.policies or []) or "built-in library"
     # The policy workers fork here, before the progress bar starts its thread.
-    scanner = Scanner(settings, loaded.engine, metrics)
+    quotas = {q.name: q for q in loaded.engine.policies.quotas}
+    if args.quotas:
+        extra, quota_errors = load_quotas(args.quotas)
+        for error in quota_errors:
+            policy_errors.append(f"policy error: {error}")
+            _error(policy_errors[-1])
+        for quota in extra:
+            quotas.setdefault(quota.name, quota)
+        source["quotas"] = list(args.quotas)
+    scanner = Scanner(settings, loaded.engine, metrics, quotas=quotas.values())
     try:
         with ExitStack() as stack:
             object_progress, page_progress = _progress_callbacks(stack, live)
@@ -229,10 +241,14 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
                 else iter_snapshot(args.filename)
             for item in items:
                 scanner.feed(item)
+                if inventory is not None:
+                    inventory.feed(item)
     except BaseException:
         scanner.compliance.close()
         raise
-    report = scanner.finish(source, [*policy_errors, *metric_errors])
+    report = scanner.finish(source, [*policy_errors, *metric_errors,
+                                     *(inventory.errors if inventory else [])])
+    report["inventory"] = inventory.section() if inventory is not None else None
     report["warnings"] = [*report["warnings"], *notes]
     report["summary"]["warnings"] = len(report["warnings"])
     for line in report["errors"]:
@@ -300,9 +316,17 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     source.add_argument("--metrics", metavar="FILE",
                         help="DCGM exporter metrics (Prometheus text) or a Prometheus query "
                         "result (JSON), for idle GPUs")
+    source.add_argument("--inventory", action="append", nargs="?", const="", metavar="PATH",
+                        help="GPU inventories from 'gpuguard inventory' (files, or Node objects "
+                        "with the gpuguard.io/inventory annotation); without PATH, the "
+                        "annotations of the audited Nodes. Joined with the allocations: "
+                        "docs/inventory.md; repeatable")
     policy = parser.add_argument_group("how to judge")
     policy.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory (repeatable); default: built-in library")
+    policy.add_argument("--quotas", action="append", metavar="PATH",
+                        help="GPUQuota documents (file or directory, repeatable) to report usage "
+                        "against; those in the --policies files are reported too")
     policy.add_argument("--team-label", default=DEFAULT_TEAM_LABEL, metavar="KEY",
                         help=f"Namespace label naming the team (default {DEFAULT_TEAM_LABEL})")
     policy.add_argument("--idle-below", default="5", metavar="PERCENT",

@@ -3,6 +3,12 @@
 Each object (or AdmissionReview) is evaluated as the webhook would at admission — mutations first,
 then validations on the mutated object — and the results per policy and rule are printed with the
 JSONPatch. Exit codes: 0 all allowed, 1 some request would be denied, 2 bad input or policy files.
+
+With ``--snapshot DIR`` the ``GPUQuota`` documents of the policy files are checked too, against
+the usage of the snapshot's pods (pending and running; team scopes from its Namespaces' labels):
+the webhook's quota step (:class:`kube.quota_ledger.QuotaAdmission`, as a dry run over an
+in-memory ledger and a pod index filled from the snapshot), so the numbers and messages are the
+webhook's. CEL policies see the same figures as ``quota``.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import datetime
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +27,8 @@ from rich.table import Table
 
 from gpuguard import policy_set
 from gpuguard.settings import add_gpu_settings
+from kube.pod_cache import PodUsageIndex
+from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
 from policies.engine import Engine, Verdict
 from policies.resource_names import GPUSettings
 from policies.review import ReviewError, ReviewInput, UserInfo, from_object, from_request
@@ -47,29 +56,78 @@ def _namespace_object(name: str, labels: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, str],
-            now: datetime.datetime) -> ReviewInput:
+            now: datetime.datetime, snapshot: Snapshot | None = None) -> ReviewInput:
+    def labels_of(namespace: str) -> Mapping[str, str]:
+        known = snapshot.namespace_labels.get(namespace, {}) if snapshot else {}
+        return {**known, **labels}
+
     body = document.body
     if body.get("kind") == "AdmissionReview":
         review = from_request(body.get("request"), now=now)
         namespace = review.namespace or args.namespace
         return ReviewInput(**{**review.__dict__,
-                              "namespace_object": _namespace_object(namespace, labels)})
+                              "namespace_object": _namespace_object(namespace,
+                                                                    labels_of(namespace))})
     metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
     namespace = str(metadata.get("namespace") or args.namespace)
+    labels = labels_of(namespace)
     user = UserInfo(username=args.user, groups=tuple(args.group))
     review = from_object(body, user=user, now=now,
                          namespace_object=_namespace_object(namespace, labels))
     return ReviewInput(**{**review.__dict__, "namespace": review.namespace or namespace})
 
 
-def _entry(document: Document, review: ReviewInput, verdict: Verdict) -> dict[str, Any]:
+@dataclass
+class Snapshot:
+    """What quota needs of a cluster snapshot: Namespace labels and a pod usage index."""
+
+    namespace_labels: dict[str, dict[str, str]]
+    index: PodUsageIndex
+
+
+def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, list[str]]:
+    """The Namespaces' labels and the Pods of a snapshot (files / directories); errors."""
+    documents, errors = read_documents(paths)
+    labels: dict[str, dict[str, str]] = {}
+    pods = []
+    for document in documents:
+        body = document.body
+        metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+        if body.get("kind") == "Namespace" and isinstance(metadata.get("name"), str):
+            raw = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+            labels[metadata["name"]] = {str(k): str(v) for k, v in raw.items()}
+        elif body.get("kind") == "Pod" and metadata.get("name"):
+            pods.append(body)
+    index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
+    index.replace(pods)
+    return Snapshot(labels, index), [f"--snapshot: {e}" for e in errors]
+
+
+def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
+    """The AdmissionRequest the webhook's quota step would see (always a dry run here)."""
+    body = document.body
+    if body.get("kind") == "AdmissionReview" and isinstance(body.get("request"), Mapping):
+        request = dict(body["request"])
+    else:
+        request = {"uid": "gpuguard-check", "operation": review.operation, "object": body}
+    request.setdefault("namespace", review.namespace)
+    request.setdefault("name", review.name)
+    return {**request, "dryRun": True}
+
+
+def _entry(document: Document, review: ReviewInput, verdict: Verdict,
+           quota: QuotaDecision | None = None) -> dict[str, Any]:
+    quota = quota or QuotaDecision()
+    message = "; ".join(m for m in ("; ".join(quota.denials), verdict.message) if m)
     return {
         "source": document.location,
         "kind": review.kind[2], "namespace": review.namespace, "name": review.name,
         "operation": review.operation,
-        "allowed": verdict.allowed,
-        "message": verdict.message,
-        "warnings": list(verdict.warnings),
+        "allowed": verdict.allowed and quota.allowed,
+        "message": message,
+        "quota": {"allowed": quota.allowed, "denials": list(quota.denials),
+                  "warnings": list(quota.warnings), "usage": dict(quota.cel)},
+        "warnings": [*quota.warnings, *verdict.warnings],
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -85,6 +143,8 @@ def _print_table(entries: list[dict[str, Any]]) -> None:
         title = f"{entry['kind']}/{entry['namespace'] or '-'}/{entry['name'] or '-'} " \
                 f"({entry['source']})"
         console.print(f"{escape(printable(title))}: {decision}")
+        for denial in entry["quota"]["denials"]:
+            console.print(f"  quota: {printable(denial)}", markup=False, highlight=False)
         table = Table(show_header=True, box=None, padding=(0, 2))
         for column in ("policy", "rule", "outcome", "message"):
             table.add_column(column, overflow="fold")
@@ -115,7 +175,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
     if loaded.errors:
         return 2
-    if not loaded.engine.policies.policies:
+    if not loaded.engine.policies.policies and not (args.snapshot
+                                                    and loaded.engine.policies.quotas):
         # Evaluating nothing would allow everything: refuse rather than fail open.
         where = ", ".join(args.policies or ["the library"])
         print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
@@ -123,15 +184,31 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     documents, errors = read_documents(args.filename)
     problems = [str(e) for e in errors]
     engine: Engine = loaded.engine
+    snapshot: Snapshot | None = None
+    quota_check: QuotaAdmission | None = None
+    if args.snapshot:
+        snapshot, snapshot_errors = read_snapshot(args.snapshot, settings)
+        problems.extend(snapshot_errors)
+        if not engine.policies.quotas:
+            print("gpuguard: note: --snapshot given but the policy files hold no GPUQuota "
+                  "documents", file=sys.stderr)
+        quota_check = QuotaAdmission(
+            engine.policies.quotas, QuotaLedger(MemoryLedgerStore(), snapshot.index),
+            snapshot.index.namespace_labels, settings)
     now = datetime.datetime.now(datetime.UTC)
     entries = []
     for document in documents:
         try:
-            review = _review(document, args, labels, now)
+            review = _review(document, args, labels, now, snapshot)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue
-        entries.append(_entry(document, review, engine.evaluate(review)))
+        if quota_check is None:
+            entries.append(_entry(document, review, engine.evaluate(review)))
+            continue
+        quota = quota_check.admit(_quota_request(document, review))
+        entries.append(_entry(document, review, engine.evaluate(review, quota=quota.cel),
+                              quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
     if args.output == "json":
@@ -161,6 +238,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--namespace-labels", metavar="K=V,...",
                         help="labels of the objects' namespace, for namespaceSelector and "
                         "namespaceObject")
+    parser.add_argument("--snapshot", action="append", metavar="DIR",
+                        help="cluster snapshot (kubectl get pods,namespaces -A -o yaml output: "
+                        "file or directory, repeatable): check the GPUQuota documents of the "
+                        "policy files against the usage of its running and pending pods")
     parser.add_argument("--user", default="", help="requesting user name (userInfo.username)")
     parser.add_argument("--group", action="append", default=[],
                         help="requesting user's group (repeatable)")

@@ -16,6 +16,7 @@ from gpuguard import (
     certs_command,
     check_command,
     gpus_command,
+    inventory_command,
     lint_command,
     serve_command,
     test_command,
@@ -41,7 +42,7 @@ class _UsageError(Exception):
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
 _COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
-             serve_command)
+             serve_command, inventory_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

@@ -16,9 +16,11 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
     """Lint ``paths``; print errors (one line each) and warnings; 0 clean, 1 any error."""
     loaded = policy_set.load(paths, settings)
     names = loaded.engine.policies.names()
-    empty = not names and not loaded.errors
+    quotas = loaded.engine.policies.quotas
+    empty = not names and not quotas and not loaded.errors
     if output == "json":
-        json.dump({"policies": list(names), "errors": [str(e) for e in loaded.errors],
+        json.dump({"policies": list(names), "quotas": [q.name for q in quotas],
+                   "errors": [str(e) for e in loaded.errors],
                    "warnings": list(loaded.warnings)}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -29,7 +31,8 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
         if empty:
             print("error: no policies found (expected GPUPolicy, ValidatingAdmissionPolicy or "
                   "MutatingAdmissionPolicy documents)")
-        print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'} loaded, "
+        print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'}"
+              + (f" and {len(quotas)} GPUQuota(s)" if quotas else "") + " loaded, "
               f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
     return 1 if loaded.errors or empty else 0
 

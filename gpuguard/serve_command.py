@@ -9,6 +9,13 @@ restarts one that dies unexpectedly, and exposes their summed metrics (prometheu
 multiprocess mode). ``--dev`` makes a throw-away CA and serving certificate in a temporary
 directory and prints a ready-to-paste ``curl`` command.
 
+GPUQuota documents (loaded from the ``--policies`` paths with the policies, reloaded with them)
+are enforced on ``/validate``: with a cluster, usage comes from a pod watch
+(:class:`kube.pod_cache.PodCache`) and reservations go to ConfigMap ledgers in
+``--quota-namespace`` (default: the pod's own namespace, else ``gpuguard-system``); standalone,
+there is no pod usage to count — the ledger is in memory and only this process's own admissions
+(for the reservation TTL) and per-pod limits count, which start-up logs as a warning.
+
 Exit codes: 0 after a graceful shutdown; 1 the server could not start (port taken) or a worker
 failed; 2 bad usage or input (missing certificate, refused TLS material, unreadable namespace
 labels, unusable kubeconfig).
@@ -46,10 +53,13 @@ from kube.namespaces import (
     StaticNamespaces,
     read_namespace_file,
 )
+from kube.pod_cache import PodCache, PodUsageIndex
+from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
 from policies.resource_names import GPUSettings
 from webhook import logs
 from webhook.metrics import enable_multiprocess, mark_worker_dead
 from webhook.policy_store import PolicyStore
+from webhook.quota import QuotaGate
 from webhook.server import Server, run
 from webhook.settings import ServerSettings
 
@@ -58,6 +68,7 @@ LOG = logging.getLogger("gpuguard.serve")
 SAMPLE_REVIEW = Path(__file__).resolve().parent.parent / "examples" / "admission" / \
     "gpu-pod-review.json"
 DEV_SERVICE, DEV_NAMESPACE = "gpuguard", "gpuguard-system"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -73,6 +84,7 @@ class ServeConfig:
         namespace_labels: a namespace-labels file (standalone namespaces), or None.
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        quota_namespace: where the GPUQuota ledgers (ConfigMaps) live.
     """
 
     server: ServerSettings
@@ -83,6 +95,44 @@ class ServeConfig:
     namespace_labels: str | None
     kubeconfig: str | None
     log_level: str = "info"
+    quota_namespace: str = DEV_NAMESPACE
+
+
+def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """Where the ledgers live: the service account's namespace, else ``gpuguard-system``."""
+    try:
+        name = Path(path).read_text(encoding="utf-8").strip()
+    except OSError:
+        return DEV_NAMESPACE
+    return name or DEV_NAMESPACE
+
+
+def _labels_of(namespaces: StaticNamespaces | NamespaceWatch) -> Any:
+    def labels(name: str) -> Any:
+        metadata = namespaces.get(name).get("metadata")
+        return (metadata.get("labels") if isinstance(metadata, dict) else None) or {}
+    return labels
+
+
+def quota_gate(config: ServeConfig, namespaces: StaticNamespaces | NamespaceWatch,
+               ) -> tuple[QuotaGate, PodCache | None]:
+    """The GPUQuota step and, with a cluster, the pod watch feeding it (not started).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    labels = _labels_of(namespaces)
+    index = PodUsageIndex(labels, config.gpu)
+    cluster = detect(config.kubeconfig)
+    if cluster is None:
+        return QuotaGate(QuotaLedger(MemoryLedgerStore(), index), labels, config.gpu,
+                         source="none (standalone): in-memory ledger, no pod watch"), None
+    cache = PodCache(cluster.api_client, index)
+    store = ConfigMapLedgerStore(cluster.api_client, config.quota_namespace)
+    gate = QuotaGate(QuotaLedger(store, cache), labels, config.gpu,
+                     source=f"pod watch and ConfigMap ledgers in {config.quota_namespace} "
+                     f"({cluster.source})")
+    return gate, cache
 
 
 def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
@@ -118,14 +168,21 @@ def serve_worker(config: ServeConfig) -> int:
     try:
         tls = ReloadingTLS(config.cert_file, config.key_file)
         namespaces = namespace_source(config)
+        quota, pod_cache = quota_gate(config, namespaces)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
     loader = functools.partial(policy_set.load, settings=config.gpu)
     store = PolicyStore(config.policies, loader)
     server = Server(config.server, store, namespaces, tls,
-                    certificate_check=_certificate_check(tls))
-    return run(server)
+                    certificate_check=_certificate_check(tls), quota=quota)
+    if pod_cache is not None:
+        pod_cache.start()
+    try:
+        return run(server)
+    finally:
+        if pod_cache is not None:
+            pod_cache.stop()
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -248,7 +305,8 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        policies=tuple(args.policies) if args.policies else None,
                        cert_file=cert_file, key_file=key_file,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
-                       log_level=args.log_level)
+                       log_level=args.log_level,
+                       quota_namespace=args.quota_namespace or default_quota_namespace())
 
 
 def _preflight(config: ServeConfig) -> str | None:
@@ -256,6 +314,7 @@ def _preflight(config: ServeConfig) -> str | None:
     try:
         tls = ReloadingTLS(config.cert_file, config.key_file)
         source = namespace_source(config)
+        cluster = detect(config.kubeconfig)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         return str(exc)
     for path in config.policies or ():
@@ -273,6 +332,13 @@ def _preflight(config: ServeConfig) -> str | None:
     elif isinstance(source, StaticNamespaces):
         LOG.info("namespace labels from a file, not from the cluster",
                  extra={"fields": {"file": config.namespace_labels}})
+    if cluster is None:
+        LOG.warning("GPUQuota enforcement needs a cluster: no pod watch, so pods already "
+                    "running are not counted; quotas count only this process's own admissions "
+                    "(in-memory ledger, 60 s reservations) and per-pod limits")
+    else:
+        LOG.info("GPUQuota usage from the cluster pod watch", extra={"fields": {
+            "ledger_namespace": config.quota_namespace}})
     return None
 
 
@@ -351,6 +417,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--kubeconfig", metavar="FILE",
                         help="kubeconfig to watch namespaces with (default: in-cluster, then "
                         "$KUBECONFIG, then ~/.kube/config; none: standalone)")
+    parser.add_argument("--quota-namespace", metavar="NAME",
+                        help="namespace of the GPUQuota reservation ledgers (ConfigMaps "
+                        "gpuguard-quota-<name>; default: gpuguard's own namespace, else "
+                        f"{DEV_NAMESPACE})")
     parser.add_argument("--deadline-ms", type=int, default=ServerSettings.deadline_ms,
                         metavar="N", help="evaluation deadline in ms; keep it below the "
                         "webhook's timeoutSeconds (default %(default)s)")

@@ -39,7 +39,17 @@ def sample_data():
         "namespaceObject": {"metadata": {"name": "team-a",
                                          "labels": {"gpuguard.io/team": "a"}}},
         "gpu": gpu_data(workload_facts(pod)),
-        "quota": {"used": 1},
+        "quota": {  # the shape of policies.quota.quota_variable (docs/cel.md)
+            "quotas": {"team-a": {
+                "scope": {"kind": "Team", "namespace": None, "label": "team", "value": "team-a"},
+                "used": {"gpuEquivalents": 2.5, "gpus": {"nvidia.com/gpu": 2},
+                         "gpuMemoryGiB": 0.0, "mig": {"1g.10gb": 1}, "products": {},
+                         "pods": 3, "unknownPods": 0},
+                "limits": {"gpus": {}, "mig": {}, "products": {}, "gpuEquivalents": 8.0},
+                "headroomGpuEquivalents": 5.5}},
+            "request": {"gpuEquivalents": 1.0, "gpus": {"nvidia.com/gpu": 1},
+                        "gpuMemoryGiB": 0.0, "mig": {}, "products": {}, "pods": 1,
+                        "unknownPods": 0}},
     }
 
 

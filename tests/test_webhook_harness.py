@@ -65,12 +65,13 @@ class Harness:
         namespaces: Namespace objects by name (a standalone source), or a namespace source.
         settings: server settings (defaults, deadline included).
         recorder: side effects of admitted requests.
+        quota: the GPUQuota step (:class:`webhook.quota.QuotaGate`), or None.
     """
 
     def __init__(self, policies: Sequence[str | Path] | None, *,
                  namespaces: Mapping[str, Mapping[str, Any]] | Any | None = None,
                  settings: ServerSettings | None = None,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, quota: Any = None) -> None:
         self.settings = settings or ServerSettings(port=0, benchmark_routes=True)
         self.store = PolicyStore([str(p) for p in policies] if policies is not None else None,
                                  loader)
@@ -80,7 +81,8 @@ class Harness:
         self.metrics = Metrics()
         self.executor = concurrent.futures.ThreadPoolExecutor(self.settings.eval_threads)
         self.admitter = Admitter(self.store, self.namespaces, self.settings, self.metrics,
-                                 self.executor, clock=lambda: NOW, recorder=recorder)
+                                 self.executor, clock=lambda: NOW, recorder=recorder,
+                                 quota=quota)
         self.health = Health(self.store, self.namespaces)
         self.health.tls_up = True
         self.app = build_app(self.admitter, self.health, self.metrics, self.settings)

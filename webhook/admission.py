@@ -8,7 +8,15 @@ deadline, and the failurePolicy fallback when the evaluation cannot finish (dead
 (a bug): if any matching, non-exempt policy has ``failurePolicy: Fail`` the request is denied
 with a message saying so, otherwise it is allowed with a warning. ``pods/status`` (any
 ``status`` subresource) is allowed without evaluation. For dryRun requests nothing is recorded
-(the :class:`Recorder`, e.g. a future quota reservation, is not called).
+(the :class:`Recorder` is not called).
+
+Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
+otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
+reserved against every quota it counts against (:class:`webhook.quota.QuotaGate`, off the event
+loop under the same deadline). Over quota: denied with the quota's message, the engine is not run.
+Otherwise the quota figures reach CEL as ``quota`` and the quota's warnings join the engine's; a
+request the policies then deny gives its reservations back. A quota step that cannot finish (the
+ledger unreachable, the deadline) follows each quota's failurePolicy.
 
 Must not evaluate policy logic itself (that is :mod:`policies.engine`) or know about HTTP.
 """
@@ -19,16 +27,20 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import datetime
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kube.quota_ledger import QuotaDecision
 from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, Verdict
 from policies.matching import matches
 from policies.model import FAIL, Policy
+from policies.quota import Quota
 from policies.review import ReviewError, ReviewInput, from_request
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
+from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
 from webhook.wire import Envelope, WireError, bad_request
 
@@ -37,6 +49,7 @@ ENDPOINTS = (VALIDATE, MUTATE_ENDPOINT)
 NOT_EVALUATED_SUBRESOURCES = frozenset({"status"})
 ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
 DEADLINE, EXCEPTION = "deadline", "exception"
+_QUOTA_NAME = re.compile(r"GPUQuota ([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)")
 
 
 class NamespaceSource(Protocol):
@@ -168,6 +181,10 @@ class Admitter:
         executor: threads evaluating policies (the deadline abandons a stuck one).
         clock: the time requests are evaluated at (exception expiry); default UTC now.
         recorder: side effects of admitted non-dryRun requests; default none.
+        quota: the quota step (see module docstring); None: GPUQuota documents are not
+            enforced.
+        quota_executor: threads running the quota step (blocking API calls); default
+            ``executor``.
     """
 
     def __init__(
@@ -180,7 +197,11 @@ class Admitter:
         *,
         clock: Callable[[], datetime.datetime] = _utcnow,
         recorder: Recorder | None = None,
+        quota: QuotaGate | None = None,
+        quota_executor: concurrent.futures.Executor | None = None,
     ) -> None:
+        self.quota = quota
+        self.quota_executor = quota_executor or executor
         self.store = store
         self.namespaces = namespaces
         self.settings = settings
@@ -224,10 +245,54 @@ class Admitter:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == MUTATE_ENDPOINT
-        future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
-                                      validate=not mutate)
+        deadline_at = asyncio.get_running_loop().time() + self.settings.deadline_s
+        quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
+            else ()
+        if not quotas:
+            return await self._evaluate(snapshot, review, endpoint, deadline_at)
+        request = envelope.request
+        quota = await self._quota_step(quotas, request, deadline_at)
+        if not quota.allowed:
+            names = tuple(dict.fromkeys(_QUOTA_NAME.findall(" ".join(quota.denials))))
+            return Decision(allowed=False, decision=DENIED, message="; ".join(quota.denials),
+                            reason="Forbidden", warnings=quota.warnings,
+                            denied_by=tuple(f"GPUQuota/{n}" for n in names),
+                            policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
+                            review=review)
+        decision = await self._evaluate(snapshot, review, endpoint, deadline_at,
+                                        quota=quota.cel)
+        if not decision.allowed and quota.reserved and self.quota is not None:
+            # The pod will not be created: give its reservations back (best effort, unawaited).
+            self.quota_executor.submit(self.quota.release, quotas, quota.reserved, request)
+        if quota.warnings:
+            decision = dataclasses.replace(decision,
+                                           warnings=(*quota.warnings, *decision.warnings))
+        return decision
+
+    async def _quota_step(self, quotas: Sequence[Quota], request: Mapping[str, Any],
+                          deadline_at: float) -> QuotaDecision:
+        """The quota decision, off the event loop; failurePolicy when it cannot finish."""
+        assert self.quota is not None
+        future = self.quota_executor.submit(self.quota.admit, quotas, request)
         try:
-            async with asyncio.timeout(self.settings.deadline_s):
+            async with asyncio.timeout_at(deadline_at):
+                return await asyncio.wrap_future(future)
+        except TimeoutError:
+            future.cancel()
+            return self.quota.unavailable(quotas, request, f"the quota check did not finish "
+                                          f"within the {self.settings.deadline_ms} ms deadline")
+        except Exception as exc:  # a bug in the quota step: the quotas' failurePolicy decides
+            return self.quota.unavailable(quotas, request, f"the quota check failed "
+                                          f"({type(exc).__name__}: {exc})")
+
+    async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+                        deadline_at: float, **quota: Any) -> Decision:
+        """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable)."""
+        mutate = endpoint == MUTATE_ENDPOINT
+        future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
+                                      validate=not mutate, **quota)
+        try:
+            async with asyncio.timeout_at(deadline_at):
                 verdict = await asyncio.wrap_future(future)
         except TimeoutError:
             future.cancel()  # drops it if still queued; a running evaluation finishes unseen

@@ -33,6 +33,7 @@ from webhook.app import HANDLERS_KEY, build_app
 from webhook.health import Health
 from webhook.metrics import Metrics
 from webhook.policy_store import LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
+from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
 
 LOG = logging.getLogger("gpuguard.webhook.server")
@@ -80,12 +81,13 @@ class Server:
         tls: the TLS object; None serves plain HTTP (tests only).
         certificate_check: a readiness check of the served certificate (see :class:`Health`).
         recorder: side effects of admitted requests (see :class:`~webhook.admission.Recorder`).
+        quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, quota: QuotaGate | None = None) -> None:
         self.settings = settings
         self.store = store
         self.namespaces = namespaces
@@ -94,8 +96,12 @@ class Server:
         self.health = Health(store, namespaces, certificate_check)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             settings.eval_threads, thread_name_prefix="gpuguard-evaluate")
+        self.quota_executor = concurrent.futures.ThreadPoolExecutor(
+            max(settings.eval_threads, 4), thread_name_prefix="gpuguard-quota") \
+            if quota is not None else None
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
-                                 recorder=recorder)
+                                 recorder=recorder, quota=quota,
+                                 quota_executor=self.quota_executor)
         self.app = build_app(self.admitter, self.health, self.metrics, settings)
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -227,6 +233,8 @@ class Server:
             await self.runner.cleanup()
         await asyncio.to_thread(self.namespaces.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.quota_executor is not None:
+            self.quota_executor.shutdown(wait=False, cancel_futures=True)
         LOG.info("stopped", extra={"fields": {"drained": in_flight}})
 
 

@@ -1,0 +1,97 @@
+"""The audit's use of GPU inventories (``gpuguard audit --inventory [PATH]``).
+
+Owns the glue between the streamed scan and :mod:`audit.inventory_join`: it reads the
+``--inventory`` files up front (:func:`audit.inventory_files.read_inventories`), watches the
+objects the scanner is fed for Nodes (their GPU facts, and the ``gpuguard.io/inventory``
+annotation) and bound, unfinished GPU pods (their GPU facts only, so a 100k-pod snapshot does not
+stay in memory), and builds the report's ``inventory`` section. Inventories from files win over
+the annotations of the same node when they are newer (latest ``collected_at``).
+
+Must not read the cluster, NVML or anything but the ``--inventory`` paths; it never changes what
+the scanner counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from audit.inventory_files import inventories_from_objects, read_inventories
+from audit.inventory_join import PodGpus, join_inventories, pods_on_nodes
+from audit.inventory_summary import InventorySummary
+from audit.settings import AuditSettings
+from policies.nodes import NodeFacts, node_facts
+from policies.sources import Document, LoadError
+
+__all__ = ["InventoryAudit"]
+
+
+class InventoryAudit:
+    """Collects what the join needs during the scan; :meth:`section` gives the report part.
+
+    Args:
+        paths: the ``--inventory`` values; an empty string stands for "only the annotations of
+            the audited Nodes" (``--inventory`` without a path).
+        settings: the audit's settings (GPU naming, ``idle_below``, ``now``).
+    """
+
+    def __init__(self, paths: Sequence[str], settings: AuditSettings) -> None:
+        self.settings = settings
+        files = [p for p in paths if p]
+        load = read_inventories(files) if files else None
+        self.from_files: dict[str, InventorySummary] = dict(load.inventories) if load else {}
+        #: One line per unusable input, prefixed ``--inventory``; the caller reports them.
+        self.errors: list[str] = [f"--inventory {e}" for e in (load.errors if load else ())]
+        self.from_annotations: dict[str, InventorySummary] = {}
+        self.nodes: dict[str, NodeFacts] = {}
+        self.pods: list[PodGpus] = []
+
+    def feed(self, item: Document | LoadError) -> None:
+        """Look at one object of the scan (Nodes and Pods; everything else is ignored)."""
+        if isinstance(item, LoadError):
+            return
+        body = item.body
+        kind = body.get("kind")
+        if kind == "Node":
+            facts = node_facts(body, self.settings.gpu)
+            self.nodes[facts.name] = facts
+            found = inventories_from_objects([body])
+            self.from_annotations.update(found.inventories)
+            self.errors += [f"--inventory {item.location}: {e.split(': ', 1)[-1]}"
+                            for e in found.errors]
+        elif kind == "Pod":
+            self.pods += pods_on_nodes([body], self.settings.gpu)
+
+    def inventories(self) -> dict[str, InventorySummary]:
+        """The inventory of each node: the most recent of files and annotations."""
+        merged = dict(self.from_annotations)
+        for node, summary in self.from_files.items():
+            current = merged.get(node)
+            if current is None or summary.collected_at >= current.collected_at:
+                merged[node] = summary
+        return merged
+
+    def section(self) -> dict[str, Any]:
+        """The report's ``inventory`` section (docs/inventory.md, "In the audit report")."""
+        inventories = self.inventories()
+        findings = join_inventories(
+            inventories, self.nodes, self.pods, idle_percent=self.settings.idle_below * 100,
+            now=self.settings.now if self.settings.now.year > 1970 else None)
+        by_kind: Counter[str] = Counter(f.kind for f in findings)
+        return {
+            "nodes": sorted(inventories),
+            "sources": {"files": len(self.from_files),
+                        "annotations": len(self.from_annotations)},
+            "gpus": _gpu_counts(inventories),
+            "findings": [f.to_dict() for f in findings],
+            "counts": dict(sorted(by_kind.items())),
+        }
+
+
+def _gpu_counts(inventories: Mapping[str, InventorySummary]) -> dict[str, int]:
+    """GPUs in the inventories, by status (``ok``, ``lost``, ``unavailable``)."""
+    counts: Counter[str] = Counter()
+    for summary in inventories.values():
+        counts.update(g.status for g in summary.gpus)
+    return dict(sorted(counts.items()))

@@ -1,0 +1,178 @@
+"""GPUQuota on the webhook's /validate, through the HTTP app (in-memory ledger, a pod index)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube.pod_cache import PodUsageIndex
+from kube.quota_ledger import MemoryLedgerStore, QuotaLedger
+from tests.test_quota import Clock, DownStore, pod
+from tests.test_webhook_harness import JSON, Harness, envelope, gpu_policy, write_policies
+from webhook.quota import QuotaGate
+
+NAMESPACES = {
+    "a-ns": {"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "a-ns", "labels": {"kubernetes.io/metadata.name": "a-ns",
+                                                     "team": "team-a"}}},
+}
+pytestmark = pytest.mark.asyncio
+MESSAGE = ("team team-a (GPUQuota team-a) uses 7 of 8 GPU-equivalents; this pod needs 2 "
+           "(headroom 1 GPU-equivalents)")
+
+
+def gpu_quota(name: str = "team-a", failure_policy: str = "Fail", **limits: Any) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUQuota", "metadata": {"name": name},
+        "spec": {"scope": {"team": {"label": "team", "value": "team-a"}},
+                 "limits": limits or {"gpuEquivalents": 8}, "failurePolicy": failure_policy}})
+
+
+# Warns with the quota figures CEL sees (the request's charge and the team's usage).
+HEADROOM = gpu_policy("quota-visible", {
+    "validationActions": ["Warn"], "match": {"resources": ["pods"]},
+    "validations": [{
+        "expression": "!has(quota.quotas)",
+        "messageExpression": "'team-a used ' + string(quota.quotas['team-a'].used.gpuEquivalents)"
+                             " + ', request ' + string(quota.request.gpuEquivalents)"
+                             " + ', headroom ' + "
+                             "string(quota.quotas['team-a'].headroomGpuEquivalents)"}]})
+DENY_BIG = gpu_policy("no-three", {
+    "match": {"resources": ["pods"]},
+    "validations": [{"expression": "!has(quota.request) || quota.request.gpuEquivalents != 3.0",
+                     "message": "no 3-GPU pods"}]})
+
+
+class Setup:
+    """A harness with a quota gate over an in-memory ledger and a pod index."""
+
+    def __init__(self, tmp_path: Path, *documents: str, store: Any = None) -> None:
+        self.policies = write_policies(tmp_path, *documents)
+        self.index = PodUsageIndex(lambda ns: (NAMESPACES.get(ns) or {"metadata": {}})
+                                   ["metadata"].get("labels") or {})
+        self.index.upsert(pod("running", "a-ns", {"nvidia.com/gpu": 7}))
+        self.store = store or MemoryLedgerStore()
+        self.ledger = QuotaLedger(self.store, self.index, clock=Clock(), sleep=lambda s: None)
+        self.gate = QuotaGate(self.ledger, self.index.namespace_labels)
+        self.harness = Harness([self.policies], namespaces=NAMESPACES, quota=self.gate)
+        assert self.harness.result.outcome == "loaded", self.harness.result.errors
+
+
+def pod_review(name: str, gpus: int, uid: str = "u1", **extra: Any) -> dict[str, Any]:
+    obj = pod(name, "a-ns", {"nvidia.com/gpu": gpus})
+    return envelope({"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                     "resource": {"group": "", "version": "v1", "resource": "pods"},
+                     "operation": "CREATE", "namespace": "a-ns", "name": name,
+                     "userInfo": {"username": "alice"}, "object": obj, **extra})
+
+
+async def validate(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post("/validate", data=json.dumps(body), headers=JSON)
+    assert response.status == 200
+    return (await response.json())["response"]
+
+
+async def test_over_quota_is_denied_with_the_quota_message(aiohttp_client, tmp_path):
+    setup = Setup(tmp_path, gpu_quota(), HEADROOM)
+    client = await aiohttp_client(setup.harness.app)
+    answer = await validate(client, pod_review("big", 2))
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 403
+    assert answer["status"]["reason"] == "Forbidden"
+    assert answer["status"]["message"] == MESSAGE
+    assert setup.ledger.reservations(setup.gate.admission(
+        setup.harness.store.current.engine.policies.quotas).quotas[0]) == {}
+    # One GPU fits: admitted, reserved, and CEL saw the figures before this pod.
+    fits = await validate(client, pod_review("one", 1, "u2"))
+    assert fits["allowed"] is True
+    assert fits["warnings"] == ["quota-visible: team-a used 7, request 1, headroom 1"]
+    quota = setup.harness.store.current.engine.policies.quotas[0]
+    assert list(setup.ledger.reservations(quota)) == ["a-ns/one/u2"]
+    # Now full: the next 1-GPU pod is denied.
+    full = await validate(client, pod_review("two", 1, "u3"))
+    assert full["status"]["message"] == ("team team-a (GPUQuota team-a) uses 8 of 8 "
+                                         "GPU-equivalents; this pod needs 1 (headroom 0 "
+                                         "GPU-equivalents)")
+    setup.harness.close()
+
+
+async def test_dry_run_is_checked_but_never_reserves(aiohttp_client, tmp_path):
+    setup = Setup(tmp_path, gpu_quota(), HEADROOM)
+    client = await aiohttp_client(setup.harness.app)
+    quota = setup.harness.store.current.engine.policies.quotas[0]
+    for uid in ("d1", "d2"):
+        answer = await validate(client, pod_review("dry", 1, uid, dryRun=True))
+        assert answer["allowed"] is True
+    assert setup.ledger.reservations(quota) == {}
+    over = await validate(client, pod_review("dry-big", 2, "d3", dryRun=True))
+    assert over["status"]["message"] == MESSAGE
+    setup.harness.close()
+
+
+async def test_a_policy_denial_gives_the_reservation_back(aiohttp_client, tmp_path):
+    setup = Setup(tmp_path, gpu_quota(gpuEquivalents=20), DENY_BIG)
+    client = await aiohttp_client(setup.harness.app)
+    answer = await validate(client, pod_review("three", 3))
+    assert answer["allowed"] is False
+    assert answer["status"]["message"] == "no-three: no 3-GPU pods"
+    setup.harness.executor.shutdown(wait=True)  # the release ran on the quota executor
+    quota = setup.harness.store.current.engine.policies.quotas[0]
+    assert setup.ledger.reservations(quota) == {}
+
+
+@pytest.mark.parametrize(("policy", "allowed"), [("Fail", False), ("Ignore", True)])
+async def test_unreachable_ledger_follows_the_quota_failure_policy(aiohttp_client, tmp_path,
+                                                                   policy, allowed):
+    setup = Setup(tmp_path, gpu_quota(failure_policy=policy), HEADROOM, store=DownStore())
+    client = await aiohttp_client(setup.harness.app)
+    answer = await validate(client, pod_review("p", 1))
+    assert answer["allowed"] is allowed
+    text = "GPUQuota team-a: usage could not be checked (connection refused)"
+    if allowed:
+        assert answer["warnings"][0] == f"{text}; admitted (failurePolicy Ignore)"
+    else:
+        assert answer["status"]["message"] == f"{text}; failurePolicy Fail"
+        assert answer["status"]["code"] == 403
+    setup.harness.close()
+
+
+class Untouchable:
+    """A quota gate that fails the test when used."""
+
+    def admit(self, *args: Any) -> Any:
+        raise AssertionError("the quota step ran without GPUQuota documents")
+
+
+async def test_no_quota_loaded_means_no_quota_step_and_reload_brings_quotas(aiohttp_client,
+                                                                          tmp_path):
+    policies = write_policies(tmp_path, HEADROOM)
+    harness = Harness([policies], namespaces=NAMESPACES, quota=Untouchable())
+    client = await aiohttp_client(harness.app)
+    answer = await validate(client, pod_review("p", 2))
+    assert answer["allowed"] is True and "warnings" not in answer
+    assert "quota" not in json.dumps(answer)
+    harness.close()
+    # Hot reload: the GPUQuota added to the policy files is enforced by the next request.
+    setup = Setup(tmp_path / "second", HEADROOM)
+    client = await aiohttp_client(setup.harness.app)
+    assert (await validate(client, pod_review("p", 2)))["allowed"] is True
+    write_policies(tmp_path / "second", HEADROOM, gpu_quota())
+    assert setup.harness.store.check().outcome == "loaded"
+    answer = await validate(client, pod_review("p", 2, "u2"))
+    assert answer["status"]["message"] == MESSAGE
+    setup.harness.close()
+
+
+async def test_mutate_and_other_kinds_are_not_charged(aiohttp_client, tmp_path):
+    setup = Setup(tmp_path, gpu_quota(), HEADROOM)
+    client = await aiohttp_client(setup.harness.app)
+    response = await client.post("/mutate", data=json.dumps(pod_review("big", 2)),
+                                 headers=JSON)
+    assert (await response.json())["response"]["allowed"] is True
+    quota = setup.harness.store.current.engine.policies.quotas[0]
+    assert setup.ledger.reservations(quota) == {}
+    setup.harness.close()
