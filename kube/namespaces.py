@@ -25,15 +25,15 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+
+from kube.list_watch import run_list_watch
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 _LOG = logging.getLogger("gpuguard.kube.namespaces")
@@ -160,9 +160,6 @@ class StaticNamespaces:
     def stop(self) -> None:
         """Nothing to stop."""
 
-
-class _Gone(Exception):
-    """The watch's resourceVersion expired: list again."""
 
 
 class NamespaceWatch:
@@ -299,48 +296,18 @@ class NamespaceWatch:
             response.release_conn()
 
     def _run(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                namespaces, version = self._list()
-                self._replace(namespaces)
-                _LOG.info("namespace cache listed", extra={"fields": {
-                    "namespaces": len(namespaces), "resourceVersion": version}})
-                backoff = 0.5
-                while not self._stop.is_set():
-                    started, events = time.monotonic(), 0
-                    for kind, obj in self._events(version):
-                        events += 1
-                        if kind == "ERROR":
-                            if obj.get("code") == 410:
-                                raise _Gone(str(obj.get("message") or "resourceVersion expired"))
-                            raise RuntimeError(f"watch error {obj.get('code')}: "
-                                               f"{obj.get('message')}")
-                        version = str((obj.get("metadata") or {}).get("resourceVersion")
-                                      or version)
-                        if kind in ("ADDED", "MODIFIED", "DELETED"):
-                            self._apply(kind, _trim(obj))
-                    if not events and time.monotonic() - started < 1.0:
-                        self._stop.wait(1.0)  # a watch closed at once: do not hammer the API
-            except _Gone as exc:
-                _LOG.info("namespace watch expired (410 Gone); listing again",
-                          extra={"fields": {"detail": str(exc)}})
-            except ApiException as exc:
-                if exc.status == 410:
-                    _LOG.info("namespace watch expired (410 Gone); listing again")
-                    continue
-                self._failed(f"API error {exc.status} {exc.reason}", backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
-            except Exception as exc:  # network errors of every kind: retry
-                if self._stop.is_set():
-                    return
-                self._failed(f"{type(exc).__name__}: {exc}", backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
+        def list_once() -> str:
+            namespaces, version = self._list()
+            self._replace(namespaces)
+            _LOG.info("namespace cache listed", extra={"fields": {
+                "namespaces": len(namespaces), "resourceVersion": version}})
+            return version
 
-    def _failed(self, message: str, backoff: float) -> None:
+        run_list_watch(what="namespace", stop=self._stop, list_once=list_once,
+                       events=self._events, apply=lambda kind, obj: self._apply(kind, _trim(obj)),
+                       failed=self._failed, max_backoff_s=self._max_backoff_s)
+
+    def _failed(self, message: str) -> None:
         def apply() -> None:
             self._last_error = message
         self._post(apply)
-        _LOG.warning("namespace watch failed; retrying", extra={"fields": {
-            "error": message, "retry_in_s": backoff}})
-        self._stop.wait(backoff)

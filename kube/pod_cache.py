@@ -20,14 +20,13 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from kube.list_watch import run_list_watch
 from policies.quota import ZERO, Quota, Usage, pod_charge
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 
@@ -113,9 +112,6 @@ def _trim(pod: Mapping[str, Any]) -> dict[str, Any]:
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
-
-class _Gone(Exception):
-    """The watch's resourceVersion expired: list again."""
 
 
 class PodCache:
@@ -215,41 +211,8 @@ class PodCache:
             self.index.upsert(_trim(obj))
 
     def _run(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                version = self._list()
-                backoff = 0.5
-                while not self._stop.is_set():
-                    started, events = time.monotonic(), 0
-                    for kind, obj in self._events(version):
-                        events += 1
-                        if kind == "ERROR":
-                            if obj.get("code") == 410:
-                                raise _Gone(str(obj.get("message") or "expired"))
-                            raise RuntimeError(f"watch error {obj.get('code')}: "
-                                               f"{obj.get('message')}")
-                        version = str((obj.get("metadata") or {}).get("resourceVersion")
-                                      or version)
-                        self._apply(kind, obj)
-                    if not events and time.monotonic() - started < 1.0:
-                        self._stop.wait(1.0)
-            except _Gone:
-                _LOG.info("pod watch expired (410 Gone); listing again")
-            except ApiException as exc:
-                if exc.status == 410:
-                    _LOG.info("pod watch expired (410 Gone); listing again")
-                    continue
-                self._failed(f"API error {exc.status} {exc.reason}", backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
-            except Exception as exc:  # network errors of every kind: retry
-                if self._stop.is_set():
-                    return
-                self._failed(f"{type(exc).__name__}: {exc}", backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
+        run_list_watch(what="pod", stop=self._stop, list_once=self._list, events=self._events,
+                       apply=self._apply, failed=self._failed, max_backoff_s=self._max_backoff_s)
 
-    def _failed(self, message: str, backoff: float) -> None:
+    def _failed(self, message: str) -> None:
         self.last_error = message
-        _LOG.warning("pod watch failed; retrying", extra={"fields": {"error": message,
-                                                                     "retry_in_s": backoff}})
-        self._stop.wait(backoff)
