@@ -20,6 +20,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ from policies.quota import ZERO, Quota, Usage, pod_charge
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 
 _LOG = logging.getLogger("gpuguard.kube.pod_cache")
+
+
+SUM_MAX_AGE_S = 5.0  # seconds a team / cluster sum is reused when no pod changed
 
 
 class PodUsageIndex:
@@ -48,8 +52,14 @@ class PodUsageIndex:
         self._lock = threading.Lock()
         self._pods: dict[tuple[str, str], Usage] = {}
         self._namespaces: dict[str, Usage] = {}
+        # Team and cluster sums, reused while no pod changed: summing every namespace's usage
+        # on each admission cost more than the rest of the quota check. Namespace labels can
+        # change without a pod changing, hence the age bound.
+        self._version = 0
+        self._sums: dict[Any, tuple[int, float, Usage]] = {}
 
     def _remove(self, key: tuple[str, str]) -> None:
+        self._version += 1
         old = self._pods.pop(key, None)
         if old is not None:
             remaining = self._namespaces[key[0]] - old
@@ -66,6 +76,7 @@ class PodUsageIndex:
         with self._lock:
             self._remove(key)
             if usage.pods:
+                self._version += 1
                 self._pods[key] = usage
                 self._namespaces[key[0]] = self._namespaces.get(key[0], ZERO) + usage
 
@@ -81,6 +92,7 @@ class PodUsageIndex:
             fresh.upsert(pod)
         with self._lock:
             self._pods, self._namespaces = fresh._pods, fresh._namespaces
+            self._version += 1
 
     def pod_usage(self, namespace: str, name: str) -> Usage | None:
         """The usage of one pod; None when not in the index."""
@@ -91,10 +103,16 @@ class PodUsageIndex:
         scope = quota.scope
         if scope.kind == "Namespace":
             return self._namespaces.get(str(scope.namespace), ZERO)
+        key = (scope.kind, getattr(scope, "label", None), getattr(scope, "value", None))
+        version, now = self._version, time.monotonic()
+        cached = self._sums.get(key)
+        if cached is not None and cached[0] == version and now - cached[1] < SUM_MAX_AGE_S:
+            return cached[2]
         total = ZERO
         for namespace, usage in list(self._namespaces.items()):
             if scope.applies(namespace, self.namespace_labels(namespace)):
                 total = total + usage
+        self._sums[key] = (version, now, total)
         return total
 
     def __len__(self) -> int:
