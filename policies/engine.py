@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.cel import (
@@ -33,6 +33,7 @@ from policies.cel import (
     prepare,
 )
 from policies.cel_gpu import gpu_data
+from policies.inlining import inline_policy
 from policies.matching import matches
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
 from policies.mutation import (
@@ -160,14 +161,17 @@ class Engine:
 
     def __init__(self, policies: PolicySet, environment: CelEnvironment,
                  settings: GPUSettings = DEFAULT_SETTINGS) -> None:
-        self.policies = policies
+        # Variables and params compiled into each policy's expressions: policies then share one
+        # activation per request (see policies.inlining); names, matches and paths are unchanged.
+        self.policies = replace(policies, policies=tuple(
+            inline_policy(policy, environment) for policy in policies.policies))
         self.environment = environment
         self.settings = settings
         # Params are fixed per policy: check them for CEL once, not per request. Policies with
         # equal params share one prepared value, and so (without variables) one activation.
         self._params: dict[int, Any] = {}
         by_value: dict[str, Any] = {}
-        for policy in policies.policies:
+        for policy in self.policies.policies:
             key = json.dumps(policy.params, sort_keys=True, default=str)
             if key not in by_value:
                 try:
@@ -182,7 +186,7 @@ class Engine:
                 tuple(c for c in policy.match_conditions if _reads_only_request(c.expression)),
                 tuple(c for c in policy.match_conditions if not _reads_only_request(c.expression)),
             )
-            for policy in policies.policies
+            for policy in self.policies.policies
         }
 
     def _activation(self, policy: Policy, base: PreparedData,

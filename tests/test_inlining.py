@@ -1,0 +1,75 @@
+"""Variables and params compiled into expressions (policies/inlining.py): same decisions, fewer
+activations, and a safe fallback."""
+
+import pytest
+import yaml
+
+from policies.cel import CelEnvironment
+from policies.cel_gpu import GPU_LIBRARY
+from policies.engine import Engine
+from policies.inlining import cel_literal, inline_policy
+from policies.loader import build_policy_set
+from policies.review import from_object
+from policies.sources import Document, parse_text
+from tests.corpus import first
+
+ENV = CelEnvironment(GPU_LIBRARY)
+
+
+def policy_set(spec):
+    text = yaml.safe_dump({"apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy",
+                           "metadata": {"name": "p"}, "spec": spec})
+    documents = [Document("p.yaml", i, None, b, lines)
+                 for i, b, lines in parse_text("p.yaml", text, with_lines=True)]
+    loaded, errors = build_policy_set(documents, ENV)
+    assert errors == []
+    return loaded
+
+
+SPEC = {
+    "params": {"max": 4, "label": "team", "note": "quote ' and \" and \\ and /"},
+    "variables": [{"name": "n", "expression": "gpu.maxPerPod.count"},
+                  {"name": "over", "expression": "variables.n > params.max"},
+                  {"name": "broken", "expression": "object.metadata.labels['missing']"}],
+    "validations": [{"expression": "!variables.over",
+                     "messageExpression": "'pod asks ' + string(variables.n) + ' > ' + "
+                                          "string(params.max) + params.note"}],
+}
+
+
+def test_inlined_policy_decides_as_the_original():
+    loaded = policy_set(SPEC)
+    [inlined] = Engine(loaded, ENV).policies.policies
+    assert inlined.variables == () and inlined.params is None
+    assert "cel.bind(__var_n" in inlined.validations[0].expression.expression
+    lws = first("manifests/lws__vllm-gpu-leaderworkerset.yaml")
+    verdict = Engine(loaded, ENV).evaluate(from_object(lws))
+    assert verdict.message == "p: pod asks 8 > 4quote ' and \" and \\ and /"
+
+
+def test_a_failing_variable_fails_only_what_uses_it():
+    spec = {**SPEC, "validations": [{"expression": "variables.broken == 'x'"},
+                                    {"expression": "variables.n >= 0"}]}
+    pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
+    verdict = Engine(policy_set(spec), ENV).evaluate(from_object(pod))
+    assert [r.outcome for r in verdict.results] == ["error", "pass"]
+
+
+@pytest.mark.parametrize("expression", [
+    "variables['n'] > 0",          # indexing the variables map
+    "has(variables.n)",            # has() needs a field selection
+    "size(variables) > 0",         # the whole map
+])
+def test_policies_that_cannot_be_rewritten_keep_the_regular_path(expression):
+    spec = {**SPEC, "validations": [{"expression": expression}]}
+    [original] = policy_set(spec).policies
+    assert inline_policy(original, ENV) is original
+
+
+@pytest.mark.parametrize(("value", "literal"), [
+    ({"a": [1, "x", None, True, 2.5]}, '{"a": [1, "x", null, true, 2.5]}'),
+    ("new\nline", '"new\\nline"'),
+])
+def test_cel_literals(value, literal):
+    assert cel_literal(value) == literal
+    assert ENV.compile(f"{literal} == {literal}", field_path="t").evaluate({}) is True
