@@ -257,8 +257,10 @@ def _utilization(report: Mapping[str, Any], limit: int | None) -> list[TextTable
     window = util["window"]
     note = (f"{util['devices']} device(s) in {util['source']}, {util['allocated_devices']} "
             f"allocated, {util['idle_allocated_devices']} idle (< {util['idle_below']:.0%} "
-            f"mean utilization); window {window['start'] or '?'} to {window['end'] or '?'}, "
-            f"{window['samples']} sample(s)")
+            + (f"mean utilization); window {window['start']} to {window['end']}, "
+               if window["start"] and window["end"] else
+               "mean utilization); sample times not given, ")
+            + f"{window['samples']} sample(s)")
     rows = [(ref_text(w["workload"]), w["team"] or "-", f"{w['idle_devices']}/{w['devices']}",
              number(w["idle_gpu_equivalents"]),
              "-" if w["mean_utilization"] is None else f"{w['mean_utilization']:.1%}")

@@ -78,10 +78,10 @@ def check_content_type(content_type: str | None) -> None:
     """
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media != JSON_CONTENT_TYPE:
-        shown = content_type or "none"
+        what = f"Content-Type {content_type!r} is not supported" if content_type \
+            else "the request has no Content-Type"
         raise WireError(415, "UnsupportedMediaType",
-                        f"Content-Type {shown!r} is not supported: send an AdmissionReview as "
-                        f"{JSON_CONTENT_TYPE}")
+                        f"{what}: send an AdmissionReview as {JSON_CONTENT_TYPE}")
 
 
 def _reject_constant(name: str) -> Any:
