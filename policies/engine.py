@@ -33,7 +33,7 @@ from policies.cel import (
     prepare,
 )
 from policies.cel_gpu import gpu_data
-from policies.inlining import inline_policy
+from policies.inlining import code_only, inline_policy
 from policies.matching import matches
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
 from policies.mutation import (
@@ -460,7 +460,7 @@ _PARAMS_OR_VARIABLES = re.compile(r"(?<![\w.])(params|variables)\b")
 
 def _reads_only_request(expression: Any) -> bool:
     """Whether an expression reads only the request's data (no params, no variables)."""
-    return not _PARAMS_OR_VARIABLES.search(expression.expression)
+    return not _PARAMS_OR_VARIABLES.search(code_only(expression.expression))
 
 
 def _describe(exc: Exception) -> str:

@@ -54,8 +54,9 @@ def _code_parts(source: str) -> list[tuple[bool, str]]:
     return parts
 
 
-def _code(source: str) -> str:
-    return "".join(text for is_code, text in _code_parts(source) if is_code)
+def code_only(source: str) -> str:
+    """CEL source with the text of its string literals removed (what is left is code)."""
+    return "".join(text if is_code else '""' for is_code, text in _code_parts(source))
 
 
 def _rename(source: str) -> str:
@@ -97,7 +98,7 @@ def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvi
     declared = {rule.name: (index, rule.expression.expression)
                 for index, rule in enumerate(policy.variables)}
     needed: set[str] = set()
-    stack = list(_VARIABLE.findall(_code(expression.expression)))
+    stack = list(_VARIABLE.findall(code_only(expression.expression)))
     while stack:
         name = stack.pop()
         if name in needed:
@@ -105,12 +106,12 @@ def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvi
         if name not in declared:
             raise _CannotInline
         needed.add(name)
-        stack.extend(_VARIABLE.findall(_code(declared[name][1])))
+        stack.extend(_VARIABLE.findall(code_only(declared[name][1])))
     source = _rename(expression.expression)
-    uses_params = bool(_PARAMS.search(_code(expression.expression)))
+    uses_params = bool(_PARAMS.search(code_only(expression.expression)))
     for name in sorted(needed, key=lambda n: declared[n][0], reverse=True):
         body = declared[name][1]
-        uses_params = uses_params or bool(_PARAMS.search(_code(body)))
+        uses_params = uses_params or bool(_PARAMS.search(code_only(body)))
         source = f"cel.bind(__var_{name}, {_rename(body)}, {source})"
     if uses_params:
         source = f"cel.bind(params, {params_literal}, {source})"
@@ -134,7 +135,7 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
             sources.append(rule.message_expression.expression)
     for mutation in policy.mutations:
         sources += [e.expression for e in (mutation.expression, mutation.condition) if e]
-    if any(_UNSAFE.search(_code(s)) for s in sources):
+    if any(_UNSAFE.search(code_only(s)) for s in sources):
         return policy
     try:
         literal = cel_literal(policy.params)

@@ -26,6 +26,7 @@ import jsonschema
 
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.cel_gpu import GPU_FIELDS
+from policies.inlining import code_only
 from policies.model import (
     DENY,
     FAIL,
@@ -58,10 +59,6 @@ _MAX_AUDIT_KEY = 63
 # References inside CEL source; a name right after '.' belongs to another object (t.gpu.x).
 _GPU_REF = re.compile(r"(?<![\w.])gpu\s*\.\s*([A-Za-z_]\w*)")
 _VARIABLE_REF = re.compile(r"(?<![\w.])variables\s*\.\s*([A-Za-z_]\w*)")
-# CEL string literals (triple-quoted, quoted, with r/b prefixes): their text is not code.
-_STRING_LITERAL = re.compile(
-    r"""[rRbB]?(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""", re.S
-)
 _BINDS_GPU = re.compile(
     r"\b(?:all|exists|exists_one|map|filter|bind)\s*\(\s*(?:\w+\s*,\s*)?gpu\s*,"
 )
@@ -142,7 +139,7 @@ class _Builder:
         and for inline GPUPolicy params every ``params.<key>`` exists. A typo here would
         otherwise fail at admission time, and under failurePolicy Fail deny every request."""
         for path, text in self.expressions:
-            source = _STRING_LITERAL.sub('""', text)
+            source = code_only(text)
             if _BINDS_GPU.search(source):
                 continue  # a comprehension or cel.bind names its own 'gpu': not the facts
             for field in _GPU_REF.findall(source):
@@ -621,7 +618,7 @@ def build_policy_set(
                 else None
             if template is None:
                 continue
-            if any(_GPU_REF.search(_STRING_LITERAL.sub('""', source))
+            if any(_GPU_REF.search(code_only(source))
                    for _, source in builder.expressions):
                 warnings.append(f"{document.location}: {kind} {name!r} uses gpuguard's 'gpu' "
                                 "variable: gpuguard evaluates it, Kubernetes itself cannot")
