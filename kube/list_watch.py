@@ -10,6 +10,7 @@ Must not know what is cached (namespaces, pods): callers pass how to list, watch
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 _LOG = logging.getLogger("gpuguard.kube")
 WATCHED = ("ADDED", "MODIFIED", "DELETED")
@@ -85,3 +87,37 @@ def run_list_watch(
                      extra={"fields": {"error": message, "retry_in_s": backoff}})
         stop.wait(backoff)
         backoff = min(backoff * 2, max_backoff_s)
+
+
+def watch_stream(
+    list_call: Callable[..., Any], resource_version: str, *, timeout_s: int,
+    stop: threading.Event, hold: Callable[[Any], None],
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Watch events of one list call (``CoreV1Api.list_namespace``, …) from a resourceVersion.
+
+    Args:
+        list_call: the client's list method; called with ``watch=True``.
+        timeout_s: server-side timeout of the watch (seconds).
+        stop: ends the stream early.
+        hold: receives the open response (and None when done), so a stopping cache can shut
+            its socket down.
+
+    Yields:
+        ``(type, object)`` per event line (bookmarks included).
+    """
+    response = list_call(
+        watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+        timeout_seconds=timeout_s, _preload_content=False,
+        _request_timeout=(10, timeout_s + 30))
+    hold(response)
+    try:
+        for line in iter_resp_lines(response):
+            if stop.is_set():
+                return
+            if line.strip():
+                event = json.loads(line)
+                yield str(event.get("type")), event.get("object") or {}
+    finally:
+        hold(None)
+        response.close()
+        response.release_conn()

@@ -31,9 +31,8 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s_client
-from kubernetes.watch.watch import iter_resp_lines
 
-from kube.list_watch import run_list_watch
+from kube.list_watch import run_list_watch, watch_stream
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 _LOG = logging.getLogger("gpuguard.kube.namespaces")
@@ -277,23 +276,11 @@ class NamespaceWatch:
                 return namespaces, str(metadata.get("resourceVersion") or "")
 
     def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        response = self._api.list_namespace(
-            watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout_s, _preload_content=False,
-            _request_timeout=(10, self._watch_timeout_s + 30))
-        self._response = response
-        try:
-            for line in iter_resp_lines(response):
-                if self._stop.is_set():
-                    return
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                yield str(event.get("type")), event.get("object") or {}
-        finally:
-            self._response = None
-            response.close()
-            response.release_conn()
+        def hold(response: Any) -> None:
+            self._response = response
+
+        return watch_stream(self._api.list_namespace, resource_version,
+                            timeout_s=self._watch_timeout_s, stop=self._stop, hold=hold)
 
     def _run(self) -> None:
         def list_once() -> str:

@@ -25,9 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kubernetes import client as k8s_client
-from kubernetes.watch.watch import iter_resp_lines
 
-from kube.list_watch import run_list_watch
+from kube.list_watch import run_list_watch, watch_stream
 from policies.quota import ZERO, Quota, Usage, pod_charge
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 
@@ -204,22 +203,11 @@ class PodCache:
                 return str(metadata.get("resourceVersion") or "")
 
     def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        response = self._api.list_pod_for_all_namespaces(
-            watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout_s, _preload_content=False,
-            _request_timeout=(10, self._watch_timeout_s + 30))
-        self._response = response
-        try:
-            for line in iter_resp_lines(response):
-                if self._stop.is_set():
-                    return
-                if line.strip():
-                    event = json.loads(line)
-                    yield str(event.get("type")), event.get("object") or {}
-        finally:
-            self._response = None
-            response.close()
-            response.release_conn()
+        def hold(response: Any) -> None:
+            self._response = response
+
+        return watch_stream(self._api.list_pod_for_all_namespaces, resource_version,
+                            timeout_s=self._watch_timeout_s, stop=self._stop, hold=hold)
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
