@@ -16,14 +16,14 @@ background thread so the synchronous ``kubernetes`` client can talk to it.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from tests.fake_api_server import ThreadedAPIServer
 
 _PLURALS = {
     "Pod": ("", "v1", "pods"), "Node": ("", "v1", "nodes"), "Namespace": ("", "v1", "namespaces"),
@@ -49,7 +49,7 @@ def path_of(obj: Mapping[str, Any]) -> str | None:
     return f"/api/{version}/{plural}" if not group else f"/apis/{group}/{version}/{plural}"
 
 
-class FakeKubeAPI:
+class FakeKubeAPI(ThreadedAPIServer):
     """The fake server (see module docstring). Use as a context manager.
 
     Args:
@@ -63,6 +63,7 @@ class FakeKubeAPI:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = (), *,
                  expire: Iterable[str] = (), throttle: Mapping[str, int] | None = None,
                  forbid: Iterable[str] = (), retry_after: str = "0") -> None:
+        super().__init__()
         self.lists: dict[str, list[bytes]] = {}
         for obj in objects:
             path = path_of(obj)
@@ -76,18 +77,8 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.reports: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self._version = 1000
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
 
     # --- handlers -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _status(code: int, reason: str, message: str) -> web.Response:
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": message, "reason": reason, "code": code}
-        return web.json_response(body, status=code)
 
     async def _list(self, request: web.Request) -> web.StreamResponse:
         path = request.path
@@ -165,49 +156,7 @@ class FakeKubeAPI:
         app.router.add_get("/apis/{group}/{version}/{plural}", self._list)
         return app
 
-    # --- lifecycle ------------------------------------------------------------------------------
-
-    def __enter__(self) -> FakeKubeAPI:
-        started = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            runner = web.AppRunner(self._app(), access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self._runner = runner
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-kube-api", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def kubeconfig(self, path: Path, context: str = "fake") -> Path:
-        """Write a kubeconfig for this server (token auth, plain HTTP) and return its path."""
-        config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": context,
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "auditor", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "auditor"}},
-                         {"name": "other", "context": {"cluster": "fake", "user": "auditor"}}],
-        }
-        path.write_text(json.dumps(config))
-        return path
+    def kubeconfig(self, path: Path, context: str = "fake",
+                   extra_contexts: tuple[str, ...] = ("other",)) -> Path:
+        """A kubeconfig with the ``fake`` context and an ``other`` one (for --context tests)."""
+        return super().kubeconfig(path, context, extra_contexts)

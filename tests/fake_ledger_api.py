@@ -17,16 +17,21 @@ import asyncio
 import copy
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from tests.fake_api_server import ThreadedAPIServer
 
-class FakeLedgerAPI:
+
+class FakeLedgerAPI(ThreadedAPIServer):
     """The fake server (see module docstring). Use as a context manager."""
 
+    thread_name = "fake-ledger-api"
+    user = "webhook"
+
     def __init__(self) -> None:
+        super().__init__()
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.conflicts = 0
@@ -36,15 +41,6 @@ class FakeLedgerAPI:
         self._version = 100
         self._lock = threading.Lock()
         self._events: asyncio.Queue[dict[str, Any]] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @staticmethod
-    def _status(code: int, reason: str, message: str) -> web.Response:
-        return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                  "status": "Failure", "message": message, "reason": reason,
-                                  "code": code}, status=code)
 
     def _bump(self) -> str:
         self._version += 1
@@ -132,45 +128,5 @@ class FakeLedgerAPI:
         app.router.add_get("/api/v1/pods", self._pods)
         return app
 
-    def __enter__(self) -> FakeLedgerAPI:
-        started = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            self._events = asyncio.Queue()
-            runner = web.AppRunner(self._app(), access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            started.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-ledger-api", daemon=True)
-        self._thread.start()
-        started.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def kubeconfig(self, path: Path) -> Path:
-        """Write a kubeconfig for this server (token auth, plain HTTP) and return its path."""
-        config = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-                  "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                  "users": [{"name": "webhook", "user": {"token": "fake-token"}}],
-                  "contexts": [{"name": "fake", "context": {"cluster": "fake",
-                                                            "user": "webhook"}}]}
-        path.write_text(json.dumps(config))
-        return path
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._events = asyncio.Queue()
