@@ -167,12 +167,20 @@ def run(
     return EXIT_OK
 
 
-def _once(args: argparse.Namespace, backend: NvmlBackend, node: str, annotate: Annotate | None,
-          now: Callable[[], datetime.datetime] | None, out: TextIO, err: TextIO) -> int:
+def _read(backend: NvmlBackend, node: str, now: Callable[[], datetime.datetime] | None,
+          err: TextIO) -> Inventory | None:
+    """The node's inventory, or None after printing why NVML cannot be used."""
     try:
-        inventory = read_inventory(backend, node=node, now=now)
+        return read_inventory(backend, node=node, now=now)
     except NvmlUnavailable as exc:
         print(f"{PROG}: error: {exc}", file=err)
+        return None
+
+
+def _once(args: argparse.Namespace, backend: NvmlBackend, node: str, annotate: Annotate | None,
+          now: Callable[[], datetime.datetime] | None, out: TextIO, err: TextIO) -> int:
+    inventory = _read(backend, node, now, err)
+    if inventory is None:
         return EXIT_NO_NVML
     if args.output == "table":
         render_table(inventory, out)
@@ -194,10 +202,8 @@ def _once(args: argparse.Namespace, backend: NvmlBackend, node: str, annotate: A
 def _round(args: argparse.Namespace, backend: NvmlBackend, node: str, annotate: Annotate | None,
            now: Callable[[], datetime.datetime] | None, out: TextIO, err: TextIO) -> int:
     """One round of the loop: read, annotate (or print the JSON), log one line."""
-    try:
-        inventory = read_inventory(backend, node=node, now=now)
-    except NvmlUnavailable as exc:
-        print(f"{PROG}: error: {exc}", file=err)
+    inventory = _read(backend, node, now, err)
+    if inventory is None:
         return EXIT_NO_NVML
     if annotate is None:
         out.write(json.dumps(inventory.to_dict(), separators=(",", ":")) + "\n")
