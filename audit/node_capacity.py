@@ -30,13 +30,17 @@ from typing import Any
 
 from audit.scheduling import Taint, taints_of
 from policies import mig
-from policies.nodes import NodeFacts, node_facts
+from policies.nodes import NodeFacts, node_facts, slot_unit
 from policies.quantity import QuantityError, parse_quantity
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
+from policies.resource_names import (
+    DEFAULT_SETTINGS,
+    SPLIT_KINDS,
+    GPUSettings,
+    ResourceKind,
+    classify,
+)
 
 _DEVICE_KINDS = (ResourceKind.WHOLE, ResourceKind.CORES, ResourceKind.MIG, ResourceKind.SHARED)
-_SPLIT_KINDS = (ResourceKind.SPLIT_COUNT, ResourceKind.SPLIT_MEMORY,
-                ResourceKind.SPLIT_MEMORY_PERCENT, ResourceKind.SPLIT_CORES)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class NodeCapacity:
 
 def is_split(resource: str, settings: GPUSettings | None = None) -> bool:
     """Whether ``resource`` is a dimension of a HAMi / Volcano split (memory, cores, count)."""
-    return classify(resource, settings or DEFAULT_SETTINGS) in _SPLIT_KINDS
+    return classify(resource, settings or DEFAULT_SETTINGS) in SPLIT_KINDS
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -109,7 +113,7 @@ def _gpu_resources(resources: Any, settings: GPUSettings) -> dict[str, int]:
     found: dict[str, int] = {}
     for resource, raw in _dict(resources).items():
         kind = classify(str(resource), settings)
-        if kind not in _DEVICE_KINDS and kind not in _SPLIT_KINDS:
+        if kind not in _DEVICE_KINDS and kind not in SPLIT_KINDS:
             continue
         try:
             value = parse_quantity(raw)
@@ -132,29 +136,11 @@ def _scalar(resources: Mapping[str, Any], name: str, scale: int) -> int | None:
 
 def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
           settings: GPUSettings) -> Fraction | None:
-    """GPU-equivalents of one slot of ``resource`` on this node (mirrors policies.nodes)."""
-    if kind in _SPLIT_KINDS or resource == "aws.amazon.com/neuroncore":
-        return Fraction(0)
-    if kind is ResourceKind.MIG:
-        parsed = mig.profile_from_resource(resource)
-        return mig.equivalents(parsed[0], facts.model)[0] if parsed else None
-    if kind is ResourceKind.SHARED:
-        replicas = facts.replicas if facts.replicas and facts.replicas > 1 else None
-        per = settings.replicas_for(resource) or replicas
-        if per is None:
-            return None
-        parsed = mig.profile_from_resource(resource)
-        per_device = mig.equivalents(parsed[0], facts.model)[0] if parsed else Fraction(1)
-        return per_device / per
-    if resource != "nvidia.com/gpu":
-        return Fraction(1)
-    if facts.mig_single_profile:
-        return mig.equivalents(facts.mig_single_profile, facts.model)[0]
-    if facts.hami_devices:
-        return Fraction(1, facts.hami_devices[0].split or 1)
-    if facts.replicas and facts.replicas > 1:
-        return Fraction(1, facts.replicas)
-    return Fraction(1)
+    """GPU-equivalents of one slot of ``resource`` on this node (policies.nodes.slot_unit)."""
+    return slot_unit(resource, kind, model=facts.model, single_profile=facts.mig_single_profile,
+                     replicas=facts.replicas,
+                     hami_split=facts.hami_devices[0].split if facts.hami_devices else None,
+                     settings=settings)[0]
 
 
 def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:

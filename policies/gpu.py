@@ -26,6 +26,7 @@ from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_q
 from policies.resource_names import (
     DEFAULT_SETTINGS,
     OBSOLETE_RESOURCES,
+    SPLIT_KINDS,
     GPUSettings,
     ResourceKind,
     classify,
@@ -429,12 +430,6 @@ def _mig_equivalents(profile: str, model: str | None, out: _Collector) -> Fracti
     return value
 
 
-_SPLIT_KINDS = (
-    ResourceKind.SPLIT_COUNT, ResourceKind.SPLIT_MEMORY, ResourceKind.SPLIT_MEMORY_PERCENT,
-    ResourceKind.SPLIT_CORES,
-)
-
-
 def _container_asks(
     container: _Container, resources: Mapping[str, Any], placement: _Placement,
     settings: GPUSettings, out: _Collector,
@@ -466,11 +461,11 @@ def _container_asks(
             )
             out.vendors.append(vendor_of(resource))
     container.asked = {resource: count for resource, (_, count) in asked.items()}
-    split = {kind: count for kind, count in asked.values() if kind in _SPLIT_KINDS}
+    split = {kind: count for kind, count in asked.values() if kind in SPLIT_KINDS}
     equivalents: Fraction | None = Fraction(0)
     for resource, (kind, count) in asked.items():
         container.asks_gpu = True
-        if kind in _SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
+        if kind in SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
             continue
         container.counts[resource] = count
         if split and (kind is ResourceKind.SPLIT_COUNT or resource == "nvidia.com/gpu"):

@@ -22,7 +22,13 @@ from typing import Any
 
 from policies import mig
 from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
+from policies.resource_names import (
+    DEFAULT_SETTINGS,
+    SPLIT_KINDS,
+    GPUSettings,
+    ResourceKind,
+    classify,
+)
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 _MIG_LABEL_FAMILY = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.count$")
@@ -340,40 +346,66 @@ def _physical_gpus(
     return None
 
 
+def slot_unit(
+    resource: str, kind: ResourceKind, *, model: str | None, single_profile: str | None,
+    replicas: int | None, hami_split: int | None, settings: GPUSettings,
+) -> tuple[Fraction | None, bool]:
+    """GPU-equivalents of one allocatable slot of ``resource`` on a node, and whether the value is
+    approximate (a MIG profile valued without its GPU model).
+
+    Whole devices are 1; a MIG instance its compute slices over the model's; ``nvidia.com/gpu`` is
+    a MIG slice under the single strategy, 1/split on a HAMi node, 1/replicas on a time-slicing /
+    MPS node; a renamed shared replica is its device over the configured replicas (None when the
+    count is unknown); HAMi / Volcano split dimensions and AWS neuroncores (the same chips as
+    ``aws.amazon.com/neuron``) add nothing.
+    """
+    if kind in SPLIT_KINDS or resource == "aws.amazon.com/neuroncore":
+        return Fraction(0), False
+    if kind is ResourceKind.MIG:
+        parsed = mig.profile_from_resource(resource)
+        return mig.equivalents(parsed[0], model) if parsed else (None, False)
+    if kind is ResourceKind.SHARED:
+        per = settings.replicas_for(resource) or (replicas if replicas and replicas > 1 else None)
+        if per is None:
+            return None, False
+        parsed = mig.profile_from_resource(resource)
+        per_device, approximate = mig.equivalents(parsed[0], model) if parsed \
+            else (Fraction(1), False)
+        return per_device / per, approximate
+    if resource != "nvidia.com/gpu":
+        return Fraction(1), False
+    if single_profile:
+        return mig.equivalents(single_profile, model)
+    if hami_split is not None:
+        return Fraction(1, hami_split or 1), False
+    if replicas and replicas > 1:
+        return Fraction(1, replicas), False
+    return Fraction(1), False
+
+
 def _equivalents(
     allocatable: Offer, model: str | None, single_profile: str | None, replicas: int | None,
     hami: tuple[HamiDevice, ...], settings: GPUSettings, warnings: list[str],
 ) -> tuple[Fraction | None, bool]:
     """Allocatable GPU-equivalents: whole GPUs, MIG slices and replicas in one unit."""
-    total: Fraction | None = Fraction(0)
+    total = Fraction(0)
     approximate = False
-    for resource, count in allocatable.gpus.items():
-        if resource == "aws.amazon.com/neuroncore":
-            continue  # the same chips as aws.amazon.com/neuron; counting both would double
-        if resource != "nvidia.com/gpu":
-            total += count
-        elif single_profile:
-            value, approx = mig.equivalents(single_profile, model)
-            total += count * value
-            approximate = approximate or approx
-        elif hami:
-            split = hami[0].split or 1
-            total += Fraction(count, split)
-        elif replicas and replicas > 1:
-            total += Fraction(count, replicas)
-        else:
-            total += count
-    for profile, count in allocatable.mig.items():
-        value, approx = mig.equivalents(profile, model)
-        total += count * value
-        approximate = approximate or approx
-    for resource, count in allocatable.shared.items():
-        per = settings.replicas_for(resource) or (replicas if replicas and replicas > 1 else None)
-        if per is None:
+    slots = [(r, c) for r, c in allocatable.gpus.items()]
+    slots += [(f"nvidia.com/mig-{mig_resource_suffix(p)}", c) for p, c in allocatable.mig.items()]
+    slots += list(allocatable.shared.items())
+    for resource, count in slots:
+        unit, approx = slot_unit(
+            resource, classify(resource, settings), model=model, single_profile=single_profile,
+            replicas=replicas, hami_split=hami[0].split if hami else None, settings=settings)
+        if unit is None:
             warnings.append(f"{resource}: {count} shared replicas, but the replicas per GPU are "
                             "unknown (no nvidia.com/gpu.replicas label; set --shared-replicas)")
             return None, approximate
-        parsed = mig.profile_from_resource(resource)
-        per_device = mig.equivalents(parsed[0], model)[0] if parsed else Fraction(1)
-        total += count * per_device / per
+        total += count * unit
+        approximate = approximate or approx
     return total, approximate
+
+
+def mig_resource_suffix(profile: str) -> str:
+    """The device plugin's resource suffix of a MIG profile (``1g.10gb+me`` -> ``1g.10gb.me``)."""
+    return profile.replace("+", ".")

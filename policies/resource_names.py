@@ -35,6 +35,10 @@ class ResourceKind(enum.Enum):
     OTHER = "other"  # not a GPU resource (cpu, memory, NICs, …)
 
 
+# HAMi / Volcano split dimensions: they describe a slot of a shared GPU, not a device.
+SPLIT_KINDS = (ResourceKind.SPLIT_COUNT, ResourceKind.SPLIT_MEMORY,
+               ResourceKind.SPLIT_MEMORY_PERCENT, ResourceKind.SPLIT_CORES)
+
 _WHOLE = {
     "nvidia.com/gpu": "nvidia",
     "amd.com/gpu": "amd",
