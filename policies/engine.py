@@ -21,7 +21,7 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -113,6 +113,14 @@ def audit_key(policy: str, suffix: str = "") -> str:
 
 def _bounded(text: str) -> str:
     return text if len(text) <= AUDIT_VALUE_LIMIT else text[: AUDIT_VALUE_LIMIT - 3] + "..."
+
+
+class EvaluationExpired(Exception):
+    """Raised by :meth:`Engine.evaluate` when its ``expired`` callback says time is up.
+
+    Checked before each policy's mutation and validation pass, so an evaluation stops within
+    one policy's cost of the deadline; the caller then applies the failurePolicy fallback.
+    """
 
 
 class _Run:
@@ -238,6 +246,7 @@ class Engine:
         mutate: bool = True,
         validate: bool = True,
         quota: Mapping[str, Any] | None = None,
+        expired: Callable[[], bool] | None = None,
     ) -> Verdict:
         """Evaluate every policy on one request.
 
@@ -247,9 +256,14 @@ class Engine:
             mutate: run mutations (the webhook's ``/mutate``); validations then see the result.
             validate: run validations and audit annotations (the webhook's ``/validate``).
             quota: quota usage and limits exposed to CEL as ``quota``.
+            expired: called before each policy's pass; True stops the evaluation (the caller's
+                deadline: the engine does not read the clock itself).
 
         Returns:
             The :class:`Verdict`. Never raises for policy or input problems.
+
+        Raises:
+            EvaluationExpired: ``expired`` returned True.
         """
         run = _Run()
         original = review.object
@@ -267,6 +281,8 @@ class Engine:
             for policy in applicable:
                 if not policy.mutations:
                     continue
+                if expired is not None and expired():
+                    raise EvaluationExpired
                 try:
                     activation = self._ready(policy, prepared, shared, run, point)
                     if activation is None:
@@ -284,6 +300,8 @@ class Engine:
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
+                if expired is not None and expired():
+                    raise EvaluationExpired
                 try:
                     activation = self._ready(policy, prepared, shared, run, point)
                     if activation is not None:

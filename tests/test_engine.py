@@ -9,7 +9,7 @@ import yaml
 
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine, audit_key
+from policies.engine import Engine, EvaluationExpired, audit_key
 from policies.loader import build_policy_set, rewrite_jsonpatch_literals
 from policies.review import UserInfo, from_object, from_request
 from policies.sources import parse_text
@@ -167,6 +167,24 @@ def test_evaluation_error_follows_failure_policy():
     verdict = ignoring.evaluate(from_object(pod, now=NOW))
     assert verdict.allowed
     assert [r.outcome for r in verdict.results] == ["error"]
+
+
+def test_expired_callback_stops_between_policies():
+    """The webhook's deadline for evaluations run on its event loop: asked before each policy."""
+    policies = "---\n".join(gpu_policy(f"p{i}", {"validations": [{"expression": "gpu.count < 9"}]})
+                            for i in range(3))
+    pod = first("manifests/dcgm__nbody-pod-burstable-cpu.yaml")
+    asked = []
+
+    def expired() -> bool:
+        asked.append(True)
+        return len(asked) > 2  # time runs out after two policies
+
+    with pytest.raises(EvaluationExpired):
+        engine_for(policies).evaluate(from_object(pod, now=NOW), expired=expired)
+    assert len(asked) == 3
+    verdict = engine_for(policies).evaluate(from_object(pod, now=NOW), expired=lambda: False)
+    assert verdict.allowed and [r.outcome for r in verdict.results] == ["pass"] * 3
 
 
 def test_match_condition_false_skips_and_namespace_selector_uses_labels():
