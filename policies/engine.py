@@ -33,6 +33,9 @@ from policies.cel import (
     prepare,
 )
 from policies.cel_gpu import gpu_data
+from policies.fused import CONDITION_FALSE, FusedValidation, Outcome
+from policies.fused import build as build_fused
+from policies.fused import read as read_fused
 from policies.inlining import code_only, inline_policy
 from policies.matching import matches
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
@@ -165,10 +168,13 @@ class Engine:
         policies: the compiled policy set.
         environment: the CEL environment the policies were compiled with.
         settings: GPU naming and sharing, for the ``gpu`` facts.
+        fuse: evaluate each policy's validation pass as one CEL program where possible
+            (:mod:`policies.fused`); False evaluates rule by rule (same verdicts; for
+            comparisons).
     """
 
     def __init__(self, policies: PolicySet, environment: CelEnvironment,
-                 settings: GPUSettings = DEFAULT_SETTINGS) -> None:
+                 settings: GPUSettings = DEFAULT_SETTINGS, *, fuse: bool = True) -> None:
         # Variables and params compiled into each policy's expressions: policies then share one
         # activation per request (see policies.inlining); names, matches and paths are unchanged.
         self.policies = replace(policies, policies=tuple(
@@ -196,6 +202,23 @@ class Engine:
             )
             for policy in self.policies.policies
         }
+        # Each policy's validation pass as one CEL program (policies.fused): one evaluation per
+        # policy per request; a result that is not plain falls back to rule-by-rule evaluation.
+        self._fused: dict[int, FusedValidation] = {}
+        for policy in self.policies.policies if fuse else ():
+            if policy.variables or policy.param_missing is not None or not (
+                    policy.validations or policy.audit_annotations):
+                continue
+            fused = build_fused("spec", [*self._conditions[id(policy)][0],
+                                         *self._conditions[id(policy)][1]],
+                                policy.validations, policy.audit_annotations, environment)
+            if fused is not None:
+                self._fused[id(policy)] = fused
+
+    @property
+    def fused_policies(self) -> frozenset[str]:
+        """Names of the policies whose validation pass runs as one CEL program."""
+        return frozenset(p.name for p in self.policies.policies if id(p) in self._fused)
 
     def _activation(self, policy: Policy, base: PreparedData,
                     shared: dict[int, RequestActivation]) -> RequestActivation:
@@ -277,12 +300,16 @@ class Engine:
         facts, prepared = self._base_or_error(base, current, review.subject) if applicable \
             else (None, PreparedData())
         shared: dict[int, RequestActivation] = {}
+        stale = False  # the object changed since facts and CEL data were computed
         if mutate:
             for policy in applicable:
                 if not policy.mutations:
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
+                if stale:
+                    facts, prepared = self._base_or_error(base, current, current)
+                    shared, stale = {}, False
                 try:
                     activation = self._ready(policy, prepared, shared, run, point)
                     if activation is None:
@@ -293,16 +320,19 @@ class Engine:
                                 error=True, point=point)
                     continue
                 if changed is not current:
-                    current = changed
-                    facts, prepared = self._base_or_error(base, current, current)
-                    shared = {}
+                    current, stale = changed, True
         if validate:
+            if stale:
+                facts, prepared = self._base_or_error(base, current, current)
+                shared = {}
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
                 try:
+                    if self._validate_fused(policy, prepared, shared, run, point):
+                        continue
                     activation = self._ready(policy, prepared, shared, run, point)
                     if activation is not None:
                         self._validate(policy, activation, run, point)
@@ -316,6 +346,39 @@ class Engine:
             final_object=current, reason=run.reason or "Forbidden",
         )
 
+    def _validate_fused(self, policy: Policy, prepared: PreparedData | str,
+                        shared: dict[int, RequestActivation], run: _Run, point: str) -> bool:
+        """The policy's validation pass in one evaluation (see :mod:`policies.fused`); False
+        when it has no fused program or the result is not plain (nothing recorded then)."""
+        fused = self._fused.get(id(policy))
+        if fused is None or isinstance(prepared, str):
+            return False
+        activation = self._activation(policy, prepared, shared)
+        try:
+            outcome: Outcome | None = read_fused(fused, activation.evaluate(fused.expression))
+        except CelEvaluationError:
+            return False
+        if outcome is None:
+            return False
+        if outcome.kind == CONDITION_FALSE:
+            assert outcome.condition is not None
+            run.add(_skipped(policy, outcome.condition))
+            return True
+        for rule, message in zip(fused.validations, outcome.validations, strict=True):
+            self._record(policy, rule, message, run, point)
+        for rule, value in zip(fused.audit_annotations, outcome.annotations, strict=True):
+            if value is not None and point != "audit":  # null omits it (VAP semantics)
+                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+        return True
+
+    @staticmethod
+    def _record(policy: Policy, rule: Rule, failure: str | None, run: _Run, point: str) -> None:
+        """A validation's result: passed (``failure`` None) or failed with that message."""
+        if failure is None:
+            run.add(RuleResult(policy.name, rule.name, rule.path, PASS))
+        else:
+            run.failure(policy, rule.name, rule.path, failure, reason=rule.reason, point=point)
+
     def _ready(self, policy: Policy, prepared: PreparedData | str,
                shared: dict[int, RequestActivation], run: _Run,
                point: str) -> RequestActivation | None:
@@ -325,10 +388,11 @@ class Engine:
             return None
         plain, rest = self._conditions[id(policy)]
         if plain:
-            if _CONDITIONS not in shared:
-                shared[_CONDITIONS] = self.environment.activation(
+            # The request-only activation, also the one of every inlined policy (params null).
+            if id(None) not in shared:
+                shared[id(None)] = self.environment.activation(
                     PreparedData({**prepared, "params": None}))
-            if not self._conditions_hold(policy, plain, shared[_CONDITIONS], run, point):
+            if not self._conditions_hold(policy, plain, shared[id(None)], run, point):
                 return None
         activation = self._activation(policy, prepared, shared)
         return activation if self._conditions_hold(policy, rest, activation, run, point) \
@@ -371,8 +435,7 @@ class Engine:
                                 f"matchCondition {condition.name!r} returned {value!r}, not a "
                                 "bool", error=True, point=point)
                 else:
-                    run.add(RuleResult(policy.name, condition.name, condition.path, SKIP,
-                                       f"matchCondition {condition.name!r} is false"))
+                    run.add(_skipped(policy, condition))
                 return False
         return True
 
@@ -434,15 +497,12 @@ class Engine:
                             f"{rule.name} failed to evaluate: {exc.message}", error=True,
                             point=point)
                 continue
-            if value is True:
-                run.add(RuleResult(policy.name, rule.name, rule.path, PASS))
-                continue
-            if value is not False:
+            if value is not True and value is not False:
                 run.failure(policy, rule.name, rule.path,
                             f"{rule.name} returned {value!r}, not a bool", error=True, point=point)
                 continue
-            run.failure(policy, rule.name, rule.path, self._message(rule, activation),
-                        reason=rule.reason, point=point)
+            self._record(policy, rule, None if value else self._message(rule, activation), run,
+                         point)
         for rule in policy.audit_annotations:
             try:
                 value = activation.evaluate(rule.expression)
@@ -472,13 +532,17 @@ class Engine:
         return f"{text} ({problem})" if problem else text
 
 
-_CONDITIONS = -1  # key of the shared matchConditions activation (ids of params are positive)
 _PARAMS_OR_VARIABLES = re.compile(r"(?<![\w.])(params|variables)\b")
 
 
 def _reads_only_request(expression: Any) -> bool:
     """Whether an expression reads only the request's data (no params, no variables)."""
     return not _PARAMS_OR_VARIABLES.search(code_only(expression.expression))
+
+
+def _skipped(policy: Policy, condition: Rule) -> RuleResult:
+    return RuleResult(policy.name, condition.name, condition.path, SKIP,
+                      f"matchCondition {condition.name!r} is false")
 
 
 def _describe(exc: Exception) -> str:

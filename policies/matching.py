@@ -78,21 +78,24 @@ def matches(match: Match, review: ReviewInput, *, point: str = "admission") -> b
     if any(rule_matches(r, review, operation) for r in match.exclude_rules):
         return False
     namespace = review.namespace
-    if review.kind[2] == "Namespace":
-        if not match.namespace_selector.matches(_labels(review.subject)):
+    selector = match.namespace_selector
+    if selector.match_labels or selector.requirements:  # the empty selector selects all
+        if review.kind[2] == "Namespace":
+            if not selector.matches(_labels(review.subject)):
+                return False
+        elif namespace and not selector.matches(_labels(review.namespace_object)):
             return False
-    elif namespace and not match.namespace_selector.matches(_labels(review.namespace_object)):
-        return False
     if namespace:
         if match.namespaces and namespace not in match.namespaces:
             return False
         if namespace in match.exclude_namespaces:
             return False
-    objects = [o for o in (review.object, review.old_object) if isinstance(o, Mapping)]
-    if objects and not any(match.object_selector.matches(_labels(o)) for o in objects):
-        return False
-    if not objects and (match.object_selector.match_labels or match.object_selector.requirements):
-        return False  # CONNECT-style requests carry no labels an objectSelector could match
+    selector = match.object_selector
+    if selector.match_labels or selector.requirements:
+        objects = [o for o in (review.object, review.old_object) if isinstance(o, Mapping)]
+        if not any(selector.matches(_labels(o)) for o in objects):
+            # (CONNECT-style requests carry no labels an objectSelector could match)
+            return False
     if match.subjects and not any(subject_matches(s, review) for s in match.subjects):
         return False
     return not any(subject_matches(s, review) for s in match.exclude_subjects)

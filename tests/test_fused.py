@@ -1,0 +1,139 @@
+"""Each policy's validation pass as one CEL program (policies/fused.py): the same verdict as rule
+by rule on every real input, and the rule-by-rule path for anything that is not plain."""
+
+import datetime
+import json
+
+import pytest
+import yaml
+
+from policies.cel import CelEnvironment
+from policies.cel_gpu import GPU_LIBRARY
+from policies.engine import Engine
+from policies.loader import build_policy_set, load_policies
+from policies.review import from_object, from_request
+from policies.sources import Document, parse_text
+from tests.corpus import DATA, documents, first
+
+ENV = CelEnvironment(GPU_LIBRARY)
+NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
+LIBRARY = DATA.parent.parent / "policies" / "library"
+
+
+def engines(text: str | None = None) -> tuple[Engine, Engine]:
+    """(fused, rule by rule) engines for the policies in ``text`` (default: the library)."""
+    if text is None:
+        loaded, errors = load_policies([str(LIBRARY)], ENV)
+    else:
+        docs = [Document("p.yaml", i, None, body, lines)
+                for i, body, lines in parse_text("p.yaml", text, with_lines=True)]
+        loaded, errors = build_policy_set(docs, ENV)
+    assert errors == [], [str(e) for e in errors]
+    return Engine(loaded, ENV), Engine(loaded, ENV, fuse=False)
+
+
+def gpu_policy(name: str, spec: dict) -> str:
+    return yaml.safe_dump({"apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy",
+                           "metadata": {"name": name}, "spec": spec})
+
+
+def corpus_reviews():
+    """Every workload object of the corpus manifests and every corpus AdmissionReview."""
+    for path in sorted((DATA / "manifests").glob("*.yaml")):
+        for index, doc in enumerate(documents(f"manifests/{path.name}")):
+            if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
+                yield f"{path.name}#{index}", from_object(doc, now=NOW)
+    for path in sorted((DATA / "admissionreviews").glob("*.json")):
+        body = json.loads(path.read_text(encoding="utf-8"))
+        request = body.get("request", body)
+        if request.get("operation") in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+            yield path.name, from_request(request, now=NOW)
+
+
+REVIEWS = list(corpus_reviews())
+
+
+def test_the_library_runs_fused_except_where_the_parser_cannot_nest_it():
+    fused, _ = engines()
+    library = {p.name for p in fused.policies.policies
+               if p.validations or p.audit_annotations}
+    assert len(fused.fused_policies) >= len(library) - 2
+    assert fused.fused_policies <= library
+
+
+@pytest.mark.parametrize("point", ["admission", "audit"])
+def test_library_verdicts_equal_rule_by_rule_on_every_corpus_input(point):
+    fused, plain = engines()
+    assert len(REVIEWS) > 40
+    failed = 0
+    for name, review in REVIEWS:
+        verdict = fused.evaluate(review, point=point)
+        assert verdict == plain.evaluate(review, point=point), name
+        failed += any(r.outcome == "fail" for r in verdict.results)
+    assert failed > 5  # the comparison covers failures and their messages, not only passes
+
+
+EDGES = "---\n".join([
+    gpu_policy("bool-message", {"validations": [{  # a messageExpression that is a bool
+        "expression": "gpu.count == 0", "messageExpression": "true"}]}),
+    gpu_policy("empty-message", {"validations": [{
+        "expression": "gpu.count == 0", "messageExpression": "'  '", "message": "static"}]}),
+    gpu_policy("not-bool", {"validations": [{"expression": "gpu.count"}]}),
+    gpu_policy("one-error", {"validations": [
+        {"expression": "object.metadata.labels['missing'] == 'x'"},
+        {"expression": "gpu.count >= 0"}]}),
+    gpu_policy("condition-error", {
+        "matchConditions": [{"name": "broken", "expression": "object.spec.missing == 1"}],
+        "validations": [{"expression": "true"}]}),
+    gpu_policy("condition-not-bool", {
+        "matchConditions": [{"name": "count", "expression": "gpu.count"}],
+        "validations": [{"expression": "true"}]}),
+    gpu_policy("second-condition-false", {
+        "matchConditions": [{"name": "gpu", "expression": "gpu.requested"},
+                            {"name": "team", "expression": "request.namespace == 'team-a'"}],
+        "validations": [{"expression": "false"}]}),
+    gpu_policy("comments-and-annotations", {
+        "validationActions": ["Warn", "Audit"],
+        "validations": [{"expression": "gpu.count > 100 // never, so it fails",
+                         "messageExpression": "'asks ' + string(gpu.count) // trailing comment"}],
+        "auditAnnotations": [{"key": "gpus", "valueExpression": "string(gpu.count)"},
+                             {"key": "none", "valueExpression": "null"}]}),
+])
+
+
+def test_results_that_are_not_plain_are_reported_rule_by_rule():
+    fused, plain = engines(EDGES)
+    pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
+    review = from_object(pod, now=NOW)
+    verdict = fused.evaluate(review)
+    assert verdict == plain.evaluate(review)
+    messages = {r.policy: (r.outcome, r.message) for r in verdict.results}
+    assert messages["bool-message"] == (
+        "fail", "failed expression: gpu.count == 0 (messageExpression returned bool, not a "
+        "string)")
+    assert messages["empty-message"] == (
+        "fail", "static (messageExpression returned str, not a string)")
+    assert messages["not-bool"] == ("error", "validations[0] returned 1, not a bool")
+    assert [r.outcome for r in verdict.results if r.policy == "one-error"] == ["error", "pass"]
+    assert messages["condition-error"][0] == "error"
+    assert messages["condition-not-bool"] == (
+        "error", "matchCondition 'count' returned 1, not a bool")
+    assert messages["second-condition-false"] == ("skip", "matchCondition 'team' is false")
+    assert messages["comments-and-annotations"] == ("fail", "asks 1")
+    assert verdict.warnings == ("comments-and-annotations: asks 1",)
+    assert verdict.audit_annotations["comments-and-annotations.gpus"] == "1"
+    assert "comments-and-annotations.none" not in verdict.audit_annotations
+    assert {"comments-and-annotations", "second-condition-false", "one-error"} <= \
+        fused.fused_policies
+
+
+def test_a_program_nested_past_the_parser_limit_is_evaluated_rule_by_rule():
+    deep = "[" * 29 + "gpu.count" + "]" * 29 + " != []"  # the parser allows 30 levels
+    fused, plain = engines(gpu_policy("deep", {
+        "matchConditions": [{"name": "a", "expression": "true"}],
+        "validations": [{"expression": deep}]}))
+    assert fused.fused_policies == frozenset()
+    review = from_object(first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml"), now=NOW)
+    verdict = fused.evaluate(review)
+    assert verdict == plain.evaluate(review)
+    assert [r.outcome for r in verdict.results] == ["pass"]
