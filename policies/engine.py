@@ -205,13 +205,13 @@ class Engine:
         # Each policy's validation pass as one CEL program (policies.fused): one evaluation per
         # policy per request; a result that is not plain falls back to rule-by-rule evaluation.
         self._fused: dict[int, FusedValidation] = {}
-        for policy in self.policies.policies if fuse else ():
-            if policy.variables or policy.param_missing is not None or not (
-                    policy.validations or policy.audit_annotations):
+        for original, policy in zip(policies.policies, self.policies.policies, strict=True):
+            if not fuse or policy.variables or policy.param_missing is not None:
                 continue
-            fused = build_fused("spec", [*self._conditions[id(policy)][0],
-                                         *self._conditions[id(policy)][1]],
-                                policy.validations, policy.audit_annotations, environment)
+            order = [policy.match_conditions.index(c) for c in (*self._conditions[id(policy)][0],
+                                                                *self._conditions[id(policy)][1])]
+            fused = build_fused(original, [original.match_conditions[i] for i in order],
+                                environment, params_in_activation=policy.params is not None)
             if fused is not None:
                 self._fused[id(policy)] = fused
 

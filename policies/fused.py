@@ -1,10 +1,15 @@
 """One CEL program per policy for its whole validation pass: the engine's fast path.
 
-Owns a load-time rewrite and the reading of its result. A policy without ``variables`` has its
-matchConditions, validations (with their messageExpressions) and auditAnnotations compiled into
-one expression, evaluated once per request instead of once per rule::
+Owns a load-time rewrite and the reading of its result. A policy's matchConditions, validations
+(with their messageExpressions) and auditAnnotations are compiled into one expression, evaluated
+once per request instead of once per rule, with its params bound once as a literal and each
+variable the validations and audit annotations use bound once, after the conditions held::
 
-    (c1) ? ((c2) ? [(v1) ? true : [<message1>], (v2) ? true : false, <audit1>] : 1) : 0
+    cel.bind(params, {...},
+      (c1) ? ((c2) ? cel.bind(__var_x, <x>,
+                       [(v1) ? true : [<message1>], (v2) ? true : false, <audit1>])
+                   : 1)
+           : 0)
 
 An ``int`` result names the first matchCondition that is false; a list holds, per validation,
 ``true`` or what the failure's message is made of (``[messageExpression's value]``, or ``false``
@@ -12,12 +17,16 @@ for a static message), then each auditAnnotation's value. The evaluation order a
 the regular path's: a condition is evaluated only after the previous ones held, a
 messageExpression only when its validation failed.
 
+Variables only a messageExpression uses are bound inside it, so they are computed only for a
+failure (the rule-by-rule path's laziness).
+
 The fast path is only ever taken for the plain case. A result that is anything else — an
-evaluation error anywhere (CEL errors poison the whole list), a condition or validation that is
-not a bool, a messageExpression that is not a non-empty string, the iteration budget spent by
-the rules together — makes :func:`read` return None, and the engine evaluates that policy rule
-by rule, which reports each problem exactly as before. So the fused program can never decide
-differently from the rules it was built from.
+evaluation error anywhere (CEL errors poison the whole list; a variable bound eagerly that the
+rules would not have needed), a condition or validation that is not a bool, a messageExpression
+that is not a non-empty string, the iteration budget spent by the rules together — makes
+:func:`read` return None, and the engine evaluates that policy rule by rule, which reports each
+problem exactly as before. So the fused program can never decide differently from the rules it
+was built from.
 
 Must not evaluate anything itself or record results (that is :mod:`policies.engine`).
 """
@@ -29,7 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
-from policies.model import Rule
+from policies.inlining import (
+    CannotInline,
+    bind_variables,
+    cel_literal,
+    reads_params,
+    variables_used,
+)
+from policies.model import Policy, Rule
 
 CONDITION_FALSE = "condition-false"
 RULES = "rules"
@@ -70,31 +86,55 @@ def _group(source: str) -> str:
     return f"(\n{source}\n)"
 
 
-def build(field_path: str, conditions: Sequence[Rule], validations: Sequence[Rule],
-          audit_annotations: Sequence[Rule],
-          environment: CelEnvironment) -> FusedValidation | None:
-    """The fused program of one policy, or None when it does not compile (e.g. nested past the
-    parser's depth limit): the policy is then evaluated rule by rule.
+def build(policy: Policy, conditions: Sequence[Rule], environment: CelEnvironment, *,
+          params_in_activation: bool = False) -> FusedValidation | None:
+    """The fused program of one policy as written (before inlining), or None when it cannot be
+    built (``variables[...]`` indexing, params no literal can hold, nested past the parser's
+    depth limit): the policy is then evaluated rule by rule.
 
-    ``field_path`` names the program in errors (``spec``); the rules must come from a policy
-    without variables, compiled by ``environment``.
+    ``conditions`` are the policy's matchConditions in the order the engine evaluates them;
+    ``params_in_activation``: the engine puts the policy's params in the activation (they are
+    then not bound as a literal).
     """
+    if not policy.validations and not policy.audit_annotations:
+        return None
+    try:
+        source = _source(policy, conditions, bind_params=not params_in_activation)
+        compiled = environment.compile(source, field_path="spec")
+    except (CannotInline, CelCompileError):
+        return None
+    return FusedValidation(compiled, tuple(conditions), policy.validations,
+                           policy.audit_annotations)
+
+
+def _source(policy: Policy, conditions: Sequence[Rule], *, bind_params: bool) -> str:
+    checked = [rule.expression.expression for rule in (*policy.validations,
+                                                         *policy.audit_annotations)]
+    shared = variables_used(checked, policy)  # bound once, after the conditions held
+    bound = frozenset(shared)
     parts = []
-    for rule in validations:
+    for rule in policy.validations:
         # A messageExpression's value is wrapped in a list: it may itself be a bool.
         failure = "false" if rule.message_expression is None else \
-            f"[{_group(rule.message_expression.expression)}]"
-        parts.append(f"{_group(rule.expression.expression)} ? dyn(true) : dyn({failure})")
-    parts += [f"dyn({_group(rule.expression.expression)})" for rule in audit_annotations]
+            f"[{_group(bind_variables(rule.message_expression.expression, policy, bound))}]"
+        parts.append(f"{_group(bind_variables(rule.expression.expression, policy, bound))} "
+                     f"? dyn(true) : dyn({failure})")
+    parts += [f"dyn({_group(bind_variables(rule.expression.expression, policy, bound))})"
+              for rule in policy.audit_annotations]
     source = f"dyn([{', '.join(parts)}])"
+    bodies = {rule.name: rule.expression.expression for rule in policy.variables}
+    for name in reversed(shared):
+        source = f"cel.bind(__var_{name}, {_group(bind_variables(bodies[name], policy, bound))}, " \
+                 f"{source})"
     for index in reversed(range(len(conditions))):
-        source = f"{_group(conditions[index].expression.expression)} ? ({source}) : dyn({index})"
-    try:
-        compiled = environment.compile(source, field_path=field_path)
-    except CelCompileError:
-        return None
-    return FusedValidation(compiled, tuple(conditions), tuple(validations),
-                           tuple(audit_annotations))
+        condition = bind_variables(conditions[index].expression.expression, policy)
+        source = f"{_group(condition)} ? ({source}) : dyn({index})"
+    everything = [*checked, *(r.expression.expression for r in policy.match_conditions),
+                  *(r.message_expression.expression for r in policy.validations
+                    if r.message_expression is not None), *bodies.values()]
+    if bind_params and policy.params is not None and reads_params(everything):
+        source = f"cel.bind(params, {cel_literal(policy.params)}, {source})"
+    return source
 
 
 def read(fused: FusedValidation, value: Any) -> Outcome | None:

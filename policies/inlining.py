@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -39,8 +40,8 @@ _PARAMS = re.compile(r"(?<![\w.])params\b")
 _UNSAFE = re.compile(r"(?<![\w.])variables\b(?!\s*\.\s*[A-Za-z_])|has\s*\(\s*variables\b")
 
 
-class _CannotInline(Exception):
-    """Raised when a policy must be evaluated the regular way."""
+class CannotInline(Exception):
+    """Raised when a policy (or a program built from it) must be evaluated the regular way."""
 
 
 def _code_parts(source: str) -> list[tuple[bool, str]]:
@@ -69,7 +70,7 @@ def cel_literal(value: Any) -> str:
     """A CEL literal for a YAML / JSON value (maps, lists, strings, numbers, bools, null).
 
     Raises:
-        _CannotInline: a value CEL literals cannot hold (non-finite floats, huge ints, bytes).
+        CannotInline: a value CEL literals cannot hold (non-finite floats, huge ints, bytes).
     """
     if value is None:
         return "null"
@@ -77,11 +78,11 @@ def cel_literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
-            raise _CannotInline
+            raise CannotInline
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _CannotInline
+            raise CannotInline
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # JSON string escapes are valid CEL escapes (no '\/' emitted)
@@ -90,37 +91,64 @@ def cel_literal(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{json.dumps(str(k))}: {cel_literal(v)}"
                                for k, v in value.items()) + "}"
-    raise _CannotInline
+    raise CannotInline
 
 
-def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvironment,
-            params_literal: str) -> CompiledExpression:
+def variables_used(sources: Iterable[str], policy: Policy) -> list[str]:
+    """The variables ``sources`` use, directly or through other variables, in declaration order.
+
+    Raises:
+        CannotInline: a ``variables.<name>`` the policy does not declare.
+    """
     declared = {rule.name: (index, rule.expression.expression)
                 for index, rule in enumerate(policy.variables)}
     needed: set[str] = set()
-    stack = list(_VARIABLE.findall(code_only(expression.expression)))
+    stack = [name for source in sources for name in _VARIABLE.findall(code_only(source))]
     while stack:
         name = stack.pop()
         if name in needed:
             continue
         if name not in declared:
-            raise _CannotInline
+            raise CannotInline
         needed.add(name)
         stack.extend(_VARIABLE.findall(code_only(declared[name][1])))
-    source = _rename(expression.expression)
-    uses_params = bool(_PARAMS.search(code_only(expression.expression)))
-    for name in sorted(needed, key=lambda n: declared[n][0], reverse=True):
-        body = declared[name][1]
-        uses_params = uses_params or bool(_PARAMS.search(code_only(body)))
-        source = f"cel.bind(__var_{name}, {_rename(body)}, {source})"
-    if uses_params:
+    return sorted(needed, key=lambda n: declared[n][0])
+
+
+def bind_variables(source: str, policy: Policy, bound: frozenset[str] = frozenset()) -> str:
+    """``source`` with ``variables.x`` renamed and each variable it needs that is not in
+    ``bound`` (already bound around it) bound with ``cel.bind``; params are left as they are.
+
+    Raises:
+        CannotInline: see :func:`variables_used`.
+    """
+    bodies = {rule.name: rule.expression.expression for rule in policy.variables}
+    wrapped = _rename(source)
+    for name in reversed(variables_used([source], policy)):
+        if name not in bound:
+            wrapped = f"cel.bind(__var_{name}, {_rename(bodies[name])}, {wrapped})"
+    return wrapped
+
+
+def reads_params(sources: Iterable[str]) -> bool:
+    """Whether any of ``sources`` mentions ``params`` outside string literals."""
+    return any(_PARAMS.search(code_only(source)) for source in sources)
+
+
+def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvironment,
+            params_literal: str) -> CompiledExpression:
+    bodies = {rule.name: rule.expression.expression for rule in policy.variables}
+    source = bind_variables(expression.expression, policy)
+    used = [expression.expression,
+            *(bodies[n] for n in variables_used([expression.expression], policy))]
+    if reads_params(used):
         source = f"cel.bind(params, {params_literal}, {source})"
     if source == expression.expression:
         return expression
     try:
         return environment.compile(source, field_path=expression.field_path)
     except CelCompileError:
-        raise _CannotInline from None
+        raise CannotInline from None
 
 
 def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
@@ -147,6 +175,11 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
                 message_expression=None if message is None else
                 _inline(message, policy, environment, literal))
 
+        def validation(item: Rule) -> Rule:
+            # The default message names the expression as written, not its rewritten form.
+            default = f"failed expression: {item.expression.expression.strip()}"
+            return replace(rule(item), message=item.message or default)
+
         def mutation(item: Mutation) -> Mutation:
             return replace(
                 item,
@@ -158,11 +191,11 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
         return replace(
             policy,
             match_conditions=tuple(rule(r) for r in policy.match_conditions),
-            validations=tuple(rule(r) for r in policy.validations),
+            validations=tuple(validation(r) for r in policy.validations),
             audit_annotations=tuple(rule(r) for r in policy.audit_annotations),
             mutations=tuple(mutation(m) for m in policy.mutations),
             variables=(),
             params=None,
         )
-    except _CannotInline:
+    except CannotInline:
         return policy

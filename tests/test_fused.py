@@ -137,3 +137,60 @@ def test_a_program_nested_past_the_parser_limit_is_evaluated_rule_by_rule():
     verdict = fused.evaluate(review)
     assert verdict == plain.evaluate(review)
     assert [r.outcome for r in verdict.results] == ["pass"]
+
+
+VARIABLES = gpu_policy("variables", {
+    "params": {"max": 4, "note": "quote ' and \" and \\ and /"},
+    "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
+    "variables": [{"name": "n", "expression": "gpu.maxPerPod.count"},
+                  {"name": "over", "expression": "variables.n > params.max"},
+                  {"name": "label", "expression": "object.metadata.labels['missing']"},
+                  {"name": "text", "expression": "'asks ' + string(variables.n)"}],
+    "validations": [{"expression": "!variables.over",
+                     "messageExpression": "variables.text + params.note"},
+                    {"expression": "variables.n <= params.max"},
+                    {"expression": "variables.label == 'x'"}],
+    "auditAnnotations": [{"key": "n", "valueExpression": "string(variables.n)"}],
+})
+
+
+@pytest.mark.parametrize("case", [
+    "manifests/lws__vllm-gpu-leaderworkerset.yaml",       # 8 GPUs a pod: over the max
+    "manifests/gpuop__cuda-vector-add-legacy-pod.yaml",   # 1 GPU
+])
+def test_variables_and_params_bound_once_decide_as_rule_by_rule(case):
+    fused, plain = engines(VARIABLES)
+    review = from_object(first(case), now=NOW)
+    verdict = fused.evaluate(review)
+    assert verdict == plain.evaluate(review)
+    # The failing variable fails only the validation that uses it.
+    assert [r.outcome for r in verdict.results][-1] == "error"
+
+
+def test_default_message_names_the_expression_as_written():
+    """Inlining rewrites the expression; the message must still show what the user wrote."""
+    fused, plain = engines(gpu_policy("max", {"params": {"max": 0},
+                                              "validations": [{"expression": "gpu.count <= "
+                                                                             "params.max"}]}))
+    review = from_object(first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml"), now=NOW)
+    assert fused.fused_policies == {"max"}
+    for engine in (fused, plain):
+        assert engine.evaluate(review).message == "max: failed expression: gpu.count <= params.max"
+
+
+def test_the_fast_path_is_taken_for_variables_and_params(monkeypatch):
+    spec = yaml.safe_load(VARIABLES)["spec"]
+    spec["validations"] = spec["validations"][:2]  # without the failing variable
+    fused, plain = engines(gpu_policy("variables", spec))
+    review = from_object(first("manifests/lws__vllm-gpu-leaderworkerset.yaml"), now=NOW)
+    expected = plain.evaluate(review)
+
+    def rule_by_rule(*args, **kwargs):
+        raise AssertionError("the policy was evaluated rule by rule")
+
+    monkeypatch.setattr(Engine, "_validate", rule_by_rule)
+    verdict = fused.evaluate(review)
+    assert verdict == expected
+    assert verdict.message == "variables: asks 8quote ' and \" and \\ and /; variables: failed " \
+        "expression: variables.n <= params.max"
+    assert verdict.audit_annotations == {"variables.n": "8"}  # the largest pod's GPUs
