@@ -170,7 +170,7 @@ def to_cel_data(value: Any, *, path: str = "value") -> Any:
     JSON-shaped data comes back as the same objects when nothing needs converting; containers are
     copied only where something inside changes. Converted: ``datetime`` -> RFC 3339 string
     (``...Z``), ``date`` -> ``YYYY-MM-DD``, ints beyond int64 -> float (as a JSON decoder into
-    float64 would), tuples -> lists,
+    float64 would; beyond a double's range: ValueError), tuples -> lists,
     ``Fraction``/``Decimal`` -> quantity maps, map keys other than str/int/bool -> strings,
     ``bytearray`` -> bytes.
 
@@ -216,7 +216,12 @@ def _convert(value: Any, depth: int) -> Any:
     if kind is str or kind is bool or kind is float or value is None:
         return value
     if kind is int:
-        return value if _INT64_MIN <= value <= _INT64_MAX else float(value)
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return value
+        try:
+            return float(value)
+        except OverflowError:  # a JSON decoder into float64 refuses it too
+            raise _InputError("integer out of the range of a double") from None
     if isinstance(value, Mapping | list | tuple):
         if depth >= MAX_NESTING:
             raise _InputError(f"nested deeper than {MAX_NESTING} levels")

@@ -585,6 +585,9 @@ def test_unsupported_and_too_deep_inputs_are_errors_not_crashes(pod):
         "INVALID_ARGUMENT",
         "object.a: values of type set are not supported in CEL",
     )
+    # A JSON integer no double can hold (Python's json reads it exactly): refused with its path.
+    with pytest.raises(ValueError, match=r"^object\.spec\.replicas: integer out of the range"):
+        to_cel_data({"spec": {"replicas": 10**400}}, path="object")
     deep: dict = {}
     cursor = deep
     for _ in range(6000):  # the runtime itself overflows the C++ stack near 5,900 levels
