@@ -23,6 +23,10 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
 ``unrequestedAccess``     list of {container, containerType, path, reason}
 ``privileged``            list of {container, containerType, path, reason}
 ``invalid``, ``warnings``, ``unknown``, ``unrecognized``  lists of string
+``resourceProblems``      list of {container, containerType, path, field, resource, requests,
+                          limits, problem}: the ``invalid`` entries about containers' extended
+                          resources (each is ``field + ': ' + problem``), with the values as
+                          written (``'not set'`` when absent)
 ``replicas``              int: pods the object makes (``-1``: one per node)
 ``templates``             list of {path, specPath, role, replicas, minReplicas, maxReplicas
                           (-1: no autoscaling bounds), requested, count,
@@ -43,7 +47,7 @@ from typing import Any
 
 from policies import mig
 from policies.cel_library import FunctionSpec, OverloadSpec
-from policies.gpu import Access, GPUFacts
+from policies.gpu import Access, GPUFacts, ResourceProblem
 from policies.workloads import WorkloadFacts
 
 NO_GPU: dict[str, Any] = {}
@@ -60,6 +64,14 @@ SCHEDULING_FIELDS = frozenset({
 def _access(items: tuple[Access, ...]) -> list[dict[str, str]]:
     return [{"container": a.container, "containerType": a.container_type, "path": a.path,
              "reason": a.reason} for a in items]
+
+
+def _resource_problems(items: tuple[ResourceProblem, ...]) -> list[dict[str, str]]:
+    """``gpu.resourceProblems``: one ``{container, containerType, path, field, resource,
+    requests, limits, problem}`` map per :class:`ResourceProblem` (all strings)."""
+    return [{"container": p.container, "containerType": p.container_type, "path": p.path,
+             "field": p.field, "resource": p.resource, "requests": p.requests,
+             "limits": p.limits, "problem": p.problem} for p in items]
 
 
 def _string_map(value: Any) -> dict[str, Any]:
@@ -120,6 +132,7 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
         "unrequestedAccess": _access(total.unrequested_access),
         "privileged": _access(total.privileged),
         "invalid": list(total.invalid),
+        "resourceProblems": _resource_problems(total.resource_problems),
         "warnings": list(total.warnings),
         "unknown": list(total.unknown),
         "unrecognized": list(total.unrecognized),
@@ -141,7 +154,8 @@ def gpu_data_from_totals(facts: GPUFacts) -> dict[str, Any]:
         **_summary(facts), "effectiveRequests": {}, "equivalentsKnown": True,
         "approximate": False, "shared": False, "memoryMiB": 0, "vendors": [], "migSingle": {},
         "kai": {}, "hami": {}, "dra": {}, "unrequestedAccess": [], "privileged": [],
-        "invalid": [], "warnings": [], "unknown": [], "unrecognized": [], "replicas": 0,
+        "invalid": [], "resourceProblems": [], "warnings": [], "unknown": [], "unrecognized": [],
+        "replicas": 0,
         "templates": [],
         "maxPerPod": {"count": 0, "equivalents": 0.0},
     }

@@ -14,10 +14,12 @@ Must not read files, the clock or the environment, and must not know workload ki
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -101,6 +103,45 @@ class Source:
 
 
 @dataclass(frozen=True)
+class ResourceProblem:
+    """One GPU extended resource of one container that the API server would reject.
+
+    The structured twin of one ``invalid`` entry about resources, which reads
+    ``f"{field}: {problem}"``. ``container`` is the container's name (``""`` when it has none),
+    ``container_type`` ``containers`` / ``initContainers`` / ``ephemeralContainers``, ``path`` the
+    container's field path (``spec.template.spec.containers[0]``), ``field`` the field the entry
+    names: ``<path>.resources[R]`` (both sides, or the resource itself),
+    ``<path>.resources.requests[R]`` or ``<path>.resources.limits[R]`` (one side). ``requests``
+    and ``limits`` are the values under ``resources.requests[R]`` / ``resources.limits[R]`` as
+    written, rendered as CEL's ``string()`` renders them (``"1"``, ``"500m"``, ``"0.5"``), or
+    ``"not set"`` when absent.
+    """
+
+    container: str
+    container_type: str
+    path: str
+    field: str
+    resource: str
+    requests: str
+    limits: str
+    problem: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form: ``{container, container_type, path, field, resource, requests, limits,
+        problem}``."""
+        return {
+            "container": self.container,
+            "container_type": self.container_type,
+            "path": self.path,
+            "field": self.field,
+            "resource": self.resource,
+            "requests": self.requests,
+            "limits": self.limits,
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
 class DraClaim:
     """One pod-level ResourceClaim; ``count`` is the number of GPU devices, None when unknown."""
 
@@ -127,7 +168,10 @@ class GPUFacts:
 
     Counts are devices or instances; ``equivalents_known`` is the Fraction of one GPU asked for by
     the parts whose size is known, and ``gpu_equivalents`` the whole ask (None when some
-    part is unknown, with the reasons in ``unknown``); memory is MiB. See ``docs/gpu-facts.md``.
+    part is unknown, with the reasons in ``unknown``); memory is MiB. ``invalid`` is what the API
+    server would reject, as text; ``resource_problems`` repeats its entries about containers'
+    extended resources as :class:`ResourceProblem` (one each, same order). See
+    ``docs/gpu-facts.md``.
     """
 
     gpus: Mapping[str, int] = field(default_factory=dict)
@@ -146,6 +190,7 @@ class GPUFacts:
     unrequested_access: tuple[Access, ...] = ()
     privileged: tuple[Access, ...] = ()
     invalid: tuple[str, ...] = ()
+    resource_problems: tuple[ResourceProblem, ...] = ()
     warnings: tuple[str, ...] = ()
     unrecognized: tuple[str, ...] = ()
     sources: tuple[Source, ...] = ()
@@ -198,6 +243,7 @@ class GPUFacts:
             "unrequested_access": [a.to_dict() for a in self.unrequested_access],
             "privileged": [a.to_dict() for a in self.privileged],
             "invalid": list(self.invalid),
+            "resource_problems": [p.to_dict() for p in self.resource_problems],
             "warnings": list(self.warnings),
             "unrecognized": list(self.unrecognized),
             "sources": [s.to_dict() for s in self.sources],
@@ -255,6 +301,7 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
             unrequested_access=_union(result.unrequested_access, part.unrequested_access),
             privileged=_union(result.privileged, part.privileged),
             invalid=_union(result.invalid, part.invalid),
+            resource_problems=_union(result.resource_problems, part.resource_problems),
             warnings=_union(result.warnings, part.warnings),
             unrecognized=_union(result.unrecognized, part.unrecognized),
             sources=result.sources + part.sources,
@@ -305,6 +352,7 @@ class _Collector:
     """Mutable accumulator used while reading one pod; frozen into GPUFacts at the end."""
 
     invalid: list[str] = field(default_factory=list)
+    resource_problems: list[ResourceProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     unrecognized: list[str] = field(default_factory=list)
@@ -312,6 +360,27 @@ class _Collector:
     vendors: list[str] = field(default_factory=list)
     approximate: bool = False
     shared: bool = False
+
+    def resource_problem(
+        self, container: _Container, side: str, resource: str, limits: Mapping[str, Any],
+        requests: Mapping[str, Any], problem: str,
+    ) -> None:
+        """Record one rejected extended resource of ``container``, twice: as the ``invalid``
+        text ``<path>.resources<side>[<resource>]: <problem>`` (``side`` is ``""``,
+        ``".requests"`` or ``".limits"``) and as a :class:`ResourceProblem` with both values as
+        written in ``limits`` / ``requests`` (the container's ``resources`` maps)."""
+        where = f"{container.path}.resources{side}[{resource}]"
+        self.invalid.append(f"{where}: {problem}")
+        self.resource_problems.append(ResourceProblem(
+            container=container.name,
+            container_type=container.ctype,
+            path=container.path,
+            field=where,
+            resource=resource,
+            requests=_as_written(requests, resource),
+            limits=_as_written(limits, resource),
+            problem=problem,
+        ))
 
 
 @dataclass(frozen=True)
@@ -356,14 +425,67 @@ def _as_list(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list) else []
 
 
+_INT64 = 2**63
+
+
+def _cel_double(value: float) -> str:
+    """``value`` as CEL's ``string()`` renders a double: the shortest digits that read back
+    exactly, in exponent form below 1e-4 and from 1e6 up (``1e-05``, ``1.2345675e+06``)."""
+    if not math.isfinite(value):
+        return str(value)  # inf, -inf, nan
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    shortest = Decimal(repr(value)).normalize()  # repr: the shortest round-trip digits
+    negative, digits, exponent = shortest.as_tuple()
+    sign = "-" if negative else ""
+    scientific = len(digits) - 1 + int(exponent)
+    if -4 <= scientific < 6:
+        return sign + format(abs(shortest), "f")
+    text = "".join(map(str, digits))
+    return f"{sign}{text[0]}{'.' + text[1:] if len(text) > 1 else ''}e{scientific:+03d}"
+
+
+def _as_written(table: Mapping[str, Any], resource: str) -> str:
+    """The value of ``resource`` in a requests / limits map as CEL's ``string()`` shows it
+    (``1``, ``500m``, ``0.5``, ``true``; ints beyond int64 as doubles, as the CEL input
+    conversion reads them, and beyond any double shortened like ``invalid`` shows them),
+    ``null`` for a null value, JSON for a list or map, and ``not set`` when the key is absent."""
+    if resource not in table:
+        return "not set"
+    value = table[resource]
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        if -_INT64 <= value < _INT64:
+            return str(value)
+        try:
+            return _cel_double(float(value))
+        except OverflowError:  # beyond any double: shortened, as invalid shows it
+            return format_fraction(Fraction(value))
+    if isinstance(value, float):
+        return _cel_double(value)
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):  # a map with keys JSON cannot hold
+        return str(value)
+
+
 def _read_quantity(
-    resource: str, limits: Mapping[str, Any], requests: Mapping[str, Any], path: str,
-    out: _Collector,
+    resource: str, limits: Mapping[str, Any], requests: Mapping[str, Any],
+    container: _Container, out: _Collector,
 ) -> tuple[int, str] | None:
     """Apply the extended-resource rules to one resource of one container.
 
-    Returns the count to use and its text, or None when the resource asks for nothing.
+    Each rule broken is recorded in ``invalid`` and ``resource_problems``
+    (:meth:`_Collector.resource_problem`). Returns the count to use and its field path, or None
+    when the resource asks for nothing.
     """
+
+    def problem(side: str, text: str) -> None:
+        out.resource_problem(container, side, resource, limits, requests, text)
+
     values: dict[str, Fraction] = {}
     for where, table in (("limits", limits), ("requests", requests)):
         if resource not in table:
@@ -371,39 +493,32 @@ def _read_quantity(
         try:
             values[where] = parse_quantity(table[resource])
         except QuantityError as exc:
-            out.invalid.append(f"{path}.resources.{where}[{resource}]: {exc}")
+            problem(f".{where}", str(exc))
     if not values:
         return None
     limit, request = values.get("limits"), values.get("requests")
     if limit is None and request is not None:
         # Kubernetes validation: "Limit must be set for non overcommitable resources", even 0.
-        out.invalid.append(
-            f"{path}.resources.requests[{resource}]: an extended resource needs a limit; a request "
-            "without a limit is rejected by the API server"
-        )
+        problem(".requests", "an extended resource needs a limit; a request without a limit is "
+                "rejected by the API server")
     elif limit is not None and request is not None and limit != request:
-        out.invalid.append(
-            f"{path}.resources[{resource}]: requests ({format_fraction(request)}) must equal "
-            f"limits ({format_fraction(limit)}) for an extended resource"
-        )
+        problem("", f"requests ({format_fraction(request)}) must equal limits "
+                f"({format_fraction(limit)}) for an extended resource")
     value = max(v for v in values.values())
     if value > MAX_COUNT:
-        out.invalid.append(f"{path}.resources[{resource}]: {format_fraction(value)} is out of "
-                           f"range (at most {MAX_COUNT})")
+        problem("", f"{format_fraction(value)} is out of range (at most {MAX_COUNT})")
         return None
     if value < 0:
-        out.invalid.append(f"{path}.resources[{resource}]: negative quantity")
+        problem("", "negative quantity")
         return None
     if value.denominator != 1:
-        out.invalid.append(
-            f"{path}.resources[{resource}]: {format_fraction(value)} is not a whole number; "
-            "extended resources take integers"
-        )
+        problem("", f"{format_fraction(value)} is not a whole number; extended resources take "
+                "integers")
     count = math.ceil(value)
     if count == 0:
         return None
     where = "limits" if limit is not None else "requests"
-    return count, f"{path}.resources.{where}[{resource}]"
+    return count, f"{container.path}.resources.{where}[{resource}]"
 
 
 def _split_equivalents(
@@ -448,12 +563,13 @@ def _container_asks(
             out.unrecognized.append(resource)
             continue
         if kind is ResourceKind.OBSOLETE:
-            out.invalid.append(
-                f"{container.path}.resources[{resource}]: obsolete resource name "
-                f"({OBSOLETE_RESOURCES[resource]}); the API server rejects it"
+            out.resource_problem(
+                container, "", resource, limits, requests,
+                f"obsolete resource name ({OBSOLETE_RESOURCES[resource]}); the API server rejects "
+                "it",
             )
             continue
-        read = _read_quantity(resource, limits, requests, container.path, out)
+        read = _read_quantity(resource, limits, requests, container, out)
         if read is not None:
             asked[resource] = (kind, read[0])
             out.sources.append(
@@ -923,6 +1039,7 @@ def pod_facts(
         unrequested_access=tuple(reach),
         privileged=tuple(privileged),
         invalid=tuple(dict.fromkeys(out.invalid)),
+        resource_problems=tuple(dict.fromkeys(out.resource_problems)),
         warnings=tuple(dict.fromkeys(out.warnings)),
         unrecognized=tuple(dict.fromkeys(out.unrecognized)),
         sources=tuple(out.sources),

@@ -4,14 +4,18 @@ Bug cases, corpus manifests, and corpus manifests edited to hit one rule each (e
 edit).
 """
 
+import copy
+import re
 from fractions import Fraction
 
 import pytest
 
-from policies.gpu import pod_facts
+from policies.cel_gpu import empty_gpu_data, gpu_data
+from policies.gpu import GPUFacts, ResourceProblem, merge, pod_facts
 from policies.resource_names import GPUSettings
+from policies.sources import read_documents
 from policies.workloads import claim_templates_of, find_workload, workload_facts
-from tests.corpus import bug_input, first
+from tests.corpus import DATA, bug_input, first
 
 
 def facts_of(obj, **kwargs):
@@ -399,3 +403,191 @@ def test_objects_without_pods_are_not_workloads():
     assert find_workload(first("manifests/gke__vllm-gemma3-27b-a100-deployment.yaml",
                                "Service")) is None
     assert find_workload(first("manifests/gpuop__timeslicing-mps-plugin-configmap.yaml")) is None
+
+
+# --- resource problems: the structured twin of invalid's resource entries ----------------------
+
+NEEDS_LIMIT = ("an extended resource needs a limit; a request without a limit is rejected by the "
+               "API server")
+# The invalid entries that have a ResourceProblem (what gpu-requests-equal-limits selected before).
+RESOURCE_ENTRY = re.compile(r"\.resources(\.(requests|limits))?\[[^\]]+\]: ")
+
+
+def _nbody_with(requests=None, limits=None):
+    """manifests/dcgm__nbody-pod-burstable-cpu.yaml with its nvidia.com/gpu request / limit
+    replaced (None: absent); cpu and memory stay."""
+    pod = first("manifests/dcgm__nbody-pod-burstable-cpu.yaml")
+    resources = pod["spec"]["containers"][0]["resources"]
+    for side, value in (("requests", requests), ("limits", limits)):
+        resources[side].pop("nvidia.com/gpu", None)
+        if value is not None:
+            resources[side]["nvidia.com/gpu"] = value
+    return pod
+
+
+def test_request_without_limit_in_a_statefulset_template():
+    facts = facts_of(first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml"))
+    assert facts.resource_problems == (ResourceProblem(
+        container="ollama", container_type="containers", path="spec.template.spec.containers[0]",
+        field="spec.template.spec.containers[0].resources.requests[nvidia.com/gpu]",
+        resource="nvidia.com/gpu", requests="1", limits="not set", problem=NEEDS_LIMIT),)
+    assert facts.invalid == (
+        f"spec.template.spec.containers[0].resources.requests[nvidia.com/gpu]: {NEEDS_LIMIT}",)
+
+
+def test_zero_request_without_limit_keeps_the_zero_as_written():
+    facts = facts_of(first("manifests/imroc__ollama-statefulset-gpu-zero-request.yaml"))
+    [problem] = facts.resource_problems
+    assert (problem.requests, problem.limits, problem.problem) == ("0", "not set", NEEDS_LIMIT)
+
+
+def test_request_different_from_limit_in_a_job_template_ndp_154():
+    job = bug_input("NVIDIA-k8s-device-plugin-154.yaml")["request"]["object"]
+    assert facts_of(job).resource_problems == (ResourceProblem(
+        container="train", container_type="containers", path="spec.template.spec.containers[0]",
+        field="spec.template.spec.containers[0].resources[nvidia.com/gpu]",
+        resource="nvidia.com/gpu", requests="1", limits="3",
+        problem="requests (1) must equal limits (3) for an extended resource"),)
+
+
+def test_request_different_from_limit_in_a_deployment_template():
+    # Edited copy of the vLLM Deployment: request nvidia.com/gpu "2", limit "1"; 3 replicas.
+    deployment = first("manifests/vllm__mistral-7b-nvidia-deployment.yaml")
+    deployment["spec"]["replicas"] = 3
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "nvidia.com/gpu"] = "2"
+    facts = facts_of(deployment)
+    assert facts.resource_problems == (ResourceProblem(
+        container="mistral-7b", container_type="containers",
+        path="spec.template.spec.containers[0]",
+        field="spec.template.spec.containers[0].resources[nvidia.com/gpu]",
+        resource="nvidia.com/gpu", requests="2", limits="1",
+        problem="requests (2) must equal limits (1) for an extended resource"),)
+    assert facts.to_dict()["resource_problems"] == [{
+        "container": "mistral-7b", "container_type": "containers",
+        "path": "spec.template.spec.containers[0]",
+        "field": "spec.template.spec.containers[0].resources[nvidia.com/gpu]",
+        "resource": "nvidia.com/gpu", "requests": "2", "limits": "1",
+        "problem": "requests (2) must equal limits (1) for an extended resource"}]
+
+
+@pytest.mark.parametrize(("limit", "shown", "problem"), [
+    ("500m", "500m", "0.5 is not a whole number; extended resources take integers"),
+    (0.5, "0.5", "0.5 is not a whole number; extended resources take integers"),
+    # YAML floats are shown as CEL's string() shows a double (the policy's messages did so).
+    (1234567.5, "1.2345675e+06", "1234567.5 is not a whole number; extended resources take "
+                                 "integers"),
+])
+def test_fractional_limit_is_shown_as_written(limit, shown, problem):
+    facts = facts_of(_nbody_with(limits=limit))
+    assert facts.resource_problems == (ResourceProblem(
+        container="nbody", container_type="containers", path="spec.containers[0]",
+        field="spec.containers[0].resources[nvidia.com/gpu]", resource="nvidia.com/gpu",
+        requests="not set", limits=shown, problem=problem),)
+
+
+def test_obsolete_resource_name_in_a_legacy_tfjob():
+    tfjob = first("manifests/kftrain__legacy-tfjob-alpha-nvidia-gpu.yaml")
+    assert facts_of(tfjob).resource_problems == (ResourceProblem(
+        container="tensorflow", container_type="containers",
+        path="spec.replica_specs[0].template.spec.containers[0]",
+        field="spec.replica_specs[0].template.spec.containers[0].resources"
+              "[alpha.kubernetes.io/nvidia-gpu]",
+        resource="alpha.kubernetes.io/nvidia-gpu", requests="not set", limits="1",
+        problem="obsolete resource name (removed in Kubernetes 1.10; use nvidia.com/gpu); the "
+                "API server rejects it"),)
+
+
+def test_init_container_problem_hami_2167():
+    # Edited copy of the HAMi#2167 pod: the init container's GPU request (1) differs from its
+    # limit (2).
+    pod = bug_input("Project-HAMi-HAMi-2167.yaml")["request"]["object"]
+    resources = pod["spec"]["initContainers"][0]["resources"]
+    resources["limits"]["nvidia.com/gpu"] = 2
+    resources["requests"] = {"nvidia.com/gpu": 1}
+    assert facts_of(pod).resource_problems == (ResourceProblem(
+        container="warmup", container_type="initContainers", path="spec.initContainers[0]",
+        field="spec.initContainers[0].resources[nvidia.com/gpu]", resource="nvidia.com/gpu", requests="1", limits="2",
+        problem="requests (1) must equal limits (2) for an extended resource"),)
+
+
+def test_one_value_can_break_two_rules():
+    # Edited nbody pod: request 1, limit "1500m": unequal, and the larger is not whole.
+    facts = facts_of(_nbody_with(requests=1, limits="1500m"))
+    assert [(p.requests, p.limits, p.problem) for p in facts.resource_problems] == [
+        ("1", "1500m", "requests (1) must equal limits (1.5) for an extended resource"),
+        ("1", "1500m", "1.5 is not a whole number; extended resources take integers"),
+    ]
+
+
+def test_same_problem_on_both_sides_is_two_problems():
+    # Edited nbody pod: request and limit both "x"; invalid names each side, and so do the
+    # problems (their ``field`` differs).
+    facts = facts_of(_nbody_with(requests="x", limits="x"))
+    assert [p.field for p in facts.resource_problems] == [
+        "spec.containers[0].resources.limits[nvidia.com/gpu]",
+        "spec.containers[0].resources.requests[nvidia.com/gpu]",
+    ]
+    assert {(p.requests, p.limits) for p in facts.resource_problems} == {("x", "x")}
+    assert facts.invalid == tuple(f"{p.field}: {p.problem}" for p in facts.resource_problems)
+
+
+def test_resource_problems_are_merged_like_invalid():
+    facts = facts_of(first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml"))
+    assert merge([facts, facts]).resource_problems == facts.resource_problems
+    assert merge([facts.scaled(4), GPUFacts()]).resource_problems == facts.resource_problems
+
+
+def _corpus_workloads():
+    documents, errors = read_documents([str(DATA / "manifests")])
+    assert not errors
+    return [d.body for d in documents if find_workload(d.body) is not None]
+
+
+def _edited_workloads():
+    """Every corpus workload, and copies with the first container of their first pod template
+    given broken GPU resources (each edit named in the list)."""
+    edits = [
+        {"requests": {"nvidia.com/gpu": 1}},                                       # no limit
+        {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 3}},    # unequal
+        {"limits": {"nvidia.com/gpu": "250m", "amd.com/gpu": -1}},                 # fraction, < 0
+        {"limits": {"alpha.kubernetes.io/nvidia-gpu": 1, "nvidia.com/gpu": "x"}},  # old name, text
+        {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 10**9}},  # out of range
+        {"requests": {"nvidia.com/gpu": "x"}, "limits": {"nvidia.com/gpu": "x"}},  # same, twice
+    ]
+    for obj in _corpus_workloads():
+        yield obj
+        for edit in edits:
+            edited = copy.deepcopy(obj)
+            workload = find_workload(edited)
+            assert workload is not None
+            containers = workload.templates[0].spec.get("containers")  # the object's own map
+            if containers:
+                containers[0]["resources"] = edit
+                yield edited
+
+
+def test_every_resource_entry_of_invalid_has_one_resource_problem():
+    checked = 0
+    for obj in _edited_workloads():
+        facts = facts_of(obj)
+        entries = [e for e in facts.invalid if RESOURCE_ENTRY.search(e)]
+        assert entries == [f"{p.field}: {p.problem}" for p in facts.resource_problems]
+        for problem in facts.resource_problems:
+            assert problem.field.startswith(f"{problem.path}.resources")
+            assert problem.field.endswith(f"[{problem.resource}]")
+        checked += len(entries)
+    assert checked > 100
+
+
+def test_resource_problems_in_cel():
+    tfjob = first("manifests/kftrain__legacy-tfjob-alpha-nvidia-gpu.yaml")
+    assert gpu_data(workload_facts(tfjob))["resourceProblems"] == [{
+        "container": "tensorflow", "containerType": "containers",
+        "path": "spec.replica_specs[0].template.spec.containers[0]",
+        "field": "spec.replica_specs[0].template.spec.containers[0].resources"
+                 "[alpha.kubernetes.io/nvidia-gpu]",
+        "resource": "alpha.kubernetes.io/nvidia-gpu", "requests": "not set", "limits": "1",
+        "problem": "obsolete resource name (removed in Kubernetes 1.10; use nvidia.com/gpu); the "
+                   "API server rejects it"}]
+    assert empty_gpu_data()["resourceProblems"] == []

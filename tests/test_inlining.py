@@ -8,9 +8,9 @@ from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
 from policies.engine import Engine
 from policies.inlining import cel_literal, inline_policy
-from policies.loader import build_policy_set
+from policies.loader import build_policy_set, load_policies
 from policies.review import from_object
-from policies.sources import Document, parse_text
+from policies.sources import Document, library_path, parse_text
 from tests.corpus import first
 
 ENV = CelEnvironment(GPU_LIBRARY)
@@ -73,3 +73,37 @@ def test_policies_that_cannot_be_rewritten_keep_the_regular_path(expression):
 def test_cel_literals(value, literal):
     assert cel_literal(value) == literal
     assert ENV.compile(f"{literal} == {literal}", field_path="t").evaluate({}) is True
+
+
+def _library():
+    loaded, errors = load_policies([library_path()], ENV)
+    assert errors == []
+    return loaded
+
+
+@pytest.mark.parametrize("name", [p.name for p in _library().policies])
+def test_every_library_policy_is_inlined(name):
+    [original] = [p for p in _library().policies if p.name == name]
+    inlined = inline_policy(original, ENV)
+    assert inlined.variables == () and inlined.params is None
+
+
+def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
+    # It used to walk ``object`` with 10 levels of optional indexing in a variable, past the
+    # parser's nesting limit once inlined; it now reads gpu.resourceProblems.
+    loaded = _library()
+    [original] = [p for p in loaded.policies if p.name == "gpu-requests-equal-limits"]
+    assert original.variables == ()
+    [inlined] = [p for p in Engine(loaded, ENV).policies.policies
+                 if p.name == "gpu-requests-equal-limits"]
+    assert inlined.variables == () and inlined.params is None
+    ollama = first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml")
+    verdict = Engine(loaded, ENV).evaluate(from_object(ollama))
+    assert [d for d in verdict.denials if d.startswith("gpu-requests-equal-limits:")] == [
+        "gpu-requests-equal-limits: container 'ollama' (spec.template.spec.containers[0]): "
+        "nvidia.com/gpu requests 1, limits not set: an extended resource needs a limit; a "
+        "request without a limit is rejected by the API server. Put GPUs in resources.limits "
+        "(the request then defaults to the limit); if you also set resources.requests it must "
+        "equal the limit, as a whole number, under a current resource name (nvidia.com/gpu, not "
+        "alpha.kubernetes.io/nvidia-gpu).",
+    ]

@@ -199,6 +199,74 @@ def test_message_gpu_request_without_limit() -> None:
     )
 
 
+LIMITS_ADVICE = (
+    ". Put GPUs in resources.limits (the request then defaults to the limit); if you also set "
+    "resources.requests it must equal the limit, as a whole number, under a current resource "
+    "name (nvidia.com/gpu, not alpha.kubernetes.io/nvidia-gpu)."
+)
+
+
+def test_message_gpu_zero_request_without_limit() -> None:
+    ollama = first("manifests/imroc__ollama-statefulset-gpu-zero-request.yaml")
+    assert _verdict(ollama, "llama").message == (
+        "gpu-requests-equal-limits: container 'ollama' (spec.template.spec.containers[0]): "
+        "nvidia.com/gpu requests 0, limits not set: an extended resource needs a limit; a "
+        "request without a limit is rejected by the API server (a request of 0 asks for no GPU: "
+        "remove it)" + LIMITS_ADVICE
+    )
+
+
+def test_message_gpu_request_different_from_limit_in_a_job() -> None:
+    job = bug_input("NVIDIA-k8s-device-plugin-154.yaml")["request"]["object"]
+    assert _verdict(job, "team-a").message == (
+        "gpu-requests-equal-limits: container 'train' (spec.template.spec.containers[0]): "
+        "nvidia.com/gpu requests 1, limits 3: requests (1) must equal limits (3) for an extended "
+        "resource" + LIMITS_ADVICE
+    )
+
+
+def test_message_obsolete_gpu_resource_name() -> None:
+    tfjob = first("manifests/kftrain__legacy-tfjob-alpha-nvidia-gpu.yaml")
+    assert _verdict(tfjob).message == (
+        "gpu-requests-equal-limits: container 'tensorflow' "
+        "(spec.replica_specs[0].template.spec.containers[0]): alpha.kubernetes.io/nvidia-gpu "
+        "requests not set, limits 1: obsolete resource name (removed in Kubernetes 1.10; use "
+        "nvidia.com/gpu); the API server rejects it" + LIMITS_ADVICE
+    )
+
+
+@pytest.mark.parametrize(("limit", "shown", "value"), [
+    ("500m", "500m", "0.5"), (0.5, "0.5", "0.5"), (2.5e6 + 0.5, "2.5000005e+06", "2500000.5"),
+])
+def test_message_fractional_gpu_limit(limit: object, shown: str, value: str) -> None:
+    # Edited copy of the nbody pod: limit nvidia.com/gpu as given (a YAML float is shown as
+    # CEL's string() shows it).
+    pod = first("manifests/dcgm__nbody-pod-burstable-cpu.yaml")
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = limit
+    assert _verdict(pod).message == (
+        f"gpu-requests-equal-limits: container 'nbody' (spec.containers[0]): nvidia.com/gpu "
+        f"requests not set, limits {shown}: {value} is not a whole number; extended resources "
+        "take integers" + LIMITS_ADVICE
+    )
+
+
+def test_message_init_and_app_container_problems_are_joined() -> None:
+    # Edited copy of the HAMi#2167 pod: the init container asks for nvidia.com/gpu 1 but is
+    # limited to 2, and the app container requests nvidia.com/gpu "0" with no limit.
+    pod = bug_input("Project-HAMi-HAMi-2167.yaml")["request"]["object"]
+    warmup = pod["spec"]["initContainers"][0]["resources"]
+    warmup["limits"]["nvidia.com/gpu"] = 2
+    warmup["requests"] = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "0"
+    assert _verdict(pod, "team-a").message == (
+        "gpu-requests-equal-limits: container 'warmup' (spec.initContainers[0]): nvidia.com/gpu "
+        "requests 1, limits 2: requests (1) must equal limits (2) for an extended resource; "
+        "container 'app' (spec.containers[0]): nvidia.com/gpu requests 0, limits not set: an "
+        "extended resource needs a limit; a request without a limit is rejected by the API "
+        "server (a request of 0 asks for no GPU: remove it)" + LIMITS_ADVICE
+    )
+
+
 def test_message_privileged_mpijob() -> None:
     nccl = first("manifests/mpiop__nccl-tests-mpijob.yaml")
     assert _verdict(nccl, "team-a").denials == (
