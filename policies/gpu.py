@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from policies import mig
 from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
@@ -58,7 +58,6 @@ _NO_DEVICE_VALUES = {"", "void", "none"}
 _DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/neuron")
 _GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
 _CONTAINER_TYPES = ("initContainers", "containers", "ephemeralContainers")
-_T = TypeVar("_T")
 _N = TypeVar("_N", int, Fraction)
 
 
@@ -251,6 +250,8 @@ class GPUFacts:
 
     def scaled(self, replicas: int) -> GPUFacts:
         """The facts of ``replicas`` identical pods (counts, equivalents and memory multiplied)."""
+        if replicas == 1:
+            return self
         return replace(
             self,
             gpus={k: v * replicas for k, v in self.gpus.items()},
@@ -278,7 +279,11 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
     equivalents = Fraction(0)
     memory: int | None = None
     kai = hami = single = None
-    result = GPUFacts()
+    approximate = shared = False
+    # Lists in first-seen order without repeats (dicts as ordered sets), built once at the end.
+    lists: dict[str, dict[Any, None]] = {name: {} for name in _MERGED_LISTS}
+    dra_claims: list[DraClaim] = []
+    sources: list[Source] = []
     for part in parts:
         for total, values in ((gpus, part.gpus), (migs, part.mig),
                               (effective, part.effective_requests)):
@@ -291,39 +296,31 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
         hami = hami or part.hami
         if part.mig_single and (single is None or part.mig_single.get("status") == "unknown"):
             single = part.mig_single
-        result = replace(
-            result,
-            approximate=result.approximate or part.approximate,
-            shared=result.shared or part.shared,
-            unknown=_union(result.unknown, part.unknown),
-            vendors=_union(result.vendors, part.vendors),
-            dra_claims=result.dra_claims + part.dra_claims,
-            unrequested_access=_union(result.unrequested_access, part.unrequested_access),
-            privileged=_union(result.privileged, part.privileged),
-            invalid=_union(result.invalid, part.invalid),
-            resource_problems=_union(result.resource_problems, part.resource_problems),
-            warnings=_union(result.warnings, part.warnings),
-            unrecognized=_union(result.unrecognized, part.unrecognized),
-            sources=result.sources + part.sources,
-        )
-    return replace(
-        result,
+        approximate = approximate or part.approximate
+        shared = shared or part.shared
+        for name, seen in lists.items():
+            seen.update(dict.fromkeys(getattr(part, name)))
+        dra_claims.extend(part.dra_claims)
+        sources.extend(part.sources)
+    return GPUFacts(
         gpus=gpus,
         mig=migs,
         effective_requests=effective,
         equivalents_known=equivalents,
+        approximate=approximate,
+        shared=shared,
         gpu_memory_mib=memory,
         kai=kai,
         hami=hami,
         mig_single=single,
+        dra_claims=tuple(dra_claims),
+        sources=tuple(sources),
+        **{name: tuple(seen) for name, seen in lists.items()},
     )
 
 
-def _union(first: tuple[_T, ...], second: Iterable[_T]) -> tuple[_T, ...]:
-    """Concatenate keeping order and dropping repeats."""
-    seen = dict.fromkeys(first)
-    seen.update(dict.fromkeys(second))
-    return tuple(seen)
+_MERGED_LISTS: Final = ("unknown", "vendors", "unrequested_access", "privileged", "invalid",
+                        "resource_problems", "warnings", "unrecognized")
 
 
 # --------------------------------------------------------------------------------------------
