@@ -131,7 +131,7 @@ def quota_gate(config: ServeConfig, namespaces: StaticNamespaces | NamespaceWatc
     store = ConfigMapLedgerStore(cluster.api_client, config.quota_namespace)
     gate = QuotaGate(QuotaLedger(store, cache), labels, config.gpu,
                      source=f"pod watch and ConfigMap ledgers in {config.quota_namespace} "
-                     f"({cluster.source})")
+                     f"({cluster.source})", usage_status=cache.status)
     return gate, cache
 
 

@@ -157,6 +157,13 @@ class PodCache:
         self.lists = 0  # completed lists (the first, then one per relist)
         self.last_error: str | None = None
 
+    def status(self) -> tuple[bool, str]:
+        """``(synced, detail)``: synced once the first complete pod list arrived."""
+        if self.synced.is_set():
+            return True, f"watching (full pod lists so far: {self.lists})"
+        problem = f" (last error: {self.last_error})" if self.last_error else ""
+        return False, f"waiting for the first list of the cluster's pods{problem}"
+
     # UsageSource, delegated
     def usage(self, quota: Quota) -> Usage:
         """See :meth:`PodUsageIndex.usage`."""

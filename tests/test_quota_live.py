@@ -93,9 +93,11 @@ def test_pod_cache_lists_watches_and_relists_after_410(tmp_path) -> None:
         assert cluster is not None
         cache = PodCache(cluster.api_client, watch_timeout_s=2)
         team = quota(scope={"namespace": "a"})
+        assert cache.status() == (False, "waiting for the first list of the cluster's pods")
         cache.start()
         try:
             assert cache.synced.wait(20)
+            assert cache.status() == (True, "watching (full pod lists so far: 1)")
             assert cache.usage(team).gpu_equivalents == 2 and len(cache.index) == 1
             _wait(lambda: api._events is not None)
             api.push("ADDED", pod("new"))

@@ -83,7 +83,8 @@ class Harness:
         self.admitter = Admitter(self.store, self.namespaces, self.settings, self.metrics,
                                  self.executor, clock=lambda: NOW, recorder=recorder,
                                  quota=quota)
-        self.health = Health(self.store, self.namespaces)
+        self.health = Health(self.store, self.namespaces,
+                             quota_status=getattr(quota, "status", None))
         self.health.tls_up = True
         self.app = build_app(self.admitter, self.health, self.metrics, self.settings)
 

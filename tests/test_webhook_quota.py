@@ -140,6 +140,32 @@ async def test_unreachable_ledger_follows_the_quota_failure_policy(aiohttp_clien
     setup.harness.close()
 
 
+async def test_before_the_pod_watch_synced_quotas_follow_failure_policy_and_not_ready(
+        aiohttp_client, tmp_path):
+    """Counting no pods would admit past every limit right after a start or a restart."""
+    setup = Setup(tmp_path, gpu_quota(), HEADROOM)
+    watch = {"synced": False}
+    setup.gate.usage_status = lambda: (watch["synced"], "watching" if
+                                       watch["synced"] else "waiting for the first list of "
+                                       "the cluster's pods (last error: 403 Forbidden)")
+    setup.gate.source = "pod watch"
+    client = await aiohttp_client(setup.harness.app)
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    assert (await ready.json())["checks"]["quotaUsage"] == {
+        "ok": False, "detail": "pod watch: waiting for the first list of the cluster's pods "
+                               "(last error: 403 Forbidden)"}
+    answer = await validate(client, pod_review("p", 1))
+    assert answer["allowed"] is False
+    assert answer["status"]["message"] == (
+        "GPUQuota team-a: usage could not be checked (pod watch: waiting for the first list of "
+        "the cluster's pods (last error: 403 Forbidden)); failurePolicy Fail")
+    watch["synced"] = True
+    assert (await client.get("/readyz")).status == 200
+    assert (await validate(client, pod_review("p", 1, "u2")))["allowed"] is True
+    setup.harness.close()
+
+
 class Untouchable:
     """A quota gate that fails the test when used."""
 

@@ -2,7 +2,8 @@
 
 Owns the ``/readyz`` verdict and its detail. Ready means: a policy set is loaded, TLS is up (the
 listener serves a certificate, and the optional certificate check finds nothing wrong — e.g. an
-expired certificate), the namespace source has synced, and no shutdown has begun. A rejected
+expired certificate), the namespace source has synced, the quota usage source (the pod watch)
+has synced when the served set holds ``GPUQuota`` documents, and no shutdown has begun. A rejected
 policy update or a failed certificate reload does not make the server unready (the last good set
 and certificate keep serving) but is shown in the detail.
 
@@ -26,10 +27,14 @@ class Health:
         namespaces: the namespace source.
         certificate_check: returns a problem with the served certificate (e.g. expired), or
             None; called on every ``/readyz``.
+        quota_status: ``(synced, detail)`` of the quota usage source; checked only while the
+            served policy set holds quotas. None: no quota step.
     """
 
     def __init__(self, store: PolicyStore, namespaces: NamespaceSource,
-                 certificate_check: Callable[[], str | None] | None = None) -> None:
+                 certificate_check: Callable[[], str | None] | None = None,
+                 quota_status: Callable[[], tuple[bool, str]] | None = None) -> None:
+        self.quota_status = quota_status
         self.store = store
         self.namespaces = namespaces
         self.certificate_check = certificate_check
@@ -60,6 +65,10 @@ class Health:
         checks["tls"] = tls
         synced, detail = self.namespaces.status()
         checks["namespaces"] = {"ok": synced, "detail": detail}
+        if self.quota_status is not None and snapshot is not None and \
+                snapshot.engine.policies.quotas:
+            synced, detail = self.quota_status()
+            checks["quotaUsage"] = {"ok": synced, "detail": detail}
         if self.shutting_down:
             checks["shutdown"] = {"ok": False, "detail": "shutting down"}
         ready = all(check["ok"] for check in checks.values())

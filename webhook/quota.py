@@ -36,11 +36,16 @@ class QuotaGate:
         namespace_labels: namespace name → its labels (the namespace source), for team scopes.
         settings: GPU naming, for the GPU facts.
         source: where usage comes from, for logs and readiness (``cluster pod watch``, …).
+        usage_status: ``(synced, detail)`` of the usage source (the pod watch); until it has
+            synced, usage would count no pods, so quota requests follow their failurePolicy and
+            readiness waits. None: always synced (standalone).
     """
 
     def __init__(self, ledger: QuotaLedger,
                  namespace_labels: Callable[[str], Mapping[str, Any]],
-                 settings: GPUSettings = DEFAULT_SETTINGS, *, source: str = "") -> None:
+                 settings: GPUSettings = DEFAULT_SETTINGS, *, source: str = "",
+                 usage_status: Callable[[], tuple[bool, str]] | None = None) -> None:
+        self.usage_status = usage_status
         self.ledger = ledger
         self.namespace_labels = namespace_labels
         self.settings = settings
@@ -58,8 +63,22 @@ class QuotaGate:
                 self._quotas = quotas
             return self._admission
 
+    def status(self) -> tuple[bool, str]:
+        """``(synced, detail)`` of the usage source, for readiness."""
+        if self.usage_status is None:
+            return True, self.source
+        synced, detail = self.usage_status()
+        return synced, f"{self.source}: {detail}"
+
     def admit(self, quotas: Sequence[Quota], request: Mapping[str, Any]) -> QuotaDecision:
-        """Check (and unless dryRun reserve) ``request`` against ``quotas``; blocking."""
+        """Check (and unless dryRun reserve) ``request`` against ``quotas``; blocking.
+
+        Before the usage source has synced, the quotas' failurePolicy decides (counting no
+        pods would admit past every limit).
+        """
+        synced, detail = self.status()
+        if not synced:
+            return self.unavailable(quotas, request, detail)
         return self.admission(quotas).admit(request)
 
     def release(self, quotas: Sequence[Quota], names: Sequence[str],

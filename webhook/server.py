@@ -93,7 +93,8 @@ class Server:
         self.namespaces = namespaces
         self.tls = tls
         self.metrics = Metrics()
-        self.health = Health(store, namespaces, certificate_check)
+        self.health = Health(store, namespaces, certificate_check,
+                             quota_status=quota.status if quota is not None else None)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             settings.eval_threads, thread_name_prefix="gpuguard-evaluate")
         self.quota_executor = concurrent.futures.ThreadPoolExecutor(
