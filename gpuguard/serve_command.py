@@ -296,7 +296,8 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
     host = args.host or ("127.0.0.1" if args.dev else "0.0.0.0")
     server = ServerSettings(
         host=host, port=args.port, workers=args.workers, deadline_ms=args.deadline_ms,
-        eval_threads=args.eval_threads, policy_reload_s=args.policy_reload_s,
+        inline_max_bytes=args.inline_max_bytes, eval_threads=args.eval_threads,
+        policy_reload_s=args.policy_reload_s,
         tls_reload_s=args.tls_reload_s, shutdown_delay_s=args.shutdown_delay_s,
         drain_timeout_s=args.drain_timeout_s, log_objects=args.log_objects,
         benchmark_routes=args.benchmark_routes,
@@ -424,9 +425,13 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--deadline-ms", type=int, default=ServerSettings.deadline_ms,
                         metavar="N", help="evaluation deadline in ms; keep it below the "
                         "webhook's timeoutSeconds (default %(default)s)")
+    parser.add_argument("--inline-max-bytes", type=int,
+                        default=ServerSettings.inline_max_bytes, metavar="N",
+                        help="evaluate request bodies up to N bytes on the event loop, larger "
+                        "ones in the thread pool; 0: always the pool (default %(default)s)")
     parser.add_argument("--eval-threads", type=int, default=ServerSettings.eval_threads,
-                        metavar="N", help="threads evaluating policies per worker "
-                        "(default %(default)s)")
+                        metavar="N", help="threads evaluating policies of bodies over "
+                        "--inline-max-bytes, per worker (default %(default)s)")
     parser.add_argument("--policy-reload-s", type=float, default=ServerSettings.policy_reload_s,
                         metavar="S", help="seconds between policy file checks "
                         "(default %(default)s)")

@@ -17,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -111,7 +112,11 @@ def gpu_pod(uid="gpu"):
 
 
 class Blocker:
-    """Replaces an engine's evaluate with one that waits until released (a stuck evaluation)."""
+    """Replaces an engine's evaluate with one that waits until released (a stuck evaluation).
+
+    It blocks its thread: only for servers evaluating in the thread pool
+    (``inline_max_bytes=0``), as a stuck inline evaluation would block the event loop itself.
+    """
 
     def __init__(self, engine):
         self.engine = engine
@@ -121,9 +126,48 @@ class Blocker:
         engine.evaluate = self
 
     def __call__(self, *args, **kwargs):
+        self.thread = threading.current_thread()
         self.entered.set()
         self.release.wait(WAIT_S)
         return self.original(*args, **kwargs)
+
+
+class SlowPolicies:
+    """Slow policies, without blocking on anything a test must release.
+
+    Wraps the engine's evaluate so that the ``expired`` check it is given, which the engine
+    runs before each policy, first sleeps ``seconds`` from the second check on (as if the
+    policy before it had been slow): once that is more than the deadline the webhook's own
+    check must report the time as up. Records the threads evaluations ran on, the checks and
+    how each evaluation ended.
+    """
+
+    def __init__(self, engine, seconds):
+        self.original = engine.evaluate
+        self.seconds = seconds
+        self.threads = []
+        self.checks = 0
+        self.outcomes = []  # what each evaluation ended with: "verdict" or the exception's name
+        engine.evaluate = self
+
+    def __call__(self, review, *, expired=None, **kwargs):
+        self.threads.append(threading.current_thread())
+        checks = 0
+
+        def late():
+            nonlocal checks
+            checks += 1
+            self.checks += 1
+            if checks > 1:
+                time.sleep(self.seconds)
+            return expired()
+        try:
+            verdict = self.original(review, expired=late, **kwargs)
+        except Exception as exc:
+            self.outcomes.append(type(exc).__name__)
+            raise
+        self.outcomes.append("verdict")
+        return verdict
 
 
 # --- deadline and failurePolicy (HAMi-160, kueue-5244) ---------------------------------------
@@ -140,10 +184,12 @@ GPU_IGNORE = gpu_policy("gpu-hint", {
 
 async def test_deadline_denies_when_a_matching_policy_is_fail_hami_160(tmp_path):
     path = write_policies(tmp_path, GPU_FAIL, GPU_IGNORE)
-    async with running([path], deadline_ms=50) as server, aiohttp.ClientSession() as session:
+    async with running([path], deadline_ms=50, inline_max_bytes=0) as server, \
+            aiohttp.ClientSession() as session:
         blocker = Blocker(server.store.current.engine)
         status, body = await post(session, server, "validate", gpu_pod("g1"))
         assert blocker.entered.is_set() and not blocker.release.is_set()  # still evaluating
+        assert blocker.thread is not threading.current_thread()  # in the pool, off the loop
         blocker.release.set()
         assert status == 200
         response = body["response"]
@@ -170,7 +216,8 @@ async def test_deadline_denies_when_a_matching_policy_is_fail_hami_160(tmp_path)
 
 async def test_deadline_allows_with_a_warning_when_only_ignore_policies_match(tmp_path):
     path = write_policies(tmp_path, GPU_IGNORE)
-    async with running([path], deadline_ms=50) as server, aiohttp.ClientSession() as session:
+    async with running([path], deadline_ms=50, inline_max_bytes=0) as server, \
+            aiohttp.ClientSession() as session:
         blocker = Blocker(server.store.current.engine)
         status, body = await post(session, server, "mutate", gpu_pod())
         blocker.release.set()
@@ -194,6 +241,47 @@ async def test_engine_exception_follows_failure_policy(tmp_path):
         job = bug_review("kubernetes-sigs-kueue-5244.yaml")  # a Job without GPUs
         status, body = await post(session, server, "mutate", job)
         assert body["response"]["allowed"] is True  # no mutating policy: nothing can fail
+
+
+async def test_small_bodies_are_evaluated_inline_and_large_ones_in_the_pool(tmp_path):
+    path = write_policies(tmp_path, GPU_FAIL)
+    small = gpu_pod("small")
+    async with running([path], inline_max_bytes=len(json.dumps(small))) as server, \
+            aiohttp.ClientSession() as session:
+        slow = SlowPolicies(server.store.current.engine, 0.0)
+        status, body = await post(session, server, "validate", small)
+        assert status == 200 and body["response"]["allowed"] is True
+        large = gpu_pod("large")
+        large["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * 100}
+        status, body = await post(session, server, "validate", large)
+        assert status == 200 and body["response"]["allowed"] is True
+        loop_thread = threading.current_thread()
+        assert slow.threads[0] is loop_thread and slow.threads[1] is not loop_thread
+        assert slow.checks == 2  # the deadline is checked on both paths
+
+
+@pytest.mark.parametrize("inline_max_bytes", [64 * 1024, 0], ids=["inline", "pool"])
+async def test_deadline_stops_a_slow_evaluation_between_policies(tmp_path, inline_max_bytes):
+    # Each policy's pass outlasts the 50 ms deadline: the check before the second policy sees
+    # the time is up, the evaluation stops there and failurePolicy answers.
+    path = write_policies(tmp_path, GPU_IGNORE, GPU_FAIL)
+    async with running([path], deadline_ms=50, inline_max_bytes=inline_max_bytes) as server, \
+            aiohttp.ClientSession() as session:
+        slow = SlowPolicies(server.store.current.engine, 0.06)
+        status, body = await post(session, server, "validate", gpu_pod("slow"))
+        assert status == 200
+        response = body["response"]
+        assert response["uid"] == "slow" and response["allowed"] is False
+        assert response["status"]["message"] == (
+            "gpuguard: the evaluation did not finish within the 50 ms deadline; denied because "
+            "these matching policies have failurePolicy Fail: gpu-scheduler-check")
+        assert (slow.threads[0] is threading.current_thread()) == bool(inline_max_bytes)
+        # Inline, it stopped before answering; in the pool the answer did not wait for it, and
+        # the abandoned evaluation stops at its next check instead of running to the end.
+        await until(lambda: slow.outcomes, "the evaluation to stop")
+        assert slow.outcomes == ["EvaluationExpired"] and slow.checks == 2
+        assert sample(server, "gpuguard_admission_fallbacks_total", endpoint="validate",
+                      cause="deadline") == 1.0
 
 
 # --- policy hot reload -----------------------------------------------------------------------
@@ -415,7 +503,8 @@ async def test_metrics_page_names_every_metric(aiohttp_client, tmp_path):
 
 async def test_graceful_shutdown_drains_in_flight_requests(tmp_path):
     path = write_policies(tmp_path, deny("d", "no"))
-    async with running([path], shutdown_delay_s=0.3, deadline_ms=20_000) as server, \
+    async with running([path], shutdown_delay_s=0.3, deadline_ms=20_000,
+                       inline_max_bytes=0) as server, \
             aiohttp.ClientSession() as session:
         blocker = Blocker(server.store.current.engine)
         in_flight = asyncio.create_task(post(session, server, "validate", gpu_pod("slow")))

@@ -407,6 +407,39 @@ def test_response_builder_omits_empty_parts():
     assert wire.status_code("SomethingElse") == 403
 
 
+def _same(a, b):
+    """Equal, and of the same types all the way down (1 and 1.0 differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@pytest.mark.parametrize("text", [
+    '{"n": 123456789012345678901234567890}',  # past 64 bits: an exact int, never a float
+    '{"n": -9223372036854775809, "m": 18446744073709551615, "k": -9223372036854775808}',
+    '{"s": "\\ud800", "t": "\\udc00x"}',  # lone surrogate escapes: accepted, as before
+    '{"f": 1e400, "g": -1e400}',  # out of range: infinity, as before
+    '{"f": 0.1, "g": -0.0, "h": 5e-324, "i": 1.7976931348623157e308, "j": 1E2, "k": 10}',
+    '{"u": "\u00e9\\u00e9\\ud83d\\ude00\\u0000", "\\n": "\\"", "a": 1, "a": 2}',
+    '[true, false, null, [], {}, "", 0, -1]',
+])
+def test_json_is_read_exactly_as_the_standard_library_reads_it(text):
+    assert _same(wire.decode_json(text.encode(), max_depth=100), json.loads(text))
+
+
+def test_json_is_written_as_ascii():
+    value = {"s": "\u00e9\U0001f600", "big": 2**70, "lone": "\ud800", "n": [1, 0.5, None, True],
+             "nested": {"k": ("t", 1)}}
+    data = wire.encode(value)
+    assert data.isascii()
+    assert json.loads(data) == {**value, "nested": {"k": ["t", 1]}}
+    assert wire.encode({"a": [1, "x"], "b": None}) == b'{"a":[1,"x"],"b":null}'
+
+
 def test_depth_walk():
     assert not wire.too_deep({"a": [{"b": 1}]}, 3)
     assert wire.too_deep({"a": [{"b": {}}]}, 3)
@@ -418,6 +451,8 @@ def test_settings_are_checked():
         ServerSettings(deadline_ms=0)
     with pytest.raises(ValueError, match="port: 70000 is not a TCP port"):
         ServerSettings(port=70000)
+    with pytest.raises(ValueError, match="inline_max_bytes: must not be negative"):
+        ServerSettings(inline_max_bytes=-1)
 
 
 @pytest.mark.asyncio
@@ -459,3 +494,39 @@ def test_log_lines_are_json_with_the_fields():
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"])
     with pytest.raises(ValueError, match="log level 'loud'"):
         logs.configure("loud")
+
+
+def test_log_fields_writes_the_same_line_and_leaves_other_set_ups_to_logging():
+    import io
+    import logging
+
+    from webhook import logs
+
+    stream = io.StringIO()
+    logger = logs.configure("info", stream)
+    admission = logging.getLogger("gpuguard.webhook.admission")
+    fields = {"uid": "u", "name": "caf\u00e9", "latency_ms": 0.5, "odd": {1}, "big": 2**70}
+    captured = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            captured.append(record)
+
+    capture = Capture()
+    try:
+        logs.log_fields(admission, logging.INFO, "admission", fields)  # straight to the stream
+        admission.info("admission", extra={"fields": fields})  # through logging
+        logs.log_fields(admission, logging.DEBUG, "hidden", fields)  # below the level
+        admission.addHandler(capture)  # another handler: the record must reach it
+        logs.log_fields(admission, logging.WARNING, "rejected", {"uid": "w"})
+    finally:
+        admission.removeHandler(capture)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+    direct, logged, rejected = stream.getvalue().splitlines()
+    assert direct.isascii()
+    assert re.sub(r'"time":"[^"]*"', "", direct) == re.sub(r'"time":"[^"]*"', "", logged)
+    assert json.loads(direct)["name"] == "caf\u00e9" and json.loads(direct)["big"] == 2**70
+    assert json.loads(rejected)["level"] == "warning" and json.loads(rejected)["uid"] == "w"
+    assert [(r.getMessage(), r.fields) for r in captured] == [("rejected", {"uid": "w"})]

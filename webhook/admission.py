@@ -3,12 +3,26 @@
 Owns what the webhook adds around the engine: the namespace object from the namespace source,
 which engine passes each endpoint runs (``/mutate``: mutations only — its patch goes back to the
 API server; ``/validate``: validations and audit annotations on the object as mutated by then —
-so warnings are never given twice), running the evaluation in a thread pool under the request
-deadline, and the failurePolicy fallback when the evaluation cannot finish (deadline) or raises
-(a bug): if any matching, non-exempt policy has ``failurePolicy: Fail`` the request is denied
-with a message saying so, otherwise it is allowed with a warning. ``pods/status`` (any
-``status`` subresource) is allowed without evaluation. For dryRun requests nothing is recorded
-(the :class:`Recorder` is not called).
+so warnings are never given twice), running the evaluation under the request deadline, and the
+failurePolicy fallback when the evaluation cannot finish (deadline) or raises (a bug): if any
+matching, non-exempt policy has ``failurePolicy: Fail`` the request is denied with a message
+saying so, otherwise it is allowed with a warning. ``pods/status`` (any ``status`` subresource)
+is allowed without evaluation. For dryRun requests nothing is recorded (the :class:`Recorder` is
+not called).
+
+Where the evaluation runs: a request whose body is at most ``ServerSettings.inline_max_bytes``
+(64 KiB by default; nearly every pod is a few KiB) is evaluated on the event loop itself, with the
+engine's cooperative deadline (``expired``, checked before each policy's pass: past the deadline
+the engine raises :class:`~policies.engine.EvaluationExpired` and the fallback answers). A larger
+body goes to the thread pool and is awaited under the deadline, which abandons an evaluation that
+does not come back (and the same ``expired`` stops it at its next policy). Why inline is safe and
+worth it: handing each request to a thread and back (submit, ``call_soon_threadsafe``, a loop
+wake-up, the GIL passed back and forth) cost more than the whole webhook around an empty policy
+set, and buys no parallelism (the engine holds the GIL); while one policy's pass cannot be
+interrupted, its cost is bounded: CEL evaluation stops at its comprehension iteration budget
+(:data:`policies.cel.ITERATION_BUDGET`) and the facts and activations are built in time linear in
+the body, which the size threshold bounds. So an inline evaluation overruns the deadline by at
+most one policy's bounded cost, and blocks other requests on the loop only that long.
 
 Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
 otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
@@ -33,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, Verdict
+from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, EvaluationExpired, Verdict
 from policies.matching import matches
 from policies.model import FAIL, Policy
 from policies.quota import Quota
@@ -178,7 +192,8 @@ class Admitter:
         namespaces: Namespace objects for namespaceSelector / ``namespaceObject``.
         settings: deadline and friends.
         metrics: where per-policy outcomes are counted.
-        executor: threads evaluating policies (the deadline abandons a stuck one).
+        executor: threads evaluating the policies of bodies over
+            ``settings.inline_max_bytes`` (the deadline abandons a stuck one).
         clock: the time requests are evaluated at (exception expiry); default UTC now.
         recorder: side effects of admitted non-dryRun requests; default none.
         quota: the quota step (see module docstring); None: GPUQuota documents are not
@@ -246,10 +261,12 @@ class Admitter:
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == MUTATE_ENDPOINT
         deadline_at = asyncio.get_running_loop().time() + self.settings.deadline_s
+        limit = self.settings.inline_max_bytes
+        inline = limit > 0 and envelope.size <= limit  # 0: every request in the thread pool
         quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
             else ()
         if not quotas:
-            return await self._evaluate(snapshot, review, endpoint, deadline_at)
+            return await self._evaluate(snapshot, review, endpoint, deadline_at, inline)
         request = envelope.request
         quota = await self._quota_step(quotas, request, deadline_at)
         if not quota.allowed:
@@ -259,7 +276,7 @@ class Admitter:
                             denied_by=tuple(f"GPUQuota/{n}" for n in names),
                             policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
                             review=review)
-        decision = await self._evaluate(snapshot, review, endpoint, deadline_at,
+        decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
                                         quota=quota.cel)
         if not decision.allowed and quota.reserved and self.quota is not None:
             # The pod will not be created: give its reservations back (best effort, unawaited).
@@ -286,16 +303,33 @@ class Admitter:
                                           f"({type(exc).__name__}: {exc})")
 
     async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
-                        deadline_at: float, **quota: Any) -> Decision:
-        """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable)."""
+                        deadline_at: float, inline: bool, **quota: Any) -> Decision:
+        """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable).
+
+        ``inline``: evaluate on the event loop (small bodies, see module docstring), else in
+        the thread pool.
+        """
         mutate = endpoint == MUTATE_ENDPOINT
-        future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
-                                      validate=not mutate, **quota)
+        loop_time = asyncio.get_running_loop().time  # a clock any thread may read
+
+        def expired() -> bool:
+            return loop_time() >= deadline_at
+
         try:
-            async with asyncio.timeout_at(deadline_at):
-                verdict = await asyncio.wrap_future(future)
-        except TimeoutError:
-            future.cancel()  # drops it if still queued; a running evaluation finishes unseen
+            if inline:
+                verdict = snapshot.engine.evaluate(review, mutate=mutate, validate=not mutate,
+                                                   expired=expired, **quota)
+            else:
+                future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
+                                              validate=not mutate, expired=expired, **quota)
+                try:
+                    async with asyncio.timeout_at(deadline_at):
+                        verdict = await asyncio.wrap_future(future)
+                except TimeoutError:
+                    # Drops it if still queued; a running one stops at its next policy.
+                    future.cancel()
+                    raise EvaluationExpired from None
+        except EvaluationExpired:
             return self._fallback(snapshot, review, endpoint, DEADLINE,
                                   f"the evaluation did not finish within the "
                                   f"{self.settings.deadline_ms} ms deadline")

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook import wire
+from webhook import logs, wire
 from webhook.admission import ENDPOINTS, Admitter, Decision
 from webhook.health import Health
 from webhook.metrics import CONTENT_TYPE, Metrics
@@ -41,22 +41,27 @@ def _json_response(body: Mapping[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=wire.encode(body), status=status, content_type=_JSON)
 
 
-def _identity(request: Mapping[str, Any]) -> dict[str, Any]:
-    """Who and what a request is about, for the log line (never the object body)."""
-    obj = request.get("object") if isinstance(request.get("object"), Mapping) else \
-        request.get("oldObject")
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) and \
-        isinstance(obj.get("metadata"), Mapping) else {}
+def _identity(request: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """Add who and what a request is about to ``fields`` for the log line (never the object
+    body); returns ``fields``.
+
+    The request was decoded from JSON, so its maps are dicts: the cheap ``dict`` test is enough
+    (this runs on every request).
+    """
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        obj = request.get("oldObject")
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(metadata, dict):
+        metadata = {}
     kind = request.get("kind")
     user = request.get("userInfo")
-    fields: dict[str, Any] = {
-        "kind": kind.get("kind") if isinstance(kind, Mapping) else None,
-        "namespace": request.get("namespace") or metadata.get("namespace"),
-        "name": request.get("name") or metadata.get("name"),
-        "operation": request.get("operation"),
-        "user": user.get("username") if isinstance(user, Mapping) else None,
-    }
-    if not fields["name"] and metadata.get("generateName"):
+    fields["kind"] = kind.get("kind") if isinstance(kind, dict) else None
+    fields["namespace"] = request.get("namespace") or metadata.get("namespace")
+    fields["name"] = name = request.get("name") or metadata.get("name")
+    fields["operation"] = request.get("operation")
+    fields["user"] = user.get("username") if isinstance(user, dict) else None
+    if not name and metadata.get("generateName"):
         fields["generateName"] = metadata.get("generateName")
     if request.get("subResource"):
         fields["subresource"] = request.get("subResource")
@@ -90,7 +95,8 @@ class AdmissionHandlers:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _too_large(None, limit) from None
-        return wire.parse_envelope(wire.decode_json(body, max_depth=self.settings.max_depth))
+        return wire.parse_envelope(wire.decode_json(body, max_depth=self.settings.max_depth),
+                                   len(body))
 
     async def admission(self, request: web.Request, endpoint: str) -> web.Response:
         """``POST /validate`` and ``POST /mutate``."""
@@ -105,11 +111,13 @@ class AdmissionHandlers:
             seconds = time.perf_counter() - start
             outcome = "unavailable" if error.status == 503 else "bad_request"
             self.metrics.observe(endpoint, outcome, seconds)
-            fields = _identity(envelope.request) if envelope is not None else {}
-            ADMISSION_LOG.warning("admission request rejected", extra={"fields": {
-                "endpoint": endpoint, "uid": envelope.uid if envelope else None, **fields,
-                "status": error.status, "error": error.message,
-                "latency_ms": round(seconds * 1000, 3)}})
+            fields: dict[str, Any] = {"endpoint": endpoint,
+                                      "uid": envelope.uid if envelope else None}
+            if envelope is not None:
+                _identity(envelope.request, fields)
+            fields.update(status=error.status, error=error.message,
+                          latency_ms=round(seconds * 1000, 3))
+            logs.log_fields(ADMISSION_LOG, logging.WARNING, "admission request rejected", fields)
             return _json_response(wire.error_body(error), error.status)
         except Exception:  # a bug in gpuguard, not bad input: say so, never crash
             ADMISSION_LOG.exception("admission handler failed", extra={"fields": {
@@ -137,10 +145,10 @@ class AdmissionHandlers:
              seconds: float) -> None:
         if not ADMISSION_LOG.isEnabledFor(logging.INFO):
             return
-        fields: dict[str, Any] = {"endpoint": endpoint, "uid": envelope.uid,
-                                  **_identity(envelope.request),
-                                  "decision": decision.decision, "allowed": decision.allowed,
-                                  "latency_ms": round(seconds * 1000, 3)}
+        fields = _identity(envelope.request, {"endpoint": endpoint, "uid": envelope.uid})
+        fields["decision"] = decision.decision
+        fields["allowed"] = decision.allowed
+        fields["latency_ms"] = round(seconds * 1000, 3)
         if decision.denied_by:
             fields["deniedBy"] = list(decision.denied_by)
         if decision.warnings:
@@ -153,7 +161,7 @@ class AdmissionHandlers:
         if self.settings.log_objects:
             fields["object"] = envelope.request.get("object")
             fields["oldObject"] = envelope.request.get("oldObject")
-        ADMISSION_LOG.info("admission", extra={"fields": fields})
+        logs.log_fields(ADMISSION_LOG, logging.INFO, "admission", fields)
 
     async def null_validate(self, request: web.Request) -> web.Response:
         """``POST /null-validate``: read and answer an AdmissionReview without evaluating it."""

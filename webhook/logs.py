@@ -4,6 +4,13 @@ Owns the log line format — ``time`` (RFC 3339, UTC), ``level``, ``logger``, ``
 then the record's ``fields`` (passed as ``extra={"fields": {...}}``) and, for errors, ``error``
 with the traceback — and :func:`configure`, which installs it on the ``gpuguard`` logger tree.
 
+Lines are written by orjson (the admission line is on every request's path) when the result is
+ASCII, else by the standard library (which escapes non-ASCII text), so a line is the same JSON
+either way.
+
+:func:`log_fields` logs a line of fields, written straight to the stream when it would go only
+to the handler :func:`configure` installed (the admission line, on every request's path).
+
 Must not decide what is logged: callers pass the fields (the admission log line never holds
 object bodies unless the server was started with ``--log-objects``).
 """
@@ -15,9 +22,16 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, TextIO
 
+import orjson
+
 ROOT_LOGGER = "gpuguard"
+# Types orjson would write itself but the standard library writes with str(): hand them to str().
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+_PID = [os.getpid()]  # read once (a system call per line otherwise); renewed in a forked child
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,33 +40,97 @@ class JsonFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
         self._encoder = json.JSONEncoder(default=str, separators=(",", ":"))
-        self._second = -1
-        self._stamp = ""
+        self._stamp = (-1, "")  # (second, its text): one tuple, so threads never mix the two
 
     def _time(self, created: float) -> str:
         """``2026-11-29T12:00:00.123Z``; the part up to the second is reused within a second."""
         second = int(created)
-        if second != self._second:
-            self._second = second
-            self._stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(
+        cached, stamp = self._stamp
+        if second != cached:
+            stamp = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S")
-        return f"{self._stamp}.{int((created - second) * 1000):03d}Z"
+            self._stamp = (second, stamp)
+        return f"{stamp}.{int((created - second) * 1000):03d}Z"
+
+    def line(self, created: float, level: str, logger: str, msg: str,
+             fields: dict[str, Any] | None = None, error: str | None = None) -> str:
+        """The JSON line of one entry (``created``: seconds since the epoch; ``level`` in lower
+        case); values JSON cannot hold are written with ``str()``."""
+        entry: dict[str, Any] = {"time": self._time(created), "level": level, "logger": logger,
+                                 "msg": msg, "pid": _PID[0]}
+        if fields:
+            entry.update(fields)
+        if error:
+            entry["error"] = error
+        try:
+            text = orjson.dumps(entry, default=str, option=_ORJSON_OPTIONS).decode()
+        except orjson.JSONEncodeError:  # integers past 64 bits, keys that are not strings, ...
+            return self._encoder.encode(entry)
+        return text if text.isascii() else self._encoder.encode(entry)
 
     def format(self, record: logging.LogRecord) -> str:
-        """The JSON line of ``record``; values JSON cannot hold are written with ``str()``."""
-        entry: dict[str, Any] = {
-            "time": self._time(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "pid": os.getpid(),
-        }
+        """The JSON line of ``record`` (see :meth:`line`)."""
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            entry.update(fields)
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return self._encoder.encode(entry)
+        return self.line(record.created, record.levelname.lower(), record.name,
+                         record.getMessage(), fields if isinstance(fields, dict) else None,
+                         self.formatException(record.exc_info) if record.exc_info else None)
+
+
+# The handler configure() installed: log_fields writes to it directly when it is the only one.
+_installed: list[logging.StreamHandler[TextIO]] = []
+
+
+def _direct_handler(logger: logging.Logger, level: int) -> logging.StreamHandler[TextIO] | None:
+    """The handler :func:`configure` installed, when a record of ``level`` from ``logger`` would
+    reach it and nothing else: no filter on the way, no other handler, no propagation past it."""
+    if not _installed or logger.disabled:
+        return None
+    handler = _installed[0]
+    if handler.filters or level < handler.level or \
+            not isinstance(handler.formatter, JsonFormatter):
+        return None
+    node: logging.Logger | None = logger
+    while node is not None:
+        if node.filters:
+            return None
+        if node.handlers:
+            return handler if node.handlers == [handler] and not node.propagate else None
+        if not node.propagate:
+            return None
+        node = node.parent
+    return None
+
+
+def log_fields(logger: logging.Logger, level: int, msg: str, fields: dict[str, Any]) -> None:
+    """``logger.log(level, msg, extra={"fields": fields})``, written straight to the stream when
+    the line would go only to the handler :func:`configure` installed.
+
+    The line is the same; what is skipped is building a ``LogRecord`` and dispatching it through
+    the logging machinery, which costs more than the rest of a request's log line (the admission
+    line is written for every request). Any other set-up (another handler, a filter, a test's
+    log capture) gets the record as usual.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    handler = _direct_handler(logger, level)
+    if handler is not None:
+        formatter = handler.formatter
+        assert isinstance(formatter, JsonFormatter)  # checked by _direct_handler
+        try:
+            text = formatter.line(time.time(), logging.getLevelName(level).lower(), logger.name,
+                                  msg, fields)
+            handler.acquire()
+            try:
+                handler.stream.write(text + handler.terminator)
+                handler.stream.flush()
+            finally:
+                handler.release()
+            return
+        except RecursionError:  # as logging.StreamHandler.emit
+            raise
+        except Exception:  # logging's own path reports it (handleError) or writes it
+            pass
+    logger.log(level, msg, extra={"fields": fields})
 
 
 def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logger:
@@ -76,6 +154,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logg
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
+    _installed[:] = [handler]
     logger.setLevel(numeric)
     logger.propagate = False
     return logger

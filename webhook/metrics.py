@@ -98,6 +98,7 @@ class Metrics:
         self._requests: dict[tuple[str, str], Counter] = {}
         self._durations: dict[str, Histogram] = {}
         self._decisions: dict[tuple[str, str, str], Counter] = {}
+        self._errors: dict[tuple[str, str], Counter] = {}
 
     def observe(self, endpoint: str, decision: str, seconds: float) -> None:
         """Count one answered request and its latency (label children cached: hot path)."""
@@ -112,7 +113,7 @@ class Metrics:
         histogram.observe(seconds)
 
     def policy_outcomes(self, endpoint: str, outcomes: Iterable[tuple[str, str]]) -> None:
-        """Count ``(policy, decision)`` pairs of one request."""
+        """Count ``(policy, decision)`` pairs of one request (label children cached)."""
         for policy, decision in outcomes:
             key = (endpoint, policy, decision)
             child = self._decisions.get(key)
@@ -120,7 +121,11 @@ class Metrics:
                 child = self._decisions[key] = self.policy_decisions.labels(*key)
             child.inc()
             if decision == "error":
-                self.evaluation_errors.labels(endpoint, policy).inc()
+                errors = self._errors.get((endpoint, policy))
+                if errors is None:
+                    errors = self._errors[endpoint, policy] = \
+                        self.evaluation_errors.labels(endpoint, policy)
+                errors.inc()
 
     def exposition(self) -> bytes:
         """The text exposition format of every metric (all workers in multiprocess mode)."""

@@ -26,7 +26,17 @@ class ServerSettings:
         max_body_bytes: largest accepted request body (bytes); larger is answered 413. The API
             server's own request limit is 3 MiB.
         max_depth: deepest accepted JSON nesting (objects and arrays); deeper is answered 400.
-        eval_threads: threads evaluating policies (the deadline can abandon a stuck one).
+        inline_max_bytes: request bodies up to this size (bytes) are evaluated on the event
+            loop; larger ones in the thread pool (``eval_threads``); 0 sends every request to the
+            pool. Inline saves the hand-off to a thread and back (more than the webhook's whole
+            cost around an empty policy set) and loses nothing: the engine holds the GIL either
+            way. It keeps the deadline: the engine checks it before each policy's pass, and one
+            pass is bounded — CEL evaluation by its comprehension iteration budget, the GPU
+            facts and activations by time linear in the body, which this limit caps — so an
+            inline evaluation overruns ``deadline_ms`` by at most one policy's bounded cost
+            (see :mod:`webhook.admission`).
+        eval_threads: threads evaluating policies of bodies over ``inline_max_bytes`` (the
+            deadline can abandon a stuck one).
         policy_reload_s / tls_reload_s: seconds between checks of the policy files and of the
             certificate files for changes.
         shutdown_delay_s: after SIGTERM, seconds spent answering while reporting not ready, so
@@ -44,6 +54,7 @@ class ServerSettings:
     deadline_ms: int = 2500
     max_body_bytes: int = 3 * MiB
     max_depth: int = 100
+    inline_max_bytes: int = 64 * 1024
     eval_threads: int = 4
     policy_reload_s: float = 5.0
     tls_reload_s: float = 10.0
@@ -63,6 +74,9 @@ class ServerSettings:
         for name in ("workers", "deadline_ms", "max_body_bytes", "max_depth", "eval_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        if self.inline_max_bytes < 0:
+            raise ValueError(f"inline_max_bytes: must not be negative, got "
+                             f"{self.inline_max_bytes}")
         for name in ("policy_reload_s", "tls_reload_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be above 0 seconds, got {getattr(self, name)}")

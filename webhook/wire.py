@@ -8,6 +8,14 @@ answered in kind, a ``status`` on denial, ``warnings``, ``auditAnnotations``, a 
 and the ``Status`` body of 4xx answers. Field names follow the Kubernetes API reference for
 AdmissionReview.
 
+JSON is read and written by orjson where it gives the same result as the standard library
+(several times faster, which counts on every request); the standard library decides everything
+else, so what is accepted, how it is decoded and every error message stay as they were: a body
+orjson refuses is decoded again by the standard library (which then accepts lone surrogate escapes
+and ``1e400`` as before, or words the error), a body with a run of 19 or more digits skips orjson
+(it reads integers beyond 64 bits as floats), and output orjson cannot write as ASCII is written
+by the standard library.
+
 Must not evaluate policies, read the AdmissionRequest's content beyond the envelope, or do I/O.
 """
 
@@ -19,6 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 KIND = "AdmissionReview"
@@ -63,11 +73,14 @@ class Envelope:
             the same).
         uid: ``request.uid``, echoed in the response.
         request: the AdmissionRequest map (not yet checked beyond ``uid``).
+        size: the request body's length in bytes (0 when not known); it decides where the
+            evaluation runs (see :mod:`webhook.admission`).
     """
 
     api_version: str
     uid: str
     request: Mapping[str, Any]
+    size: int = 0
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -91,11 +104,24 @@ def _reject_constant(name: str) -> Any:
 # Built once: json.loads / json.dumps with arguments build a new coder on every call.
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+# Digits to "0", every other byte to " ": a run of _LONG_DIGITS in the translation is a run of 19
+# digits in the body, the shortest integer orjson may read as a float (past 64 bits).
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_DIGITS = b"0" * 19
 
 
 def encode(value: Any) -> bytes:
-    """Compact JSON bytes of ``value`` (ASCII, so any string is safe to send)."""
-    return _ENCODER.encode(value).encode()
+    """Compact JSON bytes of ``value`` (ASCII, so any string is safe to send).
+
+    orjson writes it when the result is ASCII; otherwise (non-ASCII text, which the standard
+    library escapes) or when orjson refuses the value (lone surrogates, integers past 64 bits,
+    keys that are not strings) the standard library does, as it always did.
+    """
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _ENCODER.encode(value).encode()
+    return data if data.isascii() else _ENCODER.encode(value).encode()
 
 
 def too_deep(value: Any, limit: int) -> bool:
@@ -124,6 +150,18 @@ def decode_json(body: bytes, *, max_depth: int) -> Any:
     """
     if not body.strip():
         raise bad_request("the request body is empty: expected an AdmissionReview")
+    if _LONG_DIGITS not in body.translate(_DIGITS):
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # the standard library decides and words it (see module docstring)
+        else:
+            return _check_depth(value, body, max_depth)
+    return _check_depth(_decode_standard(body, max_depth), body, max_depth)
+
+
+def _decode_standard(body: bytes, max_depth: int) -> Any:
+    """:func:`decode_json` by the standard library, without the depth check."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -138,6 +176,15 @@ def decode_json(body: bytes, *, max_depth: int) -> Any:
         raise bad_request(f"the request body nests JSON deeper than {max_depth} levels") from None
     except ValueError as exc:  # NaN / Infinity, integer digit limit
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    return value
+
+
+def _check_depth(value: Any, body: bytes, max_depth: int) -> Any:
+    """``value``, unless it nests deeper than ``max_depth``.
+
+    Raises:
+        WireError: 400 when it does.
+    """
     # A document with fewer brackets than the limit cannot be too deep: skip the walk.
     if (isinstance(value, (dict, list)) and body.count(b"{") + body.count(b"[") > max_depth
             and too_deep(value, max_depth)):
@@ -145,8 +192,8 @@ def decode_json(body: bytes, *, max_depth: int) -> Any:
     return value
 
 
-def parse_envelope(value: Any) -> Envelope:
-    """Check the AdmissionReview envelope of a parsed body.
+def parse_envelope(value: Any, size: int = 0) -> Envelope:
+    """Check the AdmissionReview envelope of a parsed body (``size``: its length in bytes).
 
     Raises:
         WireError: 400 when the body is not an object, ``apiVersion`` / ``kind`` are not an
@@ -171,7 +218,7 @@ def parse_envelope(value: Any) -> Envelope:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise bad_request(f"request.uid: expected a non-empty string, got {_shown(uid)}")
-    return Envelope(api_version, uid, request)
+    return Envelope(api_version, uid, request, size)
 
 
 def parse(body: bytes, content_type: str | None, *, max_depth: int) -> Envelope:
@@ -182,7 +229,7 @@ def parse(body: bytes, content_type: str | None, *, max_depth: int) -> Envelope:
             :func:`parse_envelope` say.
     """
     check_content_type(content_type)
-    return parse_envelope(decode_json(body, max_depth=max_depth))
+    return parse_envelope(decode_json(body, max_depth=max_depth), len(body))
 
 
 def _json_type(value: Any) -> str:
@@ -212,6 +259,8 @@ def status_code(reason: str) -> int:
 
 def clean_warning(text: str) -> str:
     """A warning as one line: control characters (newlines, tabs) become single spaces."""
+    if text.isascii() and text.isprintable():  # nothing to replace: skip the regex scan
+        return text.strip()
     return _CONTROL.sub(" ", text).strip()
 
 
