@@ -59,6 +59,8 @@ _DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/neur
 _GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
 _CONTAINER_TYPES = ("initContainers", "containers", "ephemeralContainers")
 _N = TypeVar("_N", int, Fraction)
+ZERO: Final = Fraction(0)
+"""Zero GPU-equivalents (one shared immutable value: building Fractions is not free)."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class GPUFacts:
     gpus: Mapping[str, int] = field(default_factory=dict)
     mig: Mapping[str, int] = field(default_factory=dict)
     effective_requests: Mapping[str, int] = field(default_factory=dict)
-    equivalents_known: Fraction = Fraction(0)
+    equivalents_known: Fraction = ZERO
     approximate: bool = False
     unknown: tuple[str, ...] = ()
     shared: bool = False
@@ -276,7 +278,7 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
     gpus: dict[str, int] = {}
     migs: dict[str, int] = {}
     effective: dict[str, int] = {}
-    equivalents = Fraction(0)
+    equivalents = ZERO
     memory: int | None = None
     kai = hami = single = None
     approximate = shared = False
@@ -336,7 +338,7 @@ class _Container:
     path: str
     sidecar: bool
     counts: dict[str, int] = field(default_factory=dict)
-    equivalents: Fraction | None = Fraction(0)
+    equivalents: Fraction | None = ZERO
     memory_mib: int | None = None
     asks_gpu: bool = False
     claims: frozenset[str] = frozenset()
@@ -575,7 +577,7 @@ def _container_asks(
             out.vendors.append(vendor_of(resource))
     container.asked = {resource: count for resource, (_, count) in asked.items()}
     split = {kind: count for kind, count in asked.values() if kind in SPLIT_KINDS}
-    equivalents: Fraction | None = Fraction(0)
+    equivalents: Fraction | None = ZERO
     for resource, (kind, count) in asked.items():
         container.asks_gpu = True
         if kind in SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
@@ -645,7 +647,9 @@ def _resource_equivalents(
 
 def _add(total: Fraction | None, value: Fraction | None) -> Fraction:
     """Sum of the known parts: an unknown part (None) adds nothing; it is noted in ``unknown``."""
-    return (total or Fraction(0)) + (value or Fraction(0))
+    if not value:
+        return total or ZERO
+    return value if not total else total + value
 
 
 def _effective(values: Sequence[tuple[_Container, _N]]) -> _N:
@@ -777,7 +781,7 @@ def _kai(
                 f"{where}.annotations[{KAI_FRACTION}]: {texts[KAI_FRACTION]!r} is not a fraction "
                 "of a GPU (expected a number above 0 and at most 1)"
             )
-            equivalents = Fraction(0)
+            equivalents = ZERO
     if KAI_MEMORY in texts:
         memory = texts[KAI_MEMORY]
         if memory.isdigit() and int(memory) <= MAX_COUNT:
@@ -994,10 +998,12 @@ def pod_facts(
         parsed = mig.profile_from_resource(resource)
         if parsed is not None and not parsed[1]:
             migs[parsed[0]] = gpus.pop(resource)
-    equivalents = _effective([(c, c.equivalents or Fraction(0)) for c in plain])
+    equivalents = _effective([(c, c.equivalents or ZERO) for c in plain])
     equivalents = _add(equivalents, kai_equivalents)
     dra_gpus = [c.count for c in claims]
-    equivalents = _add(equivalents, Fraction(sum(c or 0 for c in dra_gpus)))
+    dra_total = sum(c or 0 for c in dra_gpus)
+    if dra_total:
+        equivalents = _add(equivalents, Fraction(dra_total))
     memory = _effective([(c, c.memory_mib or 0) for c in plain])
     if kai and kai.get("memory_mib"):
         memory = (memory or 0) + kai["memory_mib"] * kai["devices"]
@@ -1064,7 +1070,7 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
     devices = _as_dict(_as_dict(domain).get("devices"))
     out = _Collector()
     counts: dict[str, int] = {}
-    equivalents: Fraction | None = Fraction(0)
+    equivalents: Fraction | None = ZERO
     for key in ("gpus", "hostDevices"):
         for index, entry in enumerate(_as_list(devices.get(key))):
             entry = _as_dict(entry)

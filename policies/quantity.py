@@ -11,6 +11,7 @@ Must not know about GPUs or policies: callers decide what a value means.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -62,6 +63,21 @@ def parse_quantity(value: object) -> Fraction:
         QuantityError: for booleans, None, other types, empty or malformed strings, or strings
             longer than 64 characters.
     """
+    kind = type(value)
+    if (kind is str and len(value) <= _MAX_TEXT) or kind is float or \
+            (kind is int and -MAX_COUNT <= value <= MAX_COUNT):
+        # Manifests repeat a handful of values ("1", "8", "500m"); Fractions are immutable.
+        # Only short keys are kept, so hostile input cannot fill memory through the cache.
+        return _parse_cached(value)
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: 1, 1.0 and True are not one key
+def _parse_cached(value: str | int | float) -> Fraction:
+    return _parse(value)
+
+
+def _parse(value: object) -> Fraction:
     if isinstance(value, bool) or value is None:
         raise QuantityError(f"expected a quantity such as 1, '2' or '500m', got {value!r}")
     if isinstance(value, int):

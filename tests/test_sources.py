@@ -113,6 +113,19 @@ def test_quantity_errors(text):
         parse_quantity(text)
 
 
+def test_cached_quantities_keep_types_apart_and_long_text_out_of_the_cache():
+    """1, 1.0 and True hash alike: the cache must not answer one for another."""
+    from policies.quantity import _parse_cached
+
+    assert parse_quantity(1) == parse_quantity(1.0) == 1
+    with pytest.raises(QuantityError):
+        parse_quantity(True)
+    padded = " " * 100_000 + "1"  # valid (stripped), but too long to be a cache key
+    before = _parse_cached.cache_info().currsize
+    assert parse_quantity(padded) == 1
+    assert _parse_cached.cache_info().currsize == before
+
+
 def test_format_fraction():
     from fractions import Fraction
 
