@@ -6,10 +6,9 @@ once per request instead of once per rule, with its params bound once as a liter
 variable the validations and audit annotations use bound once, after the conditions held::
 
     cel.bind(params, {...},
-      (c1) ? ((c2) ? cel.bind(__var_x, <x>,
-                       [(v1) ? true : [<message1>], (v2) ? true : false, <audit1>])
-                   : 1)
-           : 0)
+      ((c1) && (c2)) ? cel.bind(__var_x, <x>,
+                                [(v1) ? true : [<message1>], (v2) ? true : false, <audit1>])
+                     : (!(c1) ? 0 : (1)))
 
 An ``int`` result names the first matchCondition that is false; a list holds, per validation,
 ``true`` or what the failure's message is made of (``[messageExpression's value]``, or ``false``
@@ -126,9 +125,15 @@ def _source(policy: Policy, conditions: Sequence[Rule], *, bind_params: bool) ->
     for name in reversed(shared):
         source = f"cel.bind(__var_{name}, {_group(bind_variables(bodies[name], policy, bound))}, " \
                  f"{source})"
-    for index in reversed(range(len(conditions))):
-        condition = bind_variables(conditions[index].expression.expression, policy)
-        source = f"{_group(condition)} ? ({source}) : dyn({index})"
+    if conditions:
+        # All conditions in one `&&` keep the body one level deep (the parser allows 32); only
+        # when they do not all hold does the chain find the first false one. `&&` may skip an
+        # error that the chain then meets: an error, so the rule-by-rule path decides.
+        tests = [_group(bind_variables(c.expression.expression, policy)) for c in conditions]
+        chain = f"dyn({len(tests) - 1})"
+        for index in reversed(range(len(tests) - 1)):
+            chain = f"!{tests[index]} ? dyn({index}) : ({chain})"
+        source = f"({' && '.join(tests)}) ? ({source}) : ({chain})"
     everything = [*checked, *(r.expression.expression for r in policy.match_conditions),
                   *(r.message_expression.expression for r in policy.validations
                     if r.message_expression is not None), *bodies.values()]
