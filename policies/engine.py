@@ -12,7 +12,8 @@ The response patch is the RFC 6902 diff of the original object to the final one.
 At the ``audit`` point existing objects are judged as if created; mutations are reported as
 ``mutate`` results (what admission would change) and nothing is denied.
 
-Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requests.
+Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requests (it only
+caches compiled programs, which depend on the policy set alone).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.cel import (
+    CelCompileError,
     CelEnvironment,
     CelEvaluationError,
     PreparedData,
@@ -52,6 +54,7 @@ from policies.review import ReviewInput
 from policies.workloads import WorkloadFacts, workload_facts
 
 PASS, FAILED, ERROR, SKIP, EXEMPT, MUTATE = "pass", "fail", "error", "skip", "exempt", "mutate"
+_NOT_EVALUATED: Any = object()  # a fused program's value not computed yet
 AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
 _AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -205,6 +208,7 @@ class Engine:
         # Each policy's validation pass as one CEL program (policies.fused): one evaluation per
         # policy per request; a result that is not plain falls back to rule-by-rule evaluation.
         self._fused: dict[int, FusedValidation] = {}
+        self._together: dict[tuple[int, ...], Any] = {}
         for original, policy in zip(policies.policies, self.policies.policies, strict=True):
             if not fuse or policy.variables or policy.param_missing is not None:
                 continue
@@ -325,13 +329,17 @@ class Engine:
             if stale:
                 facts, prepared = self._base_or_error(base, current, current)
                 shared = {}
+            if expired is not None and expired():
+                raise EvaluationExpired
+            values = self._evaluate_together(applicable, prepared, shared)
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
                 try:
-                    if self._validate_fused(policy, prepared, shared, run, point):
+                    if self._validate_fused(policy, prepared, shared, run, point,
+                                            values.get(id(policy), _NOT_EVALUATED)):
                         continue
                     activation = self._ready(policy, prepared, shared, run, point)
                     if activation is not None:
@@ -346,16 +354,48 @@ class Engine:
             final_object=current, reason=run.reason or "Forbidden",
         )
 
+    def _evaluate_together(self, applicable: Sequence[Policy], prepared: PreparedData | str,
+                           shared: dict[int, RequestActivation]) -> dict[int, Any]:
+        """The fused programs' values of the applicable inlined policies, from one evaluation
+        of a program listing them all (built once per set of policies, see
+        :data:`_TOGETHER_LIMIT`); ``{}`` when there are fewer than two, the program does not
+        compile (nesting) or its evaluation fails (then each runs on its own)."""
+        together = [p for p in applicable if id(p) in self._fused and p.params is None]
+        if len(together) < 2 or isinstance(prepared, str):
+            return {}
+        key = tuple(id(p) for p in together)
+        program = self._together.get(key, _NOT_EVALUATED)
+        if program is _NOT_EVALUATED:
+            source = "[" + ",\n".join(self._fused[id(p)].expression.expression
+                                       for p in together) + "]"
+            try:
+                program = self.environment.compile(source, field_path="spec")
+            except CelCompileError:
+                program = None
+            if len(self._together) >= _TOGETHER_LIMIT:
+                self._together.clear()
+            self._together[key] = program
+        if program is None:
+            return {}
+        try:
+            values = self._activation(together[0], prepared, shared).evaluate(program)
+        except CelEvaluationError:
+            return {}
+        return dict(zip(key, values, strict=True))
+
     def _validate_fused(self, policy: Policy, prepared: PreparedData | str,
-                        shared: dict[int, RequestActivation], run: _Run, point: str) -> bool:
-        """The policy's validation pass in one evaluation (see :mod:`policies.fused`); False
-        when it has no fused program or the result is not plain (nothing recorded then)."""
+                        shared: dict[int, RequestActivation], run: _Run, point: str,
+                        value: Any = _NOT_EVALUATED) -> bool:
+        """The policy's validation pass in one evaluation (see :mod:`policies.fused`), or from
+        ``value``, its program's value when already evaluated; False when it has no fused
+        program or the result is not plain (nothing recorded then)."""
         fused = self._fused.get(id(policy))
         if fused is None or isinstance(prepared, str):
             return False
-        activation = self._activation(policy, prepared, shared)
         try:
-            outcome: Outcome | None = read_fused(fused, activation.evaluate(fused.expression))
+            if value is _NOT_EVALUATED:
+                value = self._activation(policy, prepared, shared).evaluate(fused.expression)
+            outcome: Outcome | None = read_fused(fused, value)
         except CelEvaluationError:
             return False
         if outcome is None:
@@ -538,6 +578,11 @@ _PARAMS_OR_VARIABLES = re.compile(r"(?<![\w.])(params|variables)\b")
 def _reads_only_request(expression: Any) -> bool:
     """Whether an expression reads only the request's data (no params, no variables)."""
     return not _PARAMS_OR_VARIABLES.search(code_only(expression.expression))
+
+
+_TOGETHER_LIMIT = 64
+"""Sets of policies whose fused programs are kept compiled together (then the cache restarts):
+requests differ in kind, namespace and operation, so only a few sets occur."""
 
 
 def _skipped(policy: Policy, condition: Rule) -> RuleResult:

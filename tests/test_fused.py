@@ -194,3 +194,29 @@ def test_the_fast_path_is_taken_for_variables_and_params(monkeypatch):
     assert verdict.message == "variables: asks 8quote ' and \" and \\ and /; variables: failed " \
         "expression: variables.n <= params.max"
     assert verdict.audit_annotations == {"variables.n": "8"}  # the largest pod's GPUs
+
+
+def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch):
+    """The fused programs of the matching policies are evaluated as one list; only the policy
+    too deep to fuse (gpu-requesters, ten variables) is evaluated rule by rule."""
+    from policies.cel import CompiledExpression
+
+    fused, plain = engines()
+    review = from_request(json.loads((DATA.parent.parent / "examples" / "admission" /
+                                      "gpu-pod-review.json").read_text())["request"], now=NOW)
+    expected = plain.evaluate(review, mutate=False)
+    fused.evaluate(review, mutate=False)  # compiles the program of this set of policies
+    calls: list[str] = []
+    run = CompiledExpression._run
+
+    def counting(self, activation):
+        calls.append(self.field_path)
+        return run(self, activation)
+
+    monkeypatch.setattr(CompiledExpression, "_run", counting)
+    assert fused.evaluate(review, mutate=False) == expected
+    assert not expected.allowed and len(expected.warnings) == 2
+    unfused = {p.name for p in fused.policies.policies} - fused.fused_policies
+    assert unfused == {"gpu-requesters", "add-gpu-toleration-and-runtimeclass"}  # (mutations)
+    assert calls.count("spec") == 1
+    assert all(path.startswith("spec.") for path in calls if path != "spec")  # gpu-requesters
