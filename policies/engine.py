@@ -329,8 +329,6 @@ class Engine:
             if stale:
                 facts, prepared = self._base_or_error(base, current, current)
                 shared = {}
-            if expired is not None and expired():
-                raise EvaluationExpired
             values = self._evaluate_together(applicable, prepared, shared)
             for policy in applicable:
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
