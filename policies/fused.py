@@ -3,10 +3,11 @@
 Owns a load-time rewrite and the reading of its result. A policy's matchConditions, validations
 (with their messageExpressions) and auditAnnotations are compiled into one expression, evaluated
 once per request instead of once per rule, with its params bound once as a literal and each
-variable the validations and audit annotations use bound once, after the conditions held::
+variable the validations and audit annotations use bound once, after the conditions held (in
+layers: one map of the variables whose dependencies are bound already)::
 
     cel.bind(params, {...},
-      ((c1) && (c2)) ? cel.bind(__var_x, <x>,
+      ((c1) && (c2)) ? cel.bind(__layer0, {"x": <x>},
                                 [(v1) ? true : [<message1>], (v2) ? true : false, <audit1>])
                      : (!(c1) ? 0 : (1)))
 
@@ -32,6 +33,7 @@ Must not evaluate anything itself or record results (that is :mod:`policies.engi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,7 @@ from policies.inlining import (
     bind_variables,
     cel_literal,
     reads_params,
+    variable_name,
     variables_used,
 )
 from policies.model import Policy, Rule
@@ -110,21 +113,34 @@ def _source(policy: Policy, conditions: Sequence[Rule], *, bind_params: bool) ->
     checked = [rule.expression.expression for rule in (*policy.validations,
                                                          *policy.audit_annotations)]
     shared = variables_used(checked, policy)  # bound once, after the conditions held
+    bodies = {rule.name: rule.expression.expression for rule in policy.variables}
+    # Shared variables are bound in layers, one map per layer (a variable's layer is one past
+    # its dependencies'), so ten variables cost a few nesting levels, not ten.
+    layer: dict[str, int] = {}
+    for name in shared:
+        layer[name] = 1 + max((layer[d] for d in variables_used([bodies[name]], policy)
+                               if d != name), default=-1)
+
+    def reference(name: str) -> str:
+        return f"__layer{layer[name]}.{name}" if name in layer else variable_name(name)
+
     bound = frozenset(shared)
+
+    def code(text: str) -> str:
+        return _group(bind_variables(text, policy, bound, reference))
+
     parts = []
     for rule in policy.validations:
         # A messageExpression's value is wrapped in a list: it may itself be a bool.
         failure = "false" if rule.message_expression is None else \
-            f"[{_group(bind_variables(rule.message_expression.expression, policy, bound))}]"
-        parts.append(f"{_group(bind_variables(rule.expression.expression, policy, bound))} "
-                     f"? dyn(true) : dyn({failure})")
-    parts += [f"dyn({_group(bind_variables(rule.expression.expression, policy, bound))})"
-              for rule in policy.audit_annotations]
+            f"[{code(rule.message_expression.expression)}]"
+        parts.append(f"{code(rule.expression.expression)} ? dyn(true) : dyn({failure})")
+    parts += [f"dyn({code(rule.expression.expression)})" for rule in policy.audit_annotations]
     source = f"dyn([{', '.join(parts)}])"
-    bodies = {rule.name: rule.expression.expression for rule in policy.variables}
-    for name in reversed(shared):
-        source = f"cel.bind(__var_{name}, {_group(bind_variables(bodies[name], policy, bound))}, " \
-                 f"{source})"
+    for index in reversed(range(max(layer.values(), default=-1) + 1)):
+        entries = ", ".join(f"{json.dumps(name)}: {code(bodies[name])}"
+                            for name in shared if layer[name] == index)
+        source = f"cel.bind(__layer{index}, {{{entries}}}, {source})"
     if conditions:
         # All conditions in one `&&` keep the body one level deep (the parser allows 32); only
         # when they do not all hold does the chain find the first false one. `&&` may skip an

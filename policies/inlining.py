@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -60,9 +60,14 @@ def code_only(source: str) -> str:
     return "".join(text if is_code else '""' for is_code, text in _code_parts(source))
 
 
-def _rename(source: str) -> str:
-    """``variables.x`` -> ``__var_x`` outside string literals."""
-    return "".join(_VARIABLE.sub(r"__var_\1", text) if is_code else text
+def variable_name(name: str) -> str:
+    """How a bound variable is referenced: ``variables.x`` -> ``__var_x``."""
+    return f"__var_{name}"
+
+
+def _rename(source: str, reference: Callable[[str], str] = variable_name) -> str:
+    """``variables.x`` -> ``reference("x")`` outside string literals."""
+    return "".join(_VARIABLE.sub(lambda m: reference(m[1]), text) if is_code else text
                    for is_code, text in _code_parts(source))
 
 
@@ -115,18 +120,22 @@ def variables_used(sources: Iterable[str], policy: Policy) -> list[str]:
     return sorted(needed, key=lambda n: declared[n][0])
 
 
-def bind_variables(source: str, policy: Policy, bound: frozenset[str] = frozenset()) -> str:
+def bind_variables(source: str, policy: Policy, bound: frozenset[str] = frozenset(),
+                   reference: Callable[[str], str] = variable_name) -> str:
     """``source`` with ``variables.x`` renamed and each variable it needs that is not in
     ``bound`` (already bound around it) bound with ``cel.bind``; params are left as they are.
+    ``reference`` writes a reference to a variable (bound ones may live elsewhere, e.g. in a
+    map); the ones bound here must be written by :func:`variable_name`.
 
     Raises:
         CannotInline: see :func:`variables_used`.
     """
     bodies = {rule.name: rule.expression.expression for rule in policy.variables}
-    wrapped = _rename(source)
+    wrapped = _rename(source, reference)
     for name in reversed(variables_used([source], policy)):
         if name not in bound:
-            wrapped = f"cel.bind(__var_{name}, {_rename(bodies[name])}, {wrapped})"
+            wrapped = f"cel.bind({variable_name(name)}, {_rename(bodies[name], reference)}, " \
+                      f"{wrapped})"
     return wrapped
 
 

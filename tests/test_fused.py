@@ -197,8 +197,8 @@ def test_the_fast_path_is_taken_for_variables_and_params(monkeypatch):
 
 
 def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch):
-    """The fused programs of the matching policies are evaluated as one list; only the policy
-    too deep to fuse (gpu-requesters, ten variables) is evaluated rule by rule."""
+    """The fused programs of the matching policies are evaluated as one list (gpu-requesters
+    too, whose ten variables are bound in a few layers to fit the parser's nesting limit)."""
     from policies.cel import CompiledExpression
 
     fused, plain = engines()
@@ -217,6 +217,5 @@ def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch
     assert fused.evaluate(review, mutate=False) == expected
     assert not expected.allowed and len(expected.warnings) == 2
     unfused = {p.name for p in fused.policies.policies} - fused.fused_policies
-    assert unfused == {"gpu-requesters", "add-gpu-toleration-and-runtimeclass"}  # (mutations)
-    assert calls.count("spec") == 1
-    assert all(path.startswith("spec.") for path in calls if path != "spec")  # gpu-requesters
+    assert unfused == {"add-gpu-toleration-and-runtimeclass"}  # (mutations only)
+    assert calls == ["spec"]
