@@ -219,3 +219,27 @@ def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch
     unfused = {p.name for p in fused.policies.policies} - fused.fused_policies
     assert unfused == {"add-gpu-toleration-and-runtimeclass"}  # (mutations only)
     assert calls == ["spec"]
+
+
+def test_many_policies_run_in_groups_of_sixteen(monkeypatch):
+    """The combined program's one-off compile stays small: 40 policies, three evaluations."""
+    from policies.cel import CompiledExpression
+
+    text = "---\n".join(gpu_policy(f"p{i:02d}", {
+        "validations": [{"expression": f"gpu.count <= {i}", "messageExpression":
+                         f"'more than {i} GPUs: ' + string(gpu.count)"}]}) for i in range(40))
+    fused, plain = engines(text)
+    review = from_object(first("manifests/lws__vllm-gpu-leaderworkerset.yaml"), now=NOW)
+    expected = plain.evaluate(review)
+    calls: list[str] = []
+    run = CompiledExpression._run
+
+    def counting(self, activation):
+        calls.append(self.field_path)
+        return run(self, activation)
+
+    monkeypatch.setattr(CompiledExpression, "_run", counting)
+    verdict = fused.evaluate(review)
+    assert verdict == expected
+    assert verdict.denials[0] == "p00: more than 0 GPUs: 32" and len(verdict.denials) == 32
+    assert calls == ["spec"] * 3
