@@ -196,16 +196,11 @@ def test_the_fast_path_is_taken_for_variables_and_params(monkeypatch):
     assert verdict.audit_annotations == {"variables.n": "8"}  # the largest pod's GPUs
 
 
-def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch):
-    """The fused programs of the matching policies are evaluated as one list (gpu-requesters
-    too, whose ten variables are bound in a few layers to fit the parser's nesting limit)."""
+@pytest.fixture
+def evaluations(monkeypatch) -> list[str]:
+    """The field path of every CEL evaluation from now on (``spec``: a fused program)."""
     from policies.cel import CompiledExpression
 
-    fused, plain = engines()
-    review = from_request(json.loads((DATA.parent.parent / "examples" / "admission" /
-                                      "gpu-pod-review.json").read_text())["request"], now=NOW)
-    expected = plain.evaluate(review, mutate=False)
-    fused.evaluate(review, mutate=False)  # compiles the program of this set of policies
     calls: list[str] = []
     run = CompiledExpression._run
 
@@ -214,6 +209,18 @@ def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch
         return run(self, activation)
 
     monkeypatch.setattr(CompiledExpression, "_run", counting)
+    return calls
+
+
+def test_the_library_costs_one_evaluation_for_all_its_fused_policies(request):
+    """The fused programs of the matching policies are evaluated as one list (gpu-requesters
+    too, whose ten variables are bound in a few layers to fit the parser's nesting limit)."""
+    fused, plain = engines()
+    review = from_request(json.loads((DATA.parent.parent / "examples" / "admission" /
+                                      "gpu-pod-review.json").read_text())["request"], now=NOW)
+    expected = plain.evaluate(review, mutate=False)
+    fused.evaluate(review, mutate=False)  # compiles the program of this set of policies
+    calls = request.getfixturevalue("evaluations")
     assert fused.evaluate(review, mutate=False) == expected
     assert not expected.allowed and len(expected.warnings) == 2
     unfused = {p.name for p in fused.policies.policies} - fused.fused_policies
@@ -221,25 +228,16 @@ def test_the_library_costs_one_evaluation_for_all_its_fused_policies(monkeypatch
     assert calls == ["spec"]
 
 
-def test_many_policies_run_in_groups_of_sixteen(monkeypatch):
+def test_many_policies_run_in_groups_of_sixteen(evaluations):
     """The combined program's one-off compile stays small: 40 policies, three evaluations."""
-    from policies.cel import CompiledExpression
-
     text = "---\n".join(gpu_policy(f"p{i:02d}", {
         "validations": [{"expression": f"gpu.count <= {i}", "messageExpression":
                          f"'more than {i} GPUs: ' + string(gpu.count)"}]}) for i in range(40))
     fused, plain = engines(text)
     review = from_object(first("manifests/lws__vllm-gpu-leaderworkerset.yaml"), now=NOW)
     expected = plain.evaluate(review)
-    calls: list[str] = []
-    run = CompiledExpression._run
-
-    def counting(self, activation):
-        calls.append(self.field_path)
-        return run(self, activation)
-
-    monkeypatch.setattr(CompiledExpression, "_run", counting)
+    evaluations.clear()
     verdict = fused.evaluate(review)
     assert verdict == expected
     assert verdict.denials[0] == "p00: more than 0 GPUs: 32" and len(verdict.denials) == 32
-    assert calls == ["spec"] * 3
+    assert evaluations == ["spec"] * 3
