@@ -187,23 +187,20 @@ def test_gpu_operator_daemonset_is_allowed_in_its_namespace() -> None:
 # --- exact denial messages --------------------------------------------------------------------
 
 
-def test_message_gpu_request_without_limit() -> None:
-    ollama = first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml")
-    assert _verdict(ollama, "llama").message == (
-        "gpu-requests-equal-limits: container 'ollama' (spec.template.spec.containers[0]): "
-        "nvidia.com/gpu requests 1, limits not set: an extended resource needs a limit; a "
-        "request without a limit is rejected by the API server. Put GPUs in resources.limits "
-        "(the request then defaults to the limit); if you also set resources.requests it must "
-        "equal the limit, as a whole number, under a current resource name (nvidia.com/gpu, not "
-        "alpha.kubernetes.io/nvidia-gpu)."
-    )
-
-
 LIMITS_ADVICE = (
     ". Put GPUs in resources.limits (the request then defaults to the limit); if you also set "
     "resources.requests it must equal the limit, as a whole number, under a current resource "
     "name (nvidia.com/gpu, not alpha.kubernetes.io/nvidia-gpu)."
 )
+
+
+def test_message_gpu_request_without_limit() -> None:
+    ollama = first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml")
+    assert _verdict(ollama, "llama").message == (
+        "gpu-requests-equal-limits: container 'ollama' (spec.template.spec.containers[0]): "
+        "nvidia.com/gpu requests 1, limits not set: an extended resource needs a limit; a "
+        "request without a limit is rejected by the API server" + LIMITS_ADVICE
+    )
 
 
 def test_message_gpu_zero_request_without_limit() -> None:
