@@ -91,7 +91,7 @@ _VARIABLE_SELECT = re.compile(
     r"|\[\s*\??\s*(?:'([A-Za-z0-9_]*)'|\"([A-Za-z0-9_]*)\")\s*\])"
 )
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
-_JSON_SCALARS: Final = frozenset({str, bool, float, type(None)})
+_JSON_SCALARS: Final = frozenset({bool, float, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})
 
 
@@ -193,8 +193,9 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
     if type(value) is dict:
         for key, item in value.items():
             kind = type(item)
-            if type(key) is not str or not (
+            if type(key) is not str or not (key.isascii() or _unicode(key)) or not (
                 kind in _JSON_SCALARS
+                or (kind is str and (item.isascii() or _unicode(item)))
                 or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
                 or (kind in _CONTAINERS and _is_clean(item, depth + 1))
             ):
@@ -204,6 +205,7 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
         kind = type(item)
         if not (
             kind in _JSON_SCALARS
+            or (kind is str and (item.isascii() or _unicode(item)))
             or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
             or (kind in _CONTAINERS and _is_clean(item, depth + 1))
         ):
@@ -211,9 +213,28 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
     return True
 
 
+def _unicode(text: str) -> bool:
+    r"""Whether ``text`` is valid Unicode: no lone surrogate (a JSON ``\\ud800`` escape decodes
+    to one; the runtime cannot take it, and the API server never sends one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(text: str) -> str:
+    if not (text.isascii() or _unicode(text)):
+        raise _InputError("text with a lone UTF-16 surrogate (an escape such as \\ud800 "
+                          "without its pair) is not valid Unicode")
+    return text
+
+
 def _convert(value: Any, depth: int) -> Any:
     kind = type(value)
-    if kind is str or kind is bool or kind is float or value is None:
+    if kind is str:
+        return _check_text(value)
+    if kind is bool or kind is float or value is None:
         return value
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:
@@ -245,9 +266,13 @@ def _convert_map(value: Mapping[Any, Any], depth: int) -> Any:
     for key, item in value.items():
         good_key = key if type(key) in (str, int, bool) else _key_to_str(key)
         try:
+            if type(good_key) is str:
+                _check_text(good_key)
             converted = _convert(item, depth + 1)
         except _InputError as exc:
-            raise exc.within(f".{good_key}") from None
+            shown = good_key if type(good_key) is not str or good_key.isascii() or \
+                _unicode(good_key) else good_key.encode("utf-8", "backslashreplace").decode()
+            raise exc.within(f".{shown}") from None
         if out is None:
             if converted is item and good_key is key:
                 continue

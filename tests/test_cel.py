@@ -588,6 +588,15 @@ def test_unsupported_and_too_deep_inputs_are_errors_not_crashes(pod):
     # A JSON integer no double can hold (Python's json reads it exactly): refused with its path.
     with pytest.raises(ValueError, match=r"^object\.spec\.replicas: integer out of the range"):
         to_cel_data({"spec": {"replicas": 10**400}}, path="object")
+    # A JSON "\ud800" escape decodes to a lone surrogate, which no CEL string can hold: refused
+    # with its path (escaped, so the message itself is valid Unicode).
+    for bad, where in (({"a": "\ud800"}, "object.a"), ({"\udc00k": "x"}, "object.\\udc00k"),
+                       (["ok", "\ud800"], "object[1]")):
+        with pytest.raises(ValueError, match=r"lone UTF-16 surrogate") as caught:
+            to_cel_data(bad, path="object")
+        assert str(caught.value).startswith(f"{where}: ")
+        str(caught.value).encode("utf-8")
+    assert to_cel_data({"a": "\u00e9\U0001F600"}) == {"a": "\u00e9\U0001F600"}
     deep: dict = {}
     cursor = deep
     for _ in range(6000):  # the runtime itself overflows the C++ stack near 5,900 levels
