@@ -30,9 +30,12 @@ from typing import Any
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.model import Mutation, Policy, Rule
 
-# CEL string literals (quoted or triple-quoted, r/b prefixes): text inside is not code.
-_STRING = re.compile(
-    r"""[rRbB]?(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""", re.S
+# CEL string literals (quoted or triple-quoted, r/b prefixes) and line comments, whichever
+# starts first: text inside either is not code (a quote in a comment opens nothing, and `//` in
+# a string is text).
+_STRING_OR_COMMENT = re.compile(
+    r"""(?P<string>[rRbB]?(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))"""
+    r"""|(?P<comment>//[^\n]*)""", re.S
 )
 _VARIABLE = re.compile(r"(?<![\w.])variables\s*\.\s*([A-Za-z_]\w*)")
 _PARAMS = re.compile(r"(?<![\w.])params\b")
@@ -45,18 +48,21 @@ class CannotInline(Exception):
 
 
 def _code_parts(source: str) -> list[tuple[bool, str]]:
-    """Split CEL source into (is_code, text) parts around string literals."""
+    """Split CEL source into (is_code, text) parts around string literals; comments are
+    dropped (they are not code, and a trailing one would swallow what is appended after it)."""
     parts, position = [], 0
-    for match in _STRING.finditer(source):
+    for match in _STRING_OR_COMMENT.finditer(source):
         parts.append((True, source[position:match.start()]))
-        parts.append((False, match.group()))
+        if match["string"] is not None:
+            parts.append((False, match.group()))
         position = match.end()
     parts.append((True, source[position:]))
     return parts
 
 
 def code_only(source: str) -> str:
-    """CEL source with the text of its string literals removed (what is left is code)."""
+    """CEL source with its comments dropped and the text of its string literals removed (what
+    is left is code)."""
     return "".join(text if is_code else '""' for is_code, text in _code_parts(source))
 
 
@@ -90,7 +96,13 @@ def cel_literal(value: Any) -> str:
             raise CannotInline
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # JSON string escapes are valid CEL escapes (no '\/' emitted)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no CEL string can hold it
+            raise CannotInline from None
+        # JSON escapes are CEL escapes (no '\/' emitted); characters past U+FFFF stay as they
+        # are, since JSON would write surrogate pairs, which CEL refuses.
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, list):
         return "[" + ", ".join(cel_literal(v) for v in value) + "]"
     if isinstance(value, dict):

@@ -135,6 +135,12 @@ def test_names_inside_strings_and_bound_variables_are_not_references(tmp_path):
     assert errors == [] and policy_set.names() == ("p",)
 
 
+def test_names_in_comments_are_not_references(tmp_path):
+    commented = "\"gpu.count < 1000 // TODO variables.limit, params.maximum, gpu.equivalent\""
+    policy_set, errors = _load_text(tmp_path, POLICY.format(name="p", expression=commented))
+    assert errors == [] and policy_set.names() == ("p",)
+
+
 def test_duplicate_policy_names_are_an_error(tmp_path):
     text = POLICY.format(name="same", expression="gpu.count >= 0") + "---\n" + \
         POLICY.format(name="same", expression="gpu.count < 0")
