@@ -296,7 +296,8 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
     host = args.host or ("127.0.0.1" if args.dev else "0.0.0.0")
     server = ServerSettings(
         host=host, port=args.port, workers=args.workers, deadline_ms=args.deadline_ms,
-        inline_max_bytes=args.inline_max_bytes, eval_threads=args.eval_threads,
+        inline_max_bytes=args.inline_max_bytes, inline_slice_ms=args.inline_slice_ms,
+        eval_threads=args.eval_threads,
         policy_reload_s=args.policy_reload_s,
         tls_reload_s=args.tls_reload_s, shutdown_delay_s=args.shutdown_delay_s,
         drain_timeout_s=args.drain_timeout_s, log_objects=args.log_objects,
@@ -427,8 +428,13 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         "webhook's timeoutSeconds (default %(default)s)")
     parser.add_argument("--inline-max-bytes", type=int,
                         default=ServerSettings.inline_max_bytes, metavar="N",
-                        help="evaluate request bodies up to N bytes on the event loop, larger "
-                        "ones in the thread pool; 0: always the pool (default %(default)s)")
+                        help="evaluate request bodies up to N bytes on the event loop first, "
+                        "larger ones in the thread pool; 0: always the pool "
+                        "(default %(default)s)")
+    parser.add_argument("--inline-slice-ms", type=int,
+                        default=ServerSettings.inline_slice_ms, metavar="MS",
+                        help="an evaluation still running on the event loop after MS "
+                        "milliseconds is done again in the thread pool (default %(default)s)")
     parser.add_argument("--eval-threads", type=int, default=ServerSettings.eval_threads,
                         metavar="N", help="threads evaluating policies of bodies over "
                         "--inline-max-bytes, per worker (default %(default)s)")

@@ -125,25 +125,44 @@ def _bounded(text: str) -> str:
 class EvaluationExpired(Exception):
     """Raised by :meth:`Engine.evaluate` when its ``expired`` callback says time is up.
 
-    Checked before each policy's mutation and validation pass, so an evaluation stops within
-    one policy's cost of the deadline; the caller then applies the failurePolicy fallback.
+    Checked before each policy's pass and, on the rule-by-rule path, before each rule, so an
+    evaluation overruns the deadline by at most one evaluation: one rule, or one fused program
+    (see :mod:`policies.fused`); each is bounded by CEL's iteration budget over the object. The
+    caller then applies the failurePolicy fallback.
     """
 
 
 class _Run:
     """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, expired: Callable[[], bool] | None = None) -> None:
+        self.expired = expired
         self.results: list[RuleResult] = []
         self.denials: list[str] = []
         self.warnings: list[str] = []
         self.audit: dict[str, str] = {}
+        self.failures: dict[str, list[dict[str, str]]] = {}  # audit key -> failed rules
         self.reason: str | None = None
+
+    def check_deadline(self) -> None:
+        """Raise :class:`EvaluationExpired` when the caller's deadline has passed."""
+        if self.expired is not None and self.expired():
+            raise EvaluationExpired
 
     def add(self, result: RuleResult) -> None:
         if result.outcome == SKIP and result in self.results:
             return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
+
+    def extend(self, other: _Run) -> None:
+        """Take over what another run recorded (in its order)."""
+        for result in other.results:
+            self.add(result)
+        self.denials += other.denials
+        self.warnings += other.warnings
+        self.audit.update(other.audit)  # keys are per policy; a policy validates once
+        self.failures.update(other.failures)
+        self.reason = self.reason or other.reason
 
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
                 error: bool = False, reason: str = "Forbidden", point: str) -> None:
@@ -160,9 +179,9 @@ class _Run:
             self.warnings.append(f"{policy.name}: {message}")
         if AUDIT in actions:
             key = audit_key(policy.name, "validation-failure")
-            previous = json.loads(self.audit[key]) if key in self.audit else []
-            self.audit[key] = _bounded(json.dumps([*previous, {"rule": rule,
-                                                               "message": message}]))
+            failures = self.failures.setdefault(key, [])
+            failures.append({"rule": rule, "message": message})
+            self.audit[key] = _bounded(json.dumps(failures))
 
 
 class Engine:
@@ -185,11 +204,19 @@ class Engine:
             inline_policy(policy, environment) for policy in policies.policies))
         self.environment = environment
         self.settings = settings
+        # Each inlined policy's original: a validation pass with an error is redone with it, so
+        # errors name the variable that failed and each variable keeps its own iteration budget
+        # (as the API server evaluates them); inlining only ever speeds up the plain case.
+        self._originals: dict[int, Policy] = {
+            id(inlined): original
+            for original, inlined in zip(policies.policies, self.policies.policies, strict=True)
+            if inlined is not original}
+        both = (*self.policies.policies, *self._originals.values())
         # Params are fixed per policy: check them for CEL once, not per request. Policies with
         # equal params share one prepared value, and so (without variables) one activation.
         self._params: dict[int, Any] = {}
         by_value: dict[str, Any] = {}
-        for policy in self.policies.policies:
+        for policy in both:
             key = json.dumps(policy.params, sort_keys=True, default=str)
             if key not in by_value:
                 try:
@@ -204,7 +231,7 @@ class Engine:
                 tuple(c for c in policy.match_conditions if _reads_only_request(c.expression)),
                 tuple(c for c in policy.match_conditions if not _reads_only_request(c.expression)),
             )
-            for policy in self.policies.policies
+            for policy in both
         }
         # Each policy's validation pass as one CEL program (policies.fused): one evaluation per
         # policy per request; a result that is not plain falls back to rule-by-rule evaluation.
@@ -284,8 +311,9 @@ class Engine:
             mutate: run mutations (the webhook's ``/mutate``); validations then see the result.
             validate: run validations and audit annotations (the webhook's ``/validate``).
             quota: quota usage and limits exposed to CEL as ``quota``.
-            expired: called before each policy's pass; True stops the evaluation (the caller's
-                deadline: the engine does not read the clock itself).
+            expired: called before each policy's pass and each rule evaluated on its own;
+                True stops the evaluation (the caller's deadline: the engine does not read the
+                clock itself).
 
         Returns:
             The :class:`Verdict`. Never raises for policy or input problems.
@@ -293,7 +321,7 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
-        run = _Run()
+        run = _Run(expired)
         original = review.object
         current: Mapping[str, Any] | None = original
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
@@ -320,6 +348,8 @@ class Engine:
                     if activation is None:
                         continue
                     changed = self._mutate(policy, current, facts, activation, run, point)
+                except EvaluationExpired:
+                    raise
                 except Exception as exc:  # one policy's bug must not crash admission
                     run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
                                 error=True, point=point)
@@ -340,9 +370,9 @@ class Engine:
                     if self._validate_fused(policy, prepared, shared, run, point,
                                             values.get(id(policy), _NOT_EVALUATED)):
                         continue
-                    activation = self._ready(policy, prepared, shared, run, point)
-                    if activation is not None:
-                        self._validate(policy, activation, run, point)
+                    self._validate_rules(policy, prepared, shared, run, point)
+                except EvaluationExpired:
+                    raise
                 except Exception as exc:  # one policy's bug must not crash admission
                     run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
                                 error=True, point=point)
@@ -352,6 +382,24 @@ class Engine:
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
             final_object=current, reason=run.reason or "Forbidden",
         )
+
+    def _validate_rules(self, policy: Policy, prepared: PreparedData | str,
+                        shared: dict[int, RequestActivation], run: _Run, point: str) -> None:
+        """The policy's validation pass rule by rule; an inlined policy whose pass has an error
+        is evaluated again as written (see ``_originals``), and that pass counts."""
+        original = self._originals.get(id(policy))
+        attempt = _Run(run.expired) if original is not None else run
+        activation = self._ready(policy, prepared, shared, attempt, point)
+        if activation is not None:
+            self._validate(policy, activation, attempt, point)
+        if original is None:
+            return
+        if any(result.outcome == ERROR for result in attempt.results):
+            attempt = _Run(run.expired)
+            activation = self._ready(original, prepared, shared, attempt, point)
+            if activation is not None:
+                self._validate(original, activation, attempt, point)
+        run.extend(attempt)
 
     def _evaluate_together(self, applicable: Sequence[Policy], prepared: PreparedData | str,
                            shared: dict[int, RequestActivation]) -> dict[int, Any]:
@@ -500,6 +548,7 @@ class Engine:
         working: Mapping[str, Any] = current
         owned = False
         for mutation in policy.mutations:
+            run.check_deadline()
             try:
                 if mutation.condition is not None and \
                         activation.evaluate(mutation.condition) is not True:
@@ -539,6 +588,7 @@ class Engine:
         if policy.param_missing is not None:
             return  # parameterNotFoundAction: Allow
         for rule in policy.validations:
+            run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
             try:
                 value = activation.evaluate(rule.expression)
             except CelEvaluationError as exc:
@@ -553,6 +603,7 @@ class Engine:
             self._record(policy, rule, None if value else self._message(rule, activation), run,
                          point)
         for rule in policy.audit_annotations:
+            run.check_deadline()
             try:
                 value = activation.evaluate(rule.expression)
             except CelEvaluationError as exc:
@@ -573,7 +624,9 @@ class Engine:
                 value = activation.evaluate(rule.message_expression)
                 if isinstance(value, str) and value.strip():
                     return value.strip()
-                problem = f"messageExpression returned {type(value).__name__}, not a string"
+                problem = "messageExpression returned an empty string" if \
+                    isinstance(value, str) else \
+                    f"messageExpression returned {type(value).__name__}, not a string"
             except CelEvaluationError as exc:
                 problem = f"messageExpression failed: {exc.message}"
         # Fall back to the static message as the API server does, saying why.

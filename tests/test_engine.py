@@ -187,6 +187,22 @@ def test_expired_callback_stops_between_policies():
     assert verdict.allowed and [r.outcome for r in verdict.results] == ["pass"] * 3
 
 
+def test_expired_callback_stops_between_rules_evaluated_one_by_one():
+    """A policy evaluated rule by rule (its fused program failed) stops at the next rule."""
+    failing = {"expression": "object.metadata.labels['missing'] == 'x'"}
+    policy = gpu_policy("many", {"failurePolicy": "Ignore", "validations": [failing] * 5})
+    pod = first("manifests/dcgm__nbody-pod-burstable-cpu.yaml")
+    asked = []
+
+    def expired() -> bool:
+        asked.append(True)
+        return len(asked) > 3  # the policy, then two rules, then time is up
+
+    with pytest.raises(EvaluationExpired):
+        engine_for(policy).evaluate(from_object(pod, now=NOW), expired=expired)
+    assert len(asked) == 4
+
+
 def test_match_condition_false_skips_and_namespace_selector_uses_labels():
     policy = gpu_policy("team-only", {
         "match": {"namespaceSelector": {"matchLabels": {"gpuguard.io/team": "a"}}},

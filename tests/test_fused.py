@@ -112,7 +112,7 @@ def test_results_that_are_not_plain_are_reported_rule_by_rule():
         "fail", "failed expression: gpu.count == 0 (messageExpression returned bool, not a "
         "string)")
     assert messages["empty-message"] == (
-        "fail", "static (messageExpression returned str, not a string)")
+        "fail", "static (messageExpression returned an empty string)")
     assert messages["not-bool"] == ("error", "validations[0] returned 1, not a bool")
     assert [r.outcome for r in verdict.results if r.policy == "one-error"] == ["error", "pass"]
     assert messages["condition-error"][0] == "error"

@@ -107,3 +107,71 @@ def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
         "equal the limit, as a whole number, under a current resource name (nvidia.com/gpu, not "
         "alpha.kubernetes.io/nvidia-gpu).",
     ]
+
+
+def written_engine(loaded):
+    """The reference: the policies evaluated as written (no inlining, no fused programs)."""
+    import policies.engine as engine_module
+
+    original = engine_module.inline_policy
+    engine_module.inline_policy = lambda policy, environment: policy
+    try:
+        return Engine(loaded, ENV, fuse=False)
+    finally:
+        engine_module.inline_policy = original
+
+
+POD = "manifests/gpuop__cuda-vector-add-legacy-pod.yaml"
+
+
+@pytest.mark.parametrize("spec", [
+    # A quote inside a comment opens no string: variables.b after it is still code.
+    {"variables": [{"name": "a", "expression": "gpu.count"},
+                   {"name": "b", "expression": "object.metadata.name"}],
+     "validations": [{"expression": "variables.a < 0 // see '''docs\n"
+                                    "|| variables.b != ''' # '''", "message": "static"}]},
+    # Trailing comments must not swallow the parentheses inlining adds after them.
+    {"params": {"max": 4},
+     "variables": [{"name": "n", "expression": "gpu.count // devices"}],
+     "validations": [{"expression": "variables.n <= params.max // the cap",
+                      "messageExpression": "'asks ' + string(variables.n) // why"}]},
+    # Characters past U+FFFF in params (JSON would write surrogate pairs CEL refuses).
+    {"params": {"note": "GPU \U0001F680 quota"},
+     "validations": [{"expression": "gpu.count > 100", "messageExpression": "params.note"}]},
+])
+def test_comments_and_unicode_are_inlined_and_decide_as_written(spec):
+    loaded = policy_set(spec)
+    engine = Engine(loaded, ENV)
+    [inlined] = engine.policies.policies
+    assert inlined.variables == () and inlined.params is None
+    review = from_object(first(POD))
+    assert engine.evaluate(review) == written_engine(loaded).evaluate(review)
+
+
+def test_emoji_param_reaches_the_message():
+    spec = {"params": {"note": "GPU \U0001F680 quota"},
+            "validations": [{"expression": "gpu.count > 100", "messageExpression": "params.note"}]}
+    assert Engine(policy_set(spec), ENV).evaluate(from_object(first(POD))).message == \
+        "p: GPU \U0001F680 quota"
+
+
+def test_an_inlined_pass_with_an_error_is_redone_as_written():
+    """Variables keep their own iteration budget and errors name the variable, as when the
+    policy is evaluated as written (the API server's way)."""
+    numbers = "[" + ", ".join(str(i) for i in range(95)) + "]"
+    budget = {"variables": [{"name": "v", "expression":  # 9,120 iterations
+                             f"{numbers}.map(x, {numbers}.map(y, y)).size()"}],
+              "validations": [{"expression": f"variables.v > 0 && {numbers}.all(z, z >= 0)"}]}
+    loaded = policy_set(budget)
+    review = from_object(first(POD))
+    verdict = Engine(loaded, ENV).evaluate(review)
+    assert verdict == written_engine(loaded).evaluate(review)
+    assert verdict.allowed and [r.outcome for r in verdict.results] == ["pass"]
+    failing = {"variables": [{"name": "label", "expression":
+                              "object.metadata.labels['missing']"}],
+               "validations": [{"expression": "variables.label == 'x'"}]}
+    loaded = policy_set(failing)
+    verdict = Engine(loaded, ENV).evaluate(review)
+    assert verdict == written_engine(loaded).evaluate(review)
+    assert verdict.results[0].message.startswith(
+        "validations[0] failed to evaluate: variables.label: ")

@@ -284,6 +284,25 @@ async def test_deadline_stops_a_slow_evaluation_between_policies(tmp_path, inlin
                       cause="deadline") == 1.0
 
 
+async def test_an_evaluation_too_slow_for_the_loop_is_done_again_in_the_pool(tmp_path):
+    """Slow policies must not hold the event loop (health probes, other requests) for long: an
+    inline evaluation still running after its slice is abandoned and redone in the pool, and
+    the answer is the policies' own, not a fallback."""
+    path = write_policies(tmp_path, GPU_IGNORE, GPU_FAIL)
+    async with running([path], deadline_ms=5000, inline_slice_ms=20) as server, \
+            aiohttp.ClientSession() as session:
+        slow = SlowPolicies(server.store.current.engine, 0.03)
+        status, body = await post(session, server, "validate", gpu_pod("slow"))
+        assert status == 200 and body["response"]["allowed"] is True
+        assert "warnings" not in body["response"]
+        loop_thread = threading.current_thread()
+        assert slow.threads[0] is loop_thread and slow.threads[1] is not loop_thread
+        assert slow.outcomes == ["EvaluationExpired", "verdict"]
+        assert sample(server, "gpuguard_admission_inline_handoffs_total") == 1.0
+        assert sample(server, "gpuguard_admission_fallbacks_total", endpoint="validate",
+                      cause="deadline") == 0.0
+
+
 # --- policy hot reload -----------------------------------------------------------------------
 
 
@@ -660,6 +679,7 @@ async def test_serve_with_refused_tls_material_is_a_usage_error(tmp_path):
     (["--namespace-labels", "/nonexistent/ns.yaml"], "/nonexistent/ns.yaml: cannot be read"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig /nonexistent/kubeconfig: no such file"),
     (["--deadline-ms", "0"], "deadline_ms: must be at least 1, got 0"),
+    (["--inline-slice-ms", "0"], "inline_slice_ms: must be at least 1, got 0"),
     (["--workers", "0"], "workers: must be at least 1, got 0"),
 ])
 async def test_serve_input_errors_exit_2_with_one_line(args, message):

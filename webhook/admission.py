@@ -11,18 +11,20 @@ is allowed without evaluation. For dryRun requests nothing is recorded (the :cla
 not called).
 
 Where the evaluation runs: a request whose body is at most ``ServerSettings.inline_max_bytes``
-(64 KiB by default; nearly every pod is a few KiB) is evaluated on the event loop itself, with the
-engine's cooperative deadline (``expired``, checked before each policy's pass: past the deadline
-the engine raises :class:`~policies.engine.EvaluationExpired` and the fallback answers). A larger
-body goes to the thread pool and is awaited under the deadline, which abandons an evaluation that
-does not come back (and the same ``expired`` stops it at its next policy). Why inline is safe and
-worth it: handing each request to a thread and back (submit, ``call_soon_threadsafe``, a loop
-wake-up, the GIL passed back and forth) cost more than the whole webhook around an empty policy
-set, and buys no parallelism (the engine holds the GIL); while one policy's pass cannot be
-interrupted, its cost is bounded: CEL evaluation stops at its comprehension iteration budget
-(:data:`policies.cel.ITERATION_BUDGET`) and the facts and activations are built in time linear in
-the body, which the size threshold bounds. So an inline evaluation overruns the deadline by at
-most one policy's bounded cost, and blocks other requests on the loop only that long.
+(64 KiB by default; nearly every pod is a few KiB) is first evaluated on the event loop itself for
+at most ``ServerSettings.inline_slice_ms`` (10 ms; a library evaluation takes well under 1 ms),
+with the engine's cooperative deadline (``expired``, checked before each policy and each rule
+evaluated on its own). An evaluation still running at the end of its slice is abandoned (nothing
+was recorded) and done again in the thread pool, so a slow policy set cannot hold the loop —
+health probes, other requests — for longer than a slice plus one CEL evaluation. A larger body
+goes to the thread pool directly. The pool is awaited under the deadline, which abandons an
+evaluation that does not come back (and the same ``expired`` stops it at its next policy or
+rule); past the deadline the engine raises :class:`~policies.engine.EvaluationExpired` and the
+fallback answers. Why inline first: handing each request to a thread and back (submit,
+``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth) cost more than the whole
+webhook around an empty policy set, and buys no parallelism (the engine holds the GIL). One CEL
+evaluation cannot be interrupted, but it stops at its comprehension iteration budget
+(:data:`policies.cel.ITERATION_BUDGET`) over a body the size threshold bounds.
 
 Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
 otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
@@ -316,10 +318,18 @@ class Admitter:
             return loop_time() >= deadline_at
 
         try:
+            verdict = None
             if inline:
-                verdict = snapshot.engine.evaluate(review, mutate=mutate, validate=not mutate,
-                                                   expired=expired, **quota)
-            else:
+                slice_end = min(deadline_at, loop_time() + self.settings.inline_slice_s)
+                try:
+                    verdict = snapshot.engine.evaluate(
+                        review, mutate=mutate, validate=not mutate,
+                        expired=lambda: loop_time() >= slice_end, **quota)
+                except EvaluationExpired:
+                    if expired():
+                        raise
+                    self.metrics.inline_handoffs.inc()  # too slow for the loop: the pool's
+            if verdict is None:
                 future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
                                               validate=not mutate, expired=expired, **quota)
                 try:

@@ -15,6 +15,8 @@ Metrics (``endpoint`` is ``validate`` or ``mutate``):
 - ``gpuguard_admission_evaluation_errors_total{endpoint, policy}``: rules that failed to evaluate.
 - ``gpuguard_admission_fallbacks_total{endpoint, cause}``: answers decided by failurePolicy
   because the evaluation hit the ``deadline`` or raised an ``exception``.
+- ``gpuguard_admission_inline_handoffs_total``: evaluations that outlasted their slice on the
+  event loop and were done again in the thread pool (a slow policy set shows here first).
 - ``gpuguard_admission_requests_in_flight``; ``gpuguard_policy_reloads_total{outcome}``
   (``success``, ``rejected``); ``gpuguard_tls_reloads_total{outcome}`` (``success``,
   ``failure``); ``gpuguard_policies_loaded``.
@@ -83,6 +85,10 @@ class Metrics:
             "gpuguard_admission_fallbacks",
             "Answers decided by the matching policies' failurePolicy because the evaluation "
             "hit the deadline or raised.", ["endpoint", "cause"], registry=registry)
+        self.inline_handoffs = Counter(
+            "gpuguard_admission_inline_handoffs",
+            "Evaluations that outlasted their time slice on the event loop and were done again "
+            "in the thread pool.", registry=registry)
         self.in_flight = Gauge(
             "gpuguard_admission_requests_in_flight", "Admission requests being handled.",
             registry=registry, multiprocess_mode="livesum")

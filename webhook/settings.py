@@ -26,15 +26,15 @@ class ServerSettings:
         max_body_bytes: largest accepted request body (bytes); larger is answered 413. The API
             server's own request limit is 3 MiB.
         max_depth: deepest accepted JSON nesting (objects and arrays); deeper is answered 400.
-        inline_max_bytes: request bodies up to this size (bytes) are evaluated on the event
-            loop; larger ones in the thread pool (``eval_threads``); 0 sends every request to the
-            pool. Inline saves the hand-off to a thread and back (more than the webhook's whole
-            cost around an empty policy set) and loses nothing: the engine holds the GIL either
-            way. It keeps the deadline: the engine checks it before each policy's pass, and one
-            pass is bounded — CEL evaluation by its comprehension iteration budget, the GPU
-            facts and activations by time linear in the body, which this limit caps — so an
-            inline evaluation overruns ``deadline_ms`` by at most one policy's bounded cost
-            (see :mod:`webhook.admission`).
+        inline_max_bytes: request bodies up to this size (bytes) are first evaluated on the
+            event loop; larger ones in the thread pool (``eval_threads``); 0 sends every request
+            to the pool. Inline saves the hand-off to a thread and back (more than the webhook's
+            whole cost around an empty policy set) and loses nothing: the engine holds the GIL
+            either way (see :mod:`webhook.admission`).
+        inline_slice_ms: the longest an evaluation runs on the event loop (milliseconds); one
+            still running then is done again in the thread pool, so slow policies cannot starve
+            health probes and other requests. The engine checks it before each policy and each
+            rule evaluated on its own.
         eval_threads: threads evaluating policies of bodies over ``inline_max_bytes`` (the
             deadline can abandon a stuck one).
         policy_reload_s / tls_reload_s: seconds between checks of the policy files and of the
@@ -55,6 +55,7 @@ class ServerSettings:
     max_body_bytes: int = 3 * MiB
     max_depth: int = 100
     inline_max_bytes: int = 64 * 1024
+    inline_slice_ms: int = 10
     eval_threads: int = 4
     policy_reload_s: float = 5.0
     tls_reload_s: float = 10.0
@@ -71,7 +72,8 @@ class ServerSettings:
         """
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: {self.port} is not a TCP port (0-65535)")
-        for name in ("workers", "deadline_ms", "max_body_bytes", "max_depth", "eval_threads"):
+        for name in ("workers", "deadline_ms", "max_body_bytes", "max_depth", "eval_threads",
+                     "inline_slice_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         if self.inline_max_bytes < 0:
@@ -88,3 +90,8 @@ class ServerSettings:
     def deadline_s(self) -> float:
         """The evaluation deadline in seconds."""
         return self.deadline_ms / 1000.0
+
+    @property
+    def inline_slice_s(self) -> float:
+        """``inline_slice_ms`` in seconds."""
+        return self.inline_slice_ms / 1000.0
