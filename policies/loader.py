@@ -627,7 +627,8 @@ def build_policy_set(
                 warnings.append(f"{document.location}: {kind} {name!r} has no binding in the "
                                 "input; Kubernetes does not enforce it, and neither does gpuguard")
             candidates = _param_objects(documents, body["spec"].get("paramKind"))
-            used.update(id(c) for c in candidates)
+            chosen = {id(c) for c in candidates}  # param bodies; `used` holds documents
+            used.update(id(d) for d in documents if id(d.body) in chosen)
             for binding in bound:
                 selected = _bound_params(binding, candidates, warnings)
                 for params, missing in selected:

@@ -202,6 +202,14 @@ def test_binding_to_a_missing_policy_and_stray_documents_are_warnings(tmp_path):
     assert DATA_POD
 
 
+def test_param_objects_of_a_binding_are_not_reported_as_ignored(tmp_path):
+    from tests.test_engine import NATIVE_VAP
+
+    policy_set, errors = _load_text(tmp_path, NATIVE_VAP)
+    assert errors == [] and len(policy_set.policies) == 1
+    assert policy_set.warnings == ()
+
+
 def test_lint_and_check_refuse_an_empty_policy_set(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["lint", str(tmp_path / "empty")]) == 1
