@@ -9,7 +9,8 @@ memory as one parsed tree:
 - JSON: the top-level object is walked key by key with :meth:`json.JSONDecoder.raw_decode` over a
   sliding buffer; each element of ``items`` is decoded, yielded and dropped.
 - YAML: the block sequence under a top-level ``items:`` key is split at its ``- `` entries (the
-  layout kubectl and every YAML emitter write), and each entry is loaded with the safe loader.
+  layout kubectl and every YAML emitter write), and each entry is loaded with
+  :func:`policies.sources.load_yaml` (the safe loader, alias bombs refused).
 
 Every problem becomes a :class:`~policies.sources.LoadError` naming the file, the document and the
 item (``file: document 0: items[12]: …``); reading continues with the next item.
@@ -30,12 +31,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from policies.sources import Document, LoadError, iter_documents, iter_paths
-
-try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is missing.
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
+from policies.sources import Document, LoadError, iter_documents, iter_paths, load_yaml
 
 _CHUNK = 1 << 20  # characters read at a time
 _MAX_VALUE = 64 << 20  # characters one JSON value may span before it is declared broken
@@ -318,7 +314,7 @@ class _YamlDocument:
         number = self.count
         self.count += 1
         try:
-            value = yaml.load(text, Loader=_Loader)
+            value = load_yaml(text)
         except (yaml.YAMLError, RecursionError) as exc:
             detail = _yaml_error(exc, self.item_line) if isinstance(exc, yaml.YAMLError) \
                 else "invalid YAML: nested too deeply"
@@ -336,7 +332,7 @@ class _YamlDocument:
                                     for ln in self.header):
             return
         try:
-            value = yaml.load("\n".join(self.header), Loader=_Loader)
+            value = load_yaml("\n".join(self.header))
         except (yaml.YAMLError, RecursionError) as exc:
             detail = _yaml_error(exc, self.header_line) if isinstance(exc, yaml.YAMLError) \
                 else "invalid YAML: nested too deeply"

@@ -7,8 +7,21 @@ Owns turning paths into parsed documents: multi-document YAML (``---``), JSON, `
 :class:`LoadError` that names the file, the document index (0-based) and, for YAML syntax errors,
 the line, and reading goes on with the next document.
 
-Must not interpret objects (GPU facts, policies): it only parses. YAML is read with the safe loader
-only.
+YAML is read with the safe loader only, and every YAML document goes through :func:`load_yaml`,
+which refuses alias bombs before anything walks the result. PyYAML shares an aliased node instead of
+copying it, so a few hundred bytes (9 anchors, each a list of 9 aliases of the previous one) load
+at once into a value whose expansion has 9^9 nodes; everything that walks it afterwards (GPU facts,
+CEL conversion, JSON) is exponential. A document is refused when its aliases add more than
+:data:`ALIAS_RATIO` (100) nodes per node written in it, or more than :data:`MAX_ALIAS_NODES`
+(1,000,000) in all. The ratio keeps the work linear in the input size however many small documents
+or files an input holds; the cap bounds one large document (a million nodes take about a second to
+walk). Ordinary anchors (a shared ``env`` or ``resources`` block) add a few nodes per node written.
+The error names the file, the document and the line of the alias where the bound is crossed. A
+recursive alias (one inside the node it names) is refused too: Kubernetes objects are trees.
+go-yaml, which kubectl uses, has a similar guard ("document contains excessive aliasing": alias
+expansion may be at most 99% of a small document's decoded nodes and about 400,000 in a large one).
+
+Must not interpret objects (GPU facts, policies): it only parses.
 """
 
 from __future__ import annotations
@@ -33,6 +46,31 @@ try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is mi
     _Loader: type = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Loader = yaml.SafeLoader
+
+
+
+class _LocatingLoader(_Loader):  # type: ignore[misc, valid-type]
+    """The safe loader, naming the node whose scalar cannot be converted (slow: errors only)."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Construct ``node``; a ValueError (a timestamp like 2026-13-45, ``!!float abc``, an int
+        of more than 4300 digits) becomes a ConstructorError marked at the node."""
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, _unconvertible(node, exc), node.start_mark) from None
+
+
+def _unconvertible(node: yaml.Node, exc: ValueError) -> str:
+    """Why a scalar cannot be converted, in words (not Python's advice to raise a limit)."""
+    tag = str(node.tag).rsplit(":", 1)[-1]
+    value = str(node.value) if isinstance(node, yaml.ScalarNode) else ""
+    if "integer string conversion" in str(exc):
+        return f"a number with more than {sys.get_int_max_str_digits()} digits"
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    return f"cannot read {shown!r} as a {tag} ({exc})"
+
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 _SEPARATOR = re.compile(r"^(?:---|\.\.\.)(?:[ \t].*)?$")
@@ -217,6 +255,135 @@ def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
     yield start, "".join(lines)
 
 
+MAX_ALIAS_NODES = 1_000_000
+"""The most nodes aliases may add to one YAML document (see the module docstring)."""
+ALIAS_RATIO = 100
+"""The most nodes aliases may add to a YAML document per node written in it."""
+
+
+class AliasExpansionError(yaml.MarkedYAMLError):
+    """A YAML document whose aliases expand too far (an alias bomb) or into themselves.
+
+    A :class:`yaml.MarkedYAMLError`, so it is reported like any other YAML error: ``problem``
+    says what, ``problem_mark`` is the offending alias (0-based line in the text given).
+    """
+
+
+def _check_aliases(text: str) -> None:
+    """Refuse ``text`` (one YAML document) when its aliases expand past the bound.
+
+    Walks the parser's events once, without building anything: each anchored node's expanded
+    size is remembered by anchor name, so an alias costs one addition (linear time whatever the
+    expansion). Sizes saturate just above :data:`MAX_ALIAS_NODES`, keeping the sums small ints.
+
+    Raises:
+        AliasExpansionError: at the alias where the nodes added cross the allowed number, or at
+            an alias inside the node it names.
+        yaml.YAMLError: the text does not parse (the same error the loader would raise).
+    """
+    saturated = MAX_ALIAS_NODES + 1
+    sizes: dict[str, int] = {}  # anchor -> nodes of its node, aliases expanded
+    stack: list[list[Any]] = []  # open collections: [anchor, expanded nodes so far]
+    opened: set[str] = set()  # anchors of the open collections
+    written = 0  # nodes in the text (aliases excluded)
+    added = 0  # nodes the aliases add, so far
+    crossings: list[tuple[int, yaml.Mark, str]] = []  # (added after it, mark, name) per alias
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            anchor = str(event.anchor)
+            if anchor in opened:
+                raise AliasExpansionError(
+                    None, None, f"alias *{anchor} is inside the node &{anchor} it names (a "
+                    "recursive structure, which a Kubernetes object cannot be)", event.start_mark)
+            size = sizes.get(anchor)
+            if size is None:
+                continue  # an undefined alias: the loader reports it
+            added = min(added + size, saturated)
+            if stack:
+                stack[-1][1] = min(stack[-1][1] + size, saturated)
+            crossings.append((added, event.start_mark, anchor))
+            continue
+        if isinstance(event, yaml.NodeEvent) and event.anchor is not None and \
+                (str(event.anchor) in sizes or str(event.anchor) in opened):
+            return  # a duplicate anchor: the loader refuses it, naming both
+        if isinstance(event, yaml.ScalarEvent):
+            written += 1
+            if stack:
+                stack[-1][1] = min(stack[-1][1] + 1, saturated)
+            if event.anchor is not None:
+                sizes[str(event.anchor)] = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            written += 1
+            anchor = None if event.anchor is None else str(event.anchor)
+            stack.append([anchor, 1])
+            if anchor is not None:
+                opened.add(anchor)
+        elif isinstance(event, yaml.CollectionEndEvent) and stack:
+            anchor, size = stack.pop()
+            if stack:
+                stack[-1][1] = min(stack[-1][1] + size, saturated)
+            if anchor is not None:
+                opened.discard(anchor)
+                sizes[anchor] = size
+        elif isinstance(event, yaml.DocumentStartEvent):
+            sizes.clear()  # anchors do not cross documents
+    allowed = min(MAX_ALIAS_NODES, ALIAS_RATIO * written)
+    if added <= allowed:
+        return
+    # The first alias after which the added nodes exceed the bound: the one to point at.
+    _, mark, anchor = next(c for c in crossings if c[0] > allowed)
+    raise AliasExpansionError(
+        None, None, f"alias *{anchor}: aliases would add more than {allowed:,} nodes (at most "
+        f"{ALIAS_RATIO} per node written, {written:,} here, and {MAX_ALIAS_NODES:,} in all); "
+        "refused as a YAML alias bomb", mark)
+
+
+def load_yaml(text: str) -> Any:
+    """Load one YAML document with the safe loader, refusing alias bombs (module docstring).
+
+    Args:
+        text: the document's text (line numbers in errors are 0-based marks into it).
+
+    Returns:
+        The parsed value (None for an empty document).
+
+    Raises:
+        AliasExpansionError: the aliases expand past the bound, or into themselves.
+        yaml.YAMLError: any other YAML error (syntax, an undefined alias, several documents, a
+            scalar its tag cannot hold: ``2026-13-45``, an int of more than 4300 digits).
+        RecursionError: nesting too deep for the parser.
+    """
+    # An alias needs an anchor ('&') and a reference ('*'): most documents have neither and skip
+    # the extra parse.
+    if "*" in text and "&" in text:
+        _check_aliases(text)
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except ValueError:
+        # The constructor cannot convert a scalar; it does not say which: load again, naming it.
+        return yaml.load(text, Loader=_LocatingLoader)
+
+
+def load_json(text: str) -> Any:
+    """:func:`json.loads`, every failure a :class:`json.JSONDecodeError`.
+
+    ``json.loads`` raises a bare ValueError for an int of more than 4300 digits (Python's limit
+    on int() of text); callers that catch JSONDecodeError would show a traceback. Here it is a
+    JSONDecodeError at the number (``msg``: a number with more than 4300 digits).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        limit = sys.get_int_max_str_digits()
+        # The first such number outside strings (JSON in a JSON string does not count).
+        tokens = re.finditer(f'"(?:[^"\\\\]|\\\\.)*"|([0-9]{{{limit + 1}}})', text)
+        where = next((m.start(1) for m in tokens if m.group(1)), 0)
+        raise json.JSONDecodeError(f"a number with more than {limit} digits", text,
+                                   where) from None
+
+
 def _line_map(chunk: str, first_line: int) -> dict[str, int]:
     """Field path -> 1-based line of every node of one YAML document (for error locations)."""
     lines: dict[str, int] = {}
@@ -253,7 +420,7 @@ def parse_text(
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            value = json.loads(text)
+            value = load_json(text)
             yield 0, value, (_line_map(text, 1) if with_lines else None)
             return
         except json.JSONDecodeError as exc:
@@ -266,6 +433,7 @@ def parse_text(
         except RecursionError:
             yield LoadError(source, 0, "JSON nested too deeply")
             return
+
     index = -1
     for first_line, chunk in _split_yaml(text):
         # Comment-only chunks (a header before the first ``---``, a trailing ``---``) are not
@@ -274,7 +442,7 @@ def parse_text(
             continue
         index += 1
         try:
-            value = yaml.load(chunk, Loader=_Loader)
+            value = load_yaml(chunk)
         except yaml.MarkedYAMLError as exc:
             # The context mark is where the broken construct starts (an unclosed '['); the
             # problem mark is where the parser gave up, often the next document's '---'.
@@ -388,7 +556,7 @@ def load_package_yaml(package: str, name: str) -> Any:
 
     Raises:
         FileNotFoundError: the file is not in the installed package.
-        yaml.YAMLError: the shipped file is malformed (a packaging bug).
+        yaml.YAMLError: the shipped file is malformed (a packaging bug), or an alias bomb.
     """
     text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_Loader)
+    return load_yaml(text)

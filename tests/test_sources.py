@@ -178,3 +178,21 @@ def test_table_and_yaml_outputs(capsys):
     assert "LeaderWorkerSet/vllm" in table and "nvidia.com/gpu: 32" in table
     assert main(["gpus", "-f", path, "-o", "yaml"]) == 0
     assert "gpu_equivalents: 32.0" in capsys.readouterr().out
+
+
+def test_ordinary_anchors_and_aliases_still_load(capsys):
+    # The corpus LeaderWorkerSet with what its templates share written once (&, *, <<): the alias
+    # bound must not touch such files, and every command sees the same object.
+    anchored = str(DATA / "edge" / "anchors__lws-vllm-gpu-leaderworkerset.yaml")
+    plain = str(DATA / "manifests" / "lws__vllm-gpu-leaderworkerset.yaml")
+    [document], errors = read_documents([anchored], with_lines=True)
+    assert errors == []
+    assert document.body == read_documents([plain])[0][0].body
+    assert document.line_of("spec.leaderWorkerTemplate.workerTemplate.spec.volumes") == 75
+    assert main(["gpus", "-f", anchored, "-o", "json"]) == 0
+    total = json.loads(capsys.readouterr().out)["objects"][0]["total"]
+    assert total["gpus"] == {"nvidia.com/gpu": 32}
+    assert main(["check", "-f", anchored]) == 0
+    capsys.readouterr()
+    assert main(["audit", "-f", anchored, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["errors"] == []
