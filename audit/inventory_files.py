@@ -34,7 +34,14 @@ from audit.inventory_summary import (
     summary_from_dict,
     summary_from_json,
 )
-from policies.sources import LoadError, iter_paths, parse_text, printable, read_text
+from policies.sources import (
+    LoadError,
+    iter_paths,
+    load_json,
+    parse_text,
+    printable,
+    read_text,
+)
 
 __all__ = ["InventoryLoad", "inventories_from_objects", "read_inventories"]
 
@@ -130,7 +137,7 @@ def _documents(source: str, text: str) -> Iterator[tuple[str, Any] | str]:
     """Parsed documents of one file: ``(where, value)``, or an error line."""
     if text.lstrip().startswith("{"):
         try:
-            yield f"{source}: document 0", json.loads(text)
+            yield f"{source}: document 0", load_json(text)
             return
         except json.JSONDecodeError as exc:
             if exc.msg == "Extra data":  # JSON Lines (one inventory per line)
@@ -138,7 +145,7 @@ def _documents(source: str, text: str) -> Iterator[tuple[str, Any] | str]:
                     if not line.strip():
                         continue
                     try:
-                        yield f"{source}: line {number}", json.loads(line)
+                        yield f"{source}: line {number}", load_json(line)
                     except json.JSONDecodeError as bad:
                         yield f"{printable(source)}: line {number}: invalid JSON: {bad.msg}"
                 return

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from audit.inventory import Gpu, Inventory, InventoryFormatError, mib
+from policies.sources import load_json
 
 __all__ = [
     "ANNOTATION",
@@ -243,7 +244,7 @@ def summary_from_json(text: str) -> InventorySummary:
         InventoryFormatError: not JSON, or not a summary (the message says which).
     """
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise InventoryFormatError(f"not JSON: {exc}") from None
     return summary_from_dict(data)

@@ -17,11 +17,17 @@ the GFD / MIG-manager labels, HAMi's register annotation and the label inconsist
   ``spec.unschedulable`` (cordoned), ``NoSchedule`` / ``NoExecute`` taints, allocatable CPU
   (millicores) and memory (bytes).
 
+Every count is an int from 0 to :data:`policies.quantity.MAX_COUNT` (Kubernetes stores int64),
+so placement's sums and float conversions cannot overflow: a GPU value outside is left out (as
+:mod:`policies.nodes` reports it), a CPU or memory value outside becomes unknown (None) and is
+added to the facts' ``invalid`` (and ``warnings``).
+
 Must not look at pods.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +36,8 @@ from typing import Any
 
 from audit.scheduling import Taint, taints_of
 from policies import mig
-from policies.nodes import NodeFacts, node_facts, slot_unit
-from policies.quantity import QuantityError, parse_quantity
+from policies.nodes import NodeFacts, device_count, node_facts, slot_unit
+from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
 from policies.resource_names import (
     DEFAULT_SETTINGS,
     SPLIT_KINDS,
@@ -116,22 +122,34 @@ def _gpu_resources(resources: Any, settings: GPUSettings) -> dict[str, int]:
         if kind not in _DEVICE_KINDS and kind not in SPLIT_KINDS:
             continue
         try:
-            value = parse_quantity(raw)
+            found[str(resource)] = device_count(raw)
         except QuantityError:
             continue
-        if value >= 0 and value.denominator == 1:
-            found[str(resource)] = int(value)
     return found
 
 
-def _scalar(resources: Mapping[str, Any], name: str, scale: int) -> int | None:
+def _scalar(resources: Mapping[str, Any], name: str, scale: int, where: str,
+            invalid: list[str]) -> int | None:
+    """``resources[name]`` times ``scale`` rounded down (CPU: millicores; memory: bytes), 0 to
+    MAX_COUNT; None when absent or unusable (reported in ``invalid``; ``where``: the map's path).
+    """
     raw = resources.get(name)
     if raw is None:
         return None
     try:
-        return max(0, math.floor(parse_quantity(raw) * scale))
-    except QuantityError:
+        value = parse_quantity(raw)
+    except QuantityError as exc:
+        invalid.append(f"{where}[{name}]: {exc}; ignored")
         return None
+    if value < 0:
+        invalid.append(f"{where}[{name}]: {format_fraction(value)} is negative; ignored")
+        return None
+    scaled = math.floor(value * scale)
+    if scaled > MAX_COUNT:
+        invalid.append(f"{where}[{name}]: {format_fraction(value)} is out of range (at most "
+                       f"{MAX_COUNT // scale}); ignored")
+        return None
+    return scaled
 
 
 def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
@@ -144,7 +162,8 @@ def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
 
 
 def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
-    for condition in status.get("conditions") or []:
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
         condition = _dict(condition)
         if condition.get("type") == "Ready":
             if condition.get("status") == "True":
@@ -160,6 +179,19 @@ def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacit
     status = _dict(node.get("status"))
     spec = _dict(node.get("spec"))
     raw_allocatable = _dict(status.get("allocatable")) or _dict(status.get("capacity"))
+    where = "status.allocatable" if _dict(status.get("allocatable")) else "status.capacity"
+    invalid: list[str] = []
+    cpu = _scalar(raw_allocatable, "cpu", 1000, where, invalid)
+    memory = _scalar(raw_allocatable, "memory", 1, where, invalid)
+    if node.get("spec") is not None and not isinstance(node.get("spec"), Mapping):
+        invalid.append(f"spec: expected a map, got {type(node.get('spec')).__name__}; ignored")
+    for path, value in (("status.conditions", status.get("conditions")),
+                        ("spec.taints", spec.get("taints"))):
+        if value is not None and not isinstance(value, list):
+            invalid.append(f"{path}: expected a list, got {type(value).__name__}; ignored")
+    if invalid:
+        facts = dataclasses.replace(facts, warnings=(*facts.warnings, *invalid),
+                                    invalid=(*facts.invalid, *invalid))
     allocatable = _gpu_resources(raw_allocatable, settings)
     capacity = _gpu_resources(status.get("capacity"), settings) or dict(allocatable)
     units: dict[str, Fraction | None] = {}
@@ -192,6 +224,6 @@ def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacit
         not_ready=reason,
         unschedulable=spec.get("unschedulable") is True,
         taints=taints_of(node),
-        cpu_millicores=_scalar(raw_allocatable, "cpu", 1000),
-        memory_bytes=_scalar(raw_allocatable, "memory", 1),
+        cpu_millicores=cpu,
+        memory_bytes=memory,
     )

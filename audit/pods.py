@@ -27,7 +27,7 @@ from typing import Any
 
 from audit.ownership import ObjectKey, controller_of, group_of
 from policies.gpu import KAI_CONTAINER, KAI_DEVICES, KAI_FRACTION, KAI_MEMORY, pod_facts
-from policies.quantity import QuantityError, parse_quantity
+from policies.quantity import MAX_COUNT, QuantityError, parse_quantity
 from policies.resource_names import GPUSettings
 
 RUNNING, PENDING, FINISHED = "running", "pending", "finished"
@@ -107,6 +107,18 @@ def _list(value: Any) -> list[Any]:
     return value if type(value) is list or isinstance(value, list) else []
 
 
+def _scaled(value: Any, scale: int) -> int:
+    """A quantity times ``scale`` rounded up, from 0 to MAX_COUNT (Kubernetes stores int64).
+
+    Beyond int64 saturates: such a pod fits no node, as it asks for more than any node states,
+    and node and pod figures stay ints a float can hold (placement divides memory into MiB).
+
+    Raises:
+        QuantityError: not a quantity.
+    """
+    return min(MAX_COUNT, max(0, math.ceil(parse_quantity(value) * scale)))
+
+
 def _quantity(resources: Mapping[str, Any], name: str, *, scale: int) -> int:
     """A container's request for ``name`` (the limit when no request), scaled, rounded up."""
     value = _dict(resources.get("requests")).get(name)
@@ -115,10 +127,9 @@ def _quantity(resources: Mapping[str, Any], name: str, *, scale: int) -> int:
     if value is None:
         return 0
     try:
-        parsed = parse_quantity(value)
+        return _scaled(value, scale)
     except QuantityError:
         return 0  # policies report malformed quantities; placement counts them as nothing
-    return max(0, math.ceil(parsed * scale))
 
 
 def _effective(spec: Mapping[str, Any], name: str, scale: int) -> int:
@@ -139,7 +150,7 @@ def _effective(spec: Mapping[str, Any], name: str, scale: int) -> int:
     extra = 0
     if overhead is not None:
         try:
-            extra = max(0, math.ceil(parse_quantity(overhead) * scale))
+            extra = _scaled(overhead, scale)
         except QuantityError:
             extra = 0
     return max(app + sidecars, init_peak) + extra

@@ -26,7 +26,7 @@ from audit.settings import AuditSettings
 from audit.utilization import Metrics, utilization_report
 from policies.engine import Engine
 from policies.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
-from policies.sources import Document, LoadError
+from policies.sources import Document, LoadError, printable
 from policies.workloads import claim_template_devices, find_workload
 
 _NOT_WORKLOADS = frozenset({"Service", "ConfigMap", "Secret", "Endpoints", "EndpointSlice",
@@ -87,7 +87,12 @@ class Scanner:
             if kind == "Pod":
                 self._pod(body)
             elif kind == "Node":
-                self.placement.add_node(node_capacity(body, self.settings.gpu))
+                node = node_capacity(body, self.settings.gpu)
+                self.placement.add_node(node)
+                # Unusable values (a GPU count out of int64 range, a negative allocatable) are
+                # input errors like an unreadable document: the node is audited without them.
+                self.errors += [f"{item.location}: Node {printable(node.name) or '(no name)'}: "
+                                f"{problem}" for problem in node.facts.invalid]
             elif kind == "Namespace":
                 self._namespace(body)
             elif kind in ("ResourceClaimTemplate", "ResourceClaim") and \

@@ -25,7 +25,8 @@ def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     """The node's ``NoSchedule`` / ``NoExecute`` taints (``PreferNoSchedule`` only prefers)."""
     spec = node.get("spec") if isinstance(node.get("spec"), Mapping) else {}
     found = []
-    for taint in spec.get("taints") or []:
+    taints = spec.get("taints")
+    for taint in taints if isinstance(taints, list) else ():  # node_capacity reports others
         if not isinstance(taint, Mapping):
             continue
         effect = str(taint.get("effect") or "")

@@ -33,6 +33,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from policies import mig
+from policies.sources import load_json
 
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -167,7 +168,7 @@ def read_metrics(path: str) -> Metrics:
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            data = json.loads(text)
+            data = load_json(text)
         except json.JSONDecodeError as exc:
             raise MetricsError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
         samples = _query_samples(data, path, warnings)

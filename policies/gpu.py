@@ -24,7 +24,13 @@ from fractions import Fraction
 from typing import Any, Final, TypeVar
 
 from policies import mig
-from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
+from policies.quantity import (
+    MAX_COUNT,
+    QuantityError,
+    format_fraction,
+    parse_count,
+    parse_quantity,
+)
 from policies.resource_names import (
     DEFAULT_SETTINGS,
     OBSOLETE_RESOURCES,
@@ -39,6 +45,10 @@ KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_DEVICES = "gpu-fraction-num-devices"
 KAI_CONTAINER = "gpu-fraction-container-name"
+# KAI's gpu-fraction: a decimal, the exponent bounded so that Fraction() stays instant.
+_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]{1,64}(?:\.[0-9]{0,64})?|\.[0-9]{1,64})(?:[eE][+-]?[0-9]{1,3})?"
+)
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
@@ -737,8 +747,8 @@ def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Pla
         shared = True
     for key in (GKE_MAX_CLIENTS, REPLICAS_LABEL):
         pinned = _selector_values(spec, key)
-        if pinned and len(pinned) == 1 and next(iter(pinned)).isdigit():
-            value = int(next(iter(pinned)))
+        value = parse_count(next(iter(pinned))) if pinned and len(pinned) == 1 else None
+        if value is not None:
             replicas = value if value > 1 else replicas
     return _Placement(model, mig_profile, excluded, shared, replicas)
 
@@ -762,16 +772,18 @@ def _kai(
     details: dict[str, Any] = {"fraction": None, "memory_mib": None, "devices": 1,
                                "container": None}
     if KAI_DEVICES in texts:
-        if texts[KAI_DEVICES].isdigit() and 0 < int(texts[KAI_DEVICES]) <= MAX_COUNT:
-            details["devices"] = int(texts[KAI_DEVICES])
+        devices = parse_count(texts[KAI_DEVICES])
+        if devices:
+            details["devices"] = devices
         else:
             out.invalid.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
                                "not a positive integer")
     equivalents: Fraction | None = None
     if KAI_FRACTION in texts:
-        try:
+        # A plain decimal, as KAI writes it: Fraction('1e-999999999') alone takes minutes.
+        if _DECIMAL.fullmatch(texts[KAI_FRACTION]):
             fraction = Fraction(texts[KAI_FRACTION])
-        except (ValueError, ZeroDivisionError):
+        else:
             fraction = Fraction(-1)
         if 0 < fraction <= 1:
             details["fraction"] = float(fraction)
@@ -784,8 +796,8 @@ def _kai(
             equivalents = ZERO
     if KAI_MEMORY in texts:
         memory = texts[KAI_MEMORY]
-        if memory.isdigit() and int(memory) <= MAX_COUNT:
-            details["memory_mib"] = int(memory)
+        if (memory_mib := parse_count(memory)) is not None:
+            details["memory_mib"] = memory_mib
             if equivalents is None:
                 out.unknown.append(
                     f"{where}.annotations[{KAI_MEMORY}]: {memory} MiB of GPU memory; the share "

@@ -8,6 +8,11 @@ manager labels (``nvidia.com/gpu.product``, ``mig.strategy``, ``mig.config``,
 ``mig.config.state``, ``gpu.replicas``, ``gpu.count``) and the inconsistencies between them. Label
 meanings come from ``shared/reference/gpu-domain.md`` sections 2 and 3.
 
+Every count read from a Node (capacity, allocatable, count labels, HAMi's records) is a whole
+number from 0 to :data:`policies.quantity.MAX_COUNT` (Kubernetes stores int64): a value outside is
+reported — in ``warnings`` and ``invalid``, naming the field — and ignored, so no caller has to
+guard its arithmetic or float conversions.
+
 Must not look at pods or decide placement (that is the auditor's): it describes one Node.
 """
 
@@ -21,7 +26,13 @@ from fractions import Fraction
 from typing import Any
 
 from policies import mig
-from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
+from policies.quantity import (
+    MAX_COUNT,
+    QuantityError,
+    format_fraction,
+    parse_count,
+    parse_quantity,
+)
 from policies.resource_names import (
     DEFAULT_SETTINGS,
     SPLIT_KINDS,
@@ -29,6 +40,7 @@ from policies.resource_names import (
     ResourceKind,
     classify,
 )
+from policies.sources import load_json
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 _MIG_LABEL_FAMILY = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.count$")
@@ -73,16 +85,21 @@ def parse_hami_register(value: str) -> tuple[tuple[HamiDevice, ...], bool, list[
     problems: list[str] = []
     if text.startswith("["):
         try:
-            records = json.loads(text)
+            records = load_json(text)
         except json.JSONDecodeError as exc:
             return (), truncated, [f"{HAMI_REGISTER}: invalid JSON: {exc.msg}"]
+        except RecursionError:
+            return (), truncated, [f"{HAMI_REGISTER}: invalid JSON: nested too deeply"]
         devices = []
-        for record in records if isinstance(records, list) else []:
+        for number, record in enumerate(records if isinstance(records, list) else []):
             if not isinstance(record, dict):
                 continue
+            where = f"{HAMI_REGISTER}: record {number}"
             devices.append(HamiDevice(
-                uuid=str(record.get("id", "")), split=_int(record.get("count")),
-                memory_mib=_int(record.get("devmem")), cores=_int(record.get("devcore")),
+                uuid=str(record.get("id", "")),
+                split=_int(record.get("count"), f"{where} count", problems),
+                memory_mib=_int(record.get("devmem"), f"{where} devmem", problems),
+                cores=_int(record.get("devcore"), f"{where} devcore", problems),
                 type=str(record.get("type", "")), healthy=bool(record.get("health", True)),
                 mode=record.get("mode"),
             ))
@@ -97,19 +114,35 @@ def parse_hami_register(value: str) -> tuple[tuple[HamiDevice, ...], bool, list[
             problems.append(f"{HAMI_REGISTER}: record {number} has {len(fields)} fields, "
                             "expected 7 or 9")
             continue
+        where = f"{HAMI_REGISTER}: record {number}"
         devices.append(HamiDevice(
-            uuid=fields[0], split=_int(fields[1]), memory_mib=_int(fields[2]),
-            cores=_int(fields[3]), type=fields[4], healthy=fields[6].strip() == "true",
-            mode=fields[8] if len(fields) > 8 else None,
+            uuid=fields[0], split=_int(fields[1], f"{where} split", problems),
+            memory_mib=_int(fields[2], f"{where} memory", problems),
+            cores=_int(fields[3], f"{where} cores", problems), type=fields[4],
+            healthy=fields[6].strip() == "true", mode=fields[8] if len(fields) > 8 else None,
         ))
     return tuple(devices), truncated, problems
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(str(value).strip())
-    except ValueError:
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message, cut to 40 characters (a 5000-digit label stays short)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int(value: Any, where: str, problems: list[str]) -> int:
+    """A count of a HAMi record (an int in the JSON form, digits in the CSV form); a value that is
+    not a whole number from 0 to MAX_COUNT is a problem and counts 0 (missing: 0, silently)."""
+    if value is None:
         return 0
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) \
+        else None
+    count = parse_count(text)
+    if count is None:
+        problems.append(f"{where}: {_shown(value)} is not a whole number from 0 to "
+                        f"{MAX_COUNT}; counted as 0")
+        return 0
+    return count
 
 
 @dataclass(frozen=True)
@@ -129,7 +162,13 @@ class Offer:
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What one Node offers (see module docstring); equivalents are Fractions of a GPU."""
+    """What one Node offers (see module docstring); equivalents are Fractions of a GPU.
+
+    ``warnings`` lists label / resource inconsistencies and unusable values; ``invalid`` repeats
+    the unusable values alone (a field of the wrong type, a quantity that is not a count from 0
+    to MAX_COUNT), each ``field path: problem; ignored``: what the auditor reports as input
+    errors.
+    """
 
     name: str
     product: str | None
@@ -149,6 +188,7 @@ class NodeFacts:
     hami_devices: tuple[HamiDevice, ...]
     hami_truncated: bool
     warnings: tuple[str, ...]
+    invalid: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``node`` object of ``gpuguard gpus -o json`` (documented in docs/gpu-facts.md)."""
@@ -176,7 +216,24 @@ class NodeFacts:
         }
 
 
-def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: str) -> Offer:
+def device_count(raw: Any) -> int:
+    """A capacity / allocatable value of a device resource as a count of slots.
+
+    Raises:
+        QuantityError: not a quantity, negative or fractional, or above MAX_COUNT (the most
+            Kubernetes stores); the message says which.
+    """
+    value = parse_quantity(raw)
+    if value > MAX_COUNT:
+        raise QuantityError(f"{format_fraction(value)} is out of range (at most {MAX_COUNT})")
+    if value < 0 or value.denominator != 1:
+        raise QuantityError(f"{format_fraction(value)} is not a device count (expected a whole "
+                            "number from 0)")
+    return int(value)
+
+
+def _offer(resources: Any, settings: GPUSettings, invalid: list[str], where: str) -> Offer:
+    """The GPU resources of ``status.<where>``; unusable values are added to ``invalid``."""
     gpus: dict[str, int] = {}
     migs: dict[str, int] = {}
     shared: dict[str, int] = {}
@@ -186,15 +243,10 @@ def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: st
         if kind in (ResourceKind.OTHER, ResourceKind.UNRECOGNIZED, ResourceKind.OBSOLETE):
             continue
         try:
-            value = parse_quantity(raw)
+            count = device_count(raw)
         except QuantityError as exc:
-            warnings.append(f"status.{where}[{resource}]: {exc}")
+            invalid.append(f"status.{where}[{resource}]: {exc}; ignored")
             continue
-        if not 0 <= value <= MAX_COUNT or value.denominator != 1:
-            warnings.append(f"status.{where}[{resource}]: {format_fraction(value)} is not a "
-                            "device count (expected a whole number from 0); ignored")
-            continue
-        count = int(value)
         if kind is ResourceKind.MIG:
             migs[(mig.profile_from_resource(resource) or ("?", False))[0]] = count
         elif kind is ResourceKind.SHARED:
@@ -206,19 +258,34 @@ def _offer(resources: Any, settings: GPUSettings, warnings: list[str], where: st
     return Offer(gpus, migs, shared, split)
 
 
-def _label_int(labels: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
-    """An integer label (GFD writes them as strings); anything else is a warning and None."""
+def _label_int(labels: Mapping[str, Any], key: str, invalid: list[str]) -> int | None:
+    """An integer label (GFD writes them as strings), 0 to MAX_COUNT; anything else is reported
+    in ``invalid`` and None."""
     value = labels.get(key)
     if value is None:
         return None
-    if isinstance(value, str) and value.isdigit() and int(value) <= MAX_COUNT:
-        return int(value)
-    warnings.append(f"metadata.labels[{key}]: {value!r} is not a non-negative integer; ignored")
-    return None
+    count = parse_count(value)
+    if count is None:
+        problem = f"is out of range (at most {MAX_COUNT})" \
+            if isinstance(value, str) and value.isascii() and value.isdigit() \
+            else "is not a non-negative integer"
+        invalid.append(f"metadata.labels[{key}]: {_shown(value)} {problem}; ignored")
+    return count
 
 
-def _string_labels(labels: Mapping[str, Any], warnings: list[str]) -> dict[str, str]:
-    """Labels with string values only (the API server stores nothing else); others warned."""
+def _map(parent: Mapping[str, Any], key: str, path: str, invalid: list[str]) -> Mapping[str, Any]:
+    """``parent[key]`` when it is a map; empty when absent or null; anything else is reported
+    (``path``: the field's path) and read as empty."""
+    value = parent.get(key)
+    if isinstance(value, Mapping):
+        return value
+    if value is not None:
+        invalid.append(f"{path}: expected a map, got {type(value).__name__}; ignored")
+    return {}
+
+
+def _string_labels(labels: Mapping[str, Any], invalid: list[str]) -> dict[str, str]:
+    """Labels with string values only (the API server stores nothing else); others reported."""
     clean = {}
     for key, value in labels.items():
         if isinstance(value, str):
@@ -226,7 +293,7 @@ def _string_labels(labels: Mapping[str, Any], warnings: list[str]) -> dict[str, 
         elif isinstance(value, int | float | bool):
             clean[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         else:
-            warnings.append(f"metadata.labels[{key}]: expected a string, got "
+            invalid.append(f"metadata.labels[{key}]: expected a string, got "
                             f"{type(value).__name__}; ignored")
     return clean
 
@@ -234,18 +301,23 @@ def _string_labels(labels: Mapping[str, Any], warnings: list[str]) -> dict[str, 
 def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS) -> NodeFacts:
     """Describe the GPUs of one Node object (as ``kubectl get node -o yaml`` prints it).
 
-    Never raises on malformed nodes: unusable values become ``warnings``.
+    Never raises on malformed nodes: unusable values become ``invalid`` (and ``warnings``).
     """
-    metadata = node.get("metadata") if isinstance(node.get("metadata"), Mapping) else {}
-    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
-    annotations = metadata.get("annotations") \
-        if isinstance(metadata.get("annotations"), Mapping) else {}
-    status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
-    warnings: list[str] = []
-    labels = _string_labels(labels, warnings)
-    capacity = _offer(status.get("capacity"), settings, warnings, "capacity")
-    allocatable = _offer(status.get("allocatable") or status.get("capacity"), settings,
-                         warnings, "allocatable")
+    invalid: list[str] = []  # unusable values, in field order
+    warnings: list[str] = []  # inconsistencies between usable values
+    metadata = _map(node, "metadata", "metadata", invalid)
+    if metadata.get("name") is not None and not isinstance(metadata.get("name"), str):
+        invalid.append(f"metadata.name: expected a string, got "
+                       f"{type(metadata.get('name')).__name__}; ignored")
+    labels = _string_labels(_map(metadata, "labels", "metadata.labels", invalid), invalid)
+    annotations = _map(metadata, "annotations", "metadata.annotations", invalid)
+    status = _map(node, "status", "status", invalid)
+    capacity = _offer(_map(status, "capacity", "status.capacity", invalid), settings, invalid,
+                      "capacity")
+    # Kubernetes defaults allocatable to capacity; a capacity value is reported once.
+    raw_allocatable = _map(status, "allocatable", "status.allocatable", invalid)
+    allocatable = _offer(raw_allocatable, settings, invalid, "allocatable") if raw_allocatable \
+        else capacity
 
     product_label = labels.get("nvidia.com/gpu.product")
     product = mig.parse_product(str(product_label)) if product_label else None
@@ -261,14 +333,14 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         strategy = "single"
     single_profile = product.mig_profile if product and strategy == "single" else None
     mig_invalid = bool(product and product.mig_invalid)
-    replicas = _label_int(labels, "nvidia.com/gpu.replicas", warnings)
+    replicas = _label_int(labels, "nvidia.com/gpu.replicas", invalid)
     sharing = labels.get("nvidia.com/gpu.sharing-strategy")
 
     hami_devices: tuple[HamiDevice, ...] = ()
     truncated = False
     if isinstance(annotations.get(HAMI_REGISTER), str):
         hami_devices, truncated, problems = parse_hami_register(annotations[HAMI_REGISTER])
-        warnings += problems
+        invalid += problems
         if truncated:
             warnings.append(f"{HAMI_REGISTER} is truncated ('...'): only "
                             f"{len(hami_devices)} complete device record(s) could be read")
@@ -297,7 +369,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         warnings.append("nvidia.com/mig.config=all-disabled, yet MIG resources are advertised")
 
     physical = _physical_gpus(labels, strategy, mig_invalid, hami_devices, truncated, allocatable,
-                              replicas, warnings)
+                              replicas, invalid)
     equivalents, approximate = _equivalents(
         allocatable, model, single_profile, replicas, hami_devices, settings, warnings)
     return NodeFacts(
@@ -318,14 +390,15 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         approximate=approximate,
         hami_devices=hami_devices,
         hami_truncated=truncated,
-        warnings=tuple(warnings),
+        warnings=(*invalid, *warnings),
+        invalid=tuple(invalid),
     )
 
 
 def _physical_gpus(
     labels: Mapping[str, Any], strategy: Any, mig_invalid: bool,
     hami: tuple[HamiDevice, ...], truncated: bool, allocatable: Offer, replicas: int | None,
-    warnings: list[str],
+    invalid: list[str],
 ) -> int | None:
     """Physical GPUs on the node, when some source states it; None when it cannot be known.
 
@@ -334,7 +407,7 @@ def _physical_gpus(
     """
     if mig_invalid:
         return None  # GFD zeroes every count label; the GPUs are there but unusable
-    count = _label_int(labels, "nvidia.com/gpu.count", warnings)
+    count = _label_int(labels, "nvidia.com/gpu.count", invalid)
     if count is not None and strategy != "single":
         return count
     if hami and not truncated:

@@ -48,6 +48,21 @@ class QuantityError(ValueError):
     """A value is not a valid Kubernetes quantity; the message says what was expected."""
 
 
+def parse_count(value: object) -> int | None:
+    """A count written as a plain string of ASCII digits (a label or annotation value), or None.
+
+    Returns:
+        The count, 0 to :data:`MAX_COUNT`; None for anything else: other types, signs, spaces,
+        values above ``MAX_COUNT``, and the non-ASCII digits ``str.isdigit`` accepts (``'²'``,
+        on which ``int()`` fails, or ``'١٢'``; label values are ASCII).
+    """
+    if type(value) is not str or not 0 < len(value) <= _MAX_TEXT or not value.isascii() \
+            or not value.isdigit():
+        return None
+    count = int(value)  # at most 64 digits: well inside int()'s 4300-digit limit
+    return count if count <= MAX_COUNT else None
+
+
 def parse_quantity(value: object) -> Fraction:
     """Parse a Kubernetes quantity (``"2"``, ``2``, ``"500m"``, ``"1Gi"``, ``"1e3"``) exactly.
 
