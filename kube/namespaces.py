@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s_client
 
 from kube.list_watch import run_list_watch, watch_stream
+from policies.sources import LoadError, parse_text
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 _LOG = logging.getLogger("gpuguard.kube.namespaces")
@@ -124,11 +124,13 @@ def read_namespace_file(path: str) -> dict[str, dict[str, Any]]:
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
-        documents = list(yaml.safe_load_all(text))
     except (OSError, UnicodeDecodeError) as exc:
         raise NamespaceFileError(f"{path}: cannot be read: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise NamespaceFileError(f"{path}: not valid YAML: {exc}") from None
+    documents = []
+    for parsed in parse_text(path, text):  # the one YAML reader (it refuses alias bombs)
+        if isinstance(parsed, LoadError):
+            raise NamespaceFileError(str(parsed))
+        documents.append(parsed[1])
     return parse_namespace_documents(documents, path)
 
 
