@@ -15,16 +15,18 @@ Where the evaluation runs: a request whose body is at most ``ServerSettings.inli
 at most ``ServerSettings.inline_slice_ms`` (10 ms; a library evaluation takes well under 1 ms),
 with the engine's cooperative deadline (``expired``, checked before each policy and each rule
 evaluated on its own). An evaluation still running at the end of its slice is abandoned (nothing
-was recorded) and done again in the thread pool, so a slow policy set cannot hold the loop —
-health probes, other requests — for longer than a slice plus one CEL evaluation. A larger body
-goes to the thread pool directly. The pool is awaited under the deadline, which abandons an
-evaluation that does not come back (and the same ``expired`` stops it at its next policy or
-rule); past the deadline the engine raises :class:`~policies.engine.EvaluationExpired` and the
-fallback answers. Why inline first: handing each request to a thread and back (submit,
-``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth) cost more than the whole
-webhook around an empty policy set, and buys no parallelism (the engine holds the GIL). One CEL
-evaluation cannot be interrupted, but it stops at its comprehension iteration budget
-(:data:`policies.cel.ITERATION_BUDGET`) over a body the size threshold bounds.
+was recorded) and done again in the thread pool, and for the next 30 s (``INLINE_PAUSE_S``, logged
+once) every evaluation goes to the pool: a policy set that slow stays slow, and one CEL
+evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
+(``contains`` over a 30 KB annotation, say) — so the loop, which answers health probes and reads
+other requests, must not run them. A larger body goes to the thread pool directly. The pool is
+awaited under the deadline, which abandons an evaluation that does not come back (and the same
+``expired`` stops it at its next policy or rule); past the deadline the engine raises
+:class:`~policies.engine.EvaluationExpired` and the fallback answers, so an answer overruns the
+deadline by at most one CEL evaluation. Why inline first: handing each request to a thread and
+back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth) cost more
+than the whole webhook around an empty policy set, and buys no parallelism (the engine holds the
+GIL).
 
 Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
 otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
@@ -43,6 +45,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import datetime
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +68,11 @@ ENDPOINTS = (VALIDATE, MUTATE_ENDPOINT)
 NOT_EVALUATED_SUBRESOURCES = frozenset({"status"})
 ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
 DEADLINE, EXCEPTION = "deadline", "exception"
+LOG = logging.getLogger("gpuguard.webhook.evaluation")
+INLINE_PAUSE_S = 30.0
+"""After an evaluation overran its slice on the event loop, how long (seconds) every evaluation
+goes to the thread pool instead: policies that slow stay slow, and the loop must keep answering
+health probes and reading other requests."""
 _QUOTA_NAME = re.compile(r"GPUQuota ([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)")
 
 
@@ -226,6 +234,9 @@ class Admitter:
         self.executor = executor
         self.clock = clock
         self.recorder = recorder
+        # Loop time until which every evaluation goes to the thread pool: set when one overran
+        # its slice on the loop (see module docstring).
+        self.inline_paused_until = 0.0
 
     def review_input(self, envelope: Envelope) -> ReviewInput:
         """The engine's view of the request, with its namespace object.
@@ -262,9 +273,11 @@ class Admitter:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == MUTATE_ENDPOINT
-        deadline_at = asyncio.get_running_loop().time() + self.settings.deadline_s
+        now = asyncio.get_running_loop().time()
+        deadline_at = now + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
-        inline = limit > 0 and envelope.size <= limit  # 0: every request in the thread pool
+        # 0: every request in the thread pool; so too for a while after one was too slow here.
+        inline = limit > 0 and envelope.size <= limit and now >= self.inline_paused_until
         quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
             else ()
         if not quotas:
@@ -326,9 +339,13 @@ class Admitter:
                         review, mutate=mutate, validate=not mutate,
                         expired=lambda: loop_time() >= slice_end, **quota)
                 except EvaluationExpired:
+                    self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
                     if expired():
                         raise
                     self.metrics.inline_handoffs.inc()  # too slow for the loop: the pool's
+                else:
+                    if loop_time() > slice_end:  # finished, but held the loop too long
+                        self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
             if verdict is None:
                 future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
                                               validate=not mutate, expired=expired, **quota)
@@ -356,6 +373,17 @@ class Admitter:
             patch=verdict.patch if mutate else (), denied_by=_denied_by(verdict),
             policy_outcomes=outcomes, review=review,
         )
+
+    def _pause_inline(self, seconds: float) -> None:
+        """Send evaluations to the thread pool for ``INLINE_PAUSE_S``: one just held the event
+        loop for ``seconds`` (one CEL evaluation cannot be interrupted, and its iterations are
+        bounded but not their cost: ``contains`` over a 30 KB string, say)."""
+        loop_time = asyncio.get_running_loop().time()
+        if loop_time >= self.inline_paused_until:
+            LOG.warning("evaluations move off the event loop", extra={"fields": {
+                "held_ms": round(seconds * 1000, 1), "for_s": INLINE_PAUSE_S,
+                "why": "an evaluation outlasted --inline-slice-ms on the event loop"}})
+        self.inline_paused_until = loop_time + INLINE_PAUSE_S
 
     def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
                   cause: str, what: str) -> Decision:
