@@ -186,6 +186,8 @@ def from_request(
             raise ReviewError(f"request.{key}: expected an object or null, got "
                               f"{type(value).__name__}")
         objects[key] = value
+    if objects["object"] is None and operation in ("CREATE", "UPDATE"):
+        raise ReviewError(f"request.object: a {operation} carries the object, got null")
     subject = objects["object"] if objects["object"] is not None else objects["oldObject"]
     kind = _gvk(request.get("kind") or {}, "request.kind")
     if not kind[2] and isinstance(subject, Mapping):
@@ -207,6 +209,8 @@ def from_request(
     metadata = subject.get("metadata") if isinstance(subject, Mapping) and \
         isinstance(subject.get("metadata"), Mapping) else {}
     namespace = request.get("namespace") or metadata.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")
     return ReviewInput(
         operation=str(operation), object=objects["object"], old_object=objects["oldObject"],
         resource=resource, subresource=str(request.get("subResource") or ""), kind=kind,

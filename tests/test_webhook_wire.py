@@ -113,6 +113,12 @@ BAD_BODIES = [
      b'{"uid": "a", "operation": "CREATE", "object": "pod"}}', 400,
      "request.object: expected an object or null, got str"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+     b'{"uid": "a", "operation": "CREATE", "object": null}}', 400,
+     "request.object: a CREATE carries the object, got null"),
+    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+     b'{"uid": "a", "operation": "CREATE", "namespace": ["a"], "object": {}}}', 400,
+     "request.namespace: expected a string, got list"),
+    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "PATCH", "object": {}}}', 400,
      "request.operation: expected one of CREATE, UPDATE, DELETE, CONNECT, got 'PATCH'"),
     (b'{"a": NaN}', 400, "the request body is not valid JSON: NaN is not valid JSON"),
