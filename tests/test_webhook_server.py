@@ -301,11 +301,14 @@ async def test_an_evaluation_too_slow_for_the_loop_is_done_again_in_the_pool(tmp
         assert sample(server, "gpuguard_admission_inline_handoffs_total") == 1.0
         assert sample(server, "gpuguard_admission_fallbacks_total", endpoint="validate",
                       cause="deadline") == 0.0
-        # The policies are slow: the next requests go to the pool directly for a while.
-        status, body = await post(session, server, "validate", gpu_pod("next"))
-        assert status == 200 and body["response"]["allowed"] is True
-        assert slow.threads[2] is not loop_thread and slow.outcomes[2:] == ["verdict"]
-        assert sample(server, "gpuguard_admission_inline_handoffs_total") == 1.0
+        # One overrun may be a one-off (a first compile, a preempted process); the third within
+        # 30 s says the policies are slow: from then on requests go to the pool directly.
+        for uid in ("second", "third", "fourth"):
+            status, body = await post(session, server, "validate", gpu_pod(uid))
+            assert status == 200 and body["response"]["allowed"] is True
+        assert [t is loop_thread for t in slow.threads] == [True, False] * 3 + [False]
+        assert slow.outcomes[-1] == "verdict"
+        assert sample(server, "gpuguard_admission_inline_handoffs_total") == 3.0
 
 
 # --- policy hot reload -----------------------------------------------------------------------

@@ -15,9 +15,11 @@ Where the evaluation runs: a request whose body is at most ``ServerSettings.inli
 at most ``ServerSettings.inline_slice_ms`` (10 ms; a library evaluation takes well under 1 ms),
 with the engine's cooperative deadline (``expired``, checked before each policy and each rule
 evaluated on its own). An evaluation still running at the end of its slice is abandoned (nothing
-was recorded) and done again in the thread pool, and for the next 30 s (``INLINE_PAUSE_S``, logged
-once) every evaluation goes to the pool: a policy set that slow stays slow, and one CEL
-evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
+was recorded) and done again in the thread pool. After three such overruns within 30 s
+(``INLINE_OVERRUNS`` in ``INLINE_PAUSE_S``: one alone may be a one-off — the first request of a new
+set of matching policies compiles their combined program, a busy machine preempts the process)
+every evaluation goes to the pool for 30 s (logged once): a policy set that slow stays slow, and
+one CEL evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
 (``contains`` over a 30 KB annotation, say) — so the loop, which answers health probes and reads
 other requests, must not run them. A larger body goes to the thread pool directly. The pool is
 awaited under the deadline, which abandons an evaluation that does not come back (and the same
@@ -42,6 +44,7 @@ Must not evaluate policy logic itself (that is :mod:`policies.engine`) or know a
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import datetime
@@ -70,9 +73,10 @@ ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
 DEADLINE, EXCEPTION = "deadline", "exception"
 LOG = logging.getLogger("gpuguard.webhook.evaluation")
 INLINE_PAUSE_S = 30.0
-"""After an evaluation overran its slice on the event loop, how long (seconds) every evaluation
-goes to the thread pool instead: policies that slow stay slow, and the loop must keep answering
-health probes and reading other requests."""
+"""After ``INLINE_OVERRUNS`` evaluations overran their slice on the event loop within this many
+seconds, how long every evaluation goes to the thread pool instead: policies that slow stay slow,
+and the loop must keep answering health probes and reading other requests."""
+INLINE_OVERRUNS = 3
 _QUOTA_NAME = re.compile(r"GPUQuota ([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)")
 
 
@@ -237,6 +241,7 @@ class Admitter:
         # Loop time until which every evaluation goes to the thread pool: set when one overran
         # its slice on the loop (see module docstring).
         self.inline_paused_until = 0.0
+        self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
 
     def review_input(self, envelope: Envelope) -> ReviewInput:
         """The engine's view of the request, with its namespace object.
@@ -375,10 +380,16 @@ class Admitter:
         )
 
     def _pause_inline(self, seconds: float) -> None:
-        """Send evaluations to the thread pool for ``INLINE_PAUSE_S``: one just held the event
-        loop for ``seconds`` (one CEL evaluation cannot be interrupted, and its iterations are
+        """Note an evaluation that held the event loop for ``seconds``, past its slice; at the
+        ``INLINE_OVERRUNS``-th within ``INLINE_PAUSE_S``, send evaluations to the thread pool for
+        ``INLINE_PAUSE_S`` (one CEL evaluation cannot be interrupted, and its iterations are
         bounded but not their cost: ``contains`` over a 30 KB string, say)."""
         loop_time = asyncio.get_running_loop().time()
+        self._overruns.append(loop_time)
+        if len(self._overruns) < INLINE_OVERRUNS or \
+                loop_time - self._overruns[0] > INLINE_PAUSE_S:
+            return
+        self._overruns.clear()
         if loop_time >= self.inline_paused_until:
             LOG.warning("evaluations move off the event loop", extra={"fields": {
                 "held_ms": round(seconds * 1000, 1), "for_s": INLINE_PAUSE_S,
