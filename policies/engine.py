@@ -52,6 +52,7 @@ from policies.mutation import (
 )
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.review import ReviewInput
+from policies.sources import shortened
 from policies.workloads import WorkloadFacts, workload_facts
 
 PASS, FAILED, ERROR, SKIP, EXEMPT, MUTATE = "pass", "fail", "error", "skip", "exempt", "mutate"
@@ -657,8 +658,7 @@ def _skipped(policy: Policy, condition: Rule) -> RuleResult:
 
 def _describe(exc: Exception) -> str:
     """An exception in one line, bounded: messages may embed object fragments."""
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
+    return shortened(f"{type(exc).__name__}: {exc}", 300)
 
 
 def _named(rules: Sequence[Rule]) -> list[tuple[str, Any]]:

@@ -40,7 +40,7 @@ from policies.resource_names import (
     ResourceKind,
     classify,
 )
-from policies.sources import load_json
+from policies.sources import load_json, shortened
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 _MIG_LABEL_FAMILY = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.count$")
@@ -124,12 +124,6 @@ def parse_hami_register(value: str) -> tuple[tuple[HamiDevice, ...], bool, list[
     return tuple(devices), truncated, problems
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)`` for a message, cut to 40 characters (a 5000-digit label stays short)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _int(value: Any, where: str, problems: list[str]) -> int:
     """A count of a HAMi record (an int in the JSON form, digits in the CSV form); a value that is
     not a whole number from 0 to MAX_COUNT is a problem and counts 0 (missing: 0, silently)."""
@@ -139,7 +133,7 @@ def _int(value: Any, where: str, problems: list[str]) -> int:
         else None
     count = parse_count(text)
     if count is None:
-        problems.append(f"{where}: {_shown(value)} is not a whole number from 0 to "
+        problems.append(f"{where}: {shortened(repr(value))} is not a whole number from 0 to "
                         f"{MAX_COUNT}; counted as 0")
         return 0
     return count
@@ -269,7 +263,7 @@ def _label_int(labels: Mapping[str, Any], key: str, invalid: list[str]) -> int |
         problem = f"is out of range (at most {MAX_COUNT})" \
             if isinstance(value, str) and value.isascii() and value.isdigit() \
             else "is not a non-negative integer"
-        invalid.append(f"metadata.labels[{key}]: {_shown(value)} {problem}; ignored")
+        invalid.append(f"metadata.labels[{key}]: {shortened(repr(value))} {problem}; ignored")
     return count
 
 

@@ -68,8 +68,7 @@ def _unconvertible(node: yaml.Node, exc: ValueError) -> str:
     value = str(node.value) if isinstance(node, yaml.ScalarNode) else ""
     if "integer string conversion" in str(exc):
         return f"a number with more than {sys.get_int_max_str_digits()} digits"
-    shown = value if len(value) <= 40 else value[:37] + "..."
-    return f"cannot read {shown!r} as a {tag} ({exc})"
+    return f"cannot read {shortened(value)!r} as a {tag} ({exc})"
 
 
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -77,6 +76,12 @@ _SEPARATOR = re.compile(r"^(?:---|\.\.\.)(?:[ \t].*)?$")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shortened(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters with ``...``: a value quoted in a message (a
+    5000-digit label, an object fragment) stays readable."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def printable(text: str) -> str:

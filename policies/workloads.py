@@ -18,6 +18,7 @@ from typing import Any
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.quantity import MAX_COUNT
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.sources import shortened
 
 KUBEFLOW_REPLICA_SPECS = {
     "PyTorchJob": "pytorchReplicaSpecs",
@@ -136,8 +137,8 @@ class _Replicas:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-            self.invalid.append(f"{path}.{key}: expected a non-negative integer, got {shown}")
+            self.invalid.append(f"{path}.{key}: expected a non-negative integer, got "
+                                f"{shortened(repr(value))}")
             return default
         return value
 
