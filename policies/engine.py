@@ -155,16 +155,6 @@ class _Run:
             return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
-    def extend(self, other: _Run) -> None:
-        """Take over what another run recorded (in its order)."""
-        for result in other.results:
-            self.add(result)
-        self.denials += other.denials
-        self.warnings += other.warnings
-        self.audit.update(other.audit)  # keys are per policy; a policy validates once
-        self.failures.update(other.failures)
-        self.reason = self.reason or other.reason
-
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
                 error: bool = False, reason: str = "Forbidden", point: str) -> None:
         """Record a violated (or failed-to-evaluate) rule and act on it."""
@@ -193,8 +183,8 @@ class Engine:
         environment: the CEL environment the policies were compiled with.
         settings: GPU naming and sharing, for the ``gpu`` facts.
         fuse: evaluate each policy's validation pass as one CEL program where possible
-            (:mod:`policies.fused`); False evaluates rule by rule (same verdicts; for
-            comparisons).
+            (:mod:`policies.fused`); False evaluates validations rule by rule as written (the
+            reference the fused programs must agree with; for comparisons).
     """
 
     def __init__(self, policies: PolicySet, environment: CelEnvironment,
@@ -205,9 +195,9 @@ class Engine:
             inline_policy(policy, environment) for policy in policies.policies))
         self.environment = environment
         self.settings = settings
-        # Each inlined policy's original: a validation pass with an error is redone with it, so
-        # errors name the variable that failed and each variable keeps its own iteration budget
-        # (as the API server evaluates them); inlining only ever speeds up the plain case.
+        # Each inlined policy as written: its rule-by-rule validation pass (the fallback of the
+        # fused program) runs on it, so errors name the variable that failed and each variable
+        # keeps its own iteration budget, as the API server evaluates them.
         self._originals: dict[int, Policy] = {
             id(inlined): original
             for original, inlined in zip(policies.policies, self.policies.policies, strict=True)
@@ -386,21 +376,12 @@ class Engine:
 
     def _validate_rules(self, policy: Policy, prepared: PreparedData | str,
                         shared: dict[int, RequestActivation], run: _Run, point: str) -> None:
-        """The policy's validation pass rule by rule; an inlined policy whose pass has an error
-        is evaluated again as written (see ``_originals``), and that pass counts."""
-        original = self._originals.get(id(policy))
-        attempt = _Run(run.expired) if original is not None else run
-        activation = self._ready(policy, prepared, shared, attempt, point)
+        """The policy's validation pass rule by rule, as written (see ``_originals``): the fused
+        program is the fast path, this the reference it falls back to."""
+        written = self._originals.get(id(policy), policy)
+        activation = self._ready(written, prepared, shared, run, point)
         if activation is not None:
-            self._validate(policy, activation, attempt, point)
-        if original is None:
-            return
-        if any(result.outcome == ERROR for result in attempt.results):
-            attempt = _Run(run.expired)
-            activation = self._ready(original, prepared, shared, attempt, point)
-            if activation is not None:
-                self._validate(original, activation, attempt, point)
-        run.extend(attempt)
+            self._validate(written, activation, run, point)
 
     def _evaluate_together(self, applicable: Sequence[Policy], prepared: PreparedData | str,
                            shared: dict[int, RequestActivation]) -> dict[int, Any]:

@@ -8,9 +8,11 @@ rewritten policy reads only the request's data, so one CEL activation per reques
 policy: the runtime converts ``object`` and ``gpu`` once instead of once per policy and per
 variable layer (cel-expr-python cannot share converted values between activations).
 
-Semantics are those of ValidatingAdmissionPolicy: a variable is evaluated only by the expressions
-that use it, and a failing variable fails only those. A variable is computed again in each
-expression that uses it (a few microseconds; an activation costs tens). When a policy cannot be
+The engine uses the rewritten matchConditions and mutations, and the helpers below to build each
+policy's fused validation program (:mod:`policies.fused`); a validation pass that falls back to
+rule-by-rule evaluation runs on the policy as written, so a variable's errors and iteration budget
+stay its own there. A variable is computed again in each rewritten expression that uses it (a few
+microseconds; an activation costs tens). When a policy cannot be
 rewritten safely — ``variables[...]`` indexing, ``has(variables.x)``, params the literal form
 cannot hold, or an expression nested past the parser's depth limit — it is left as it is and the
 engine evaluates it the regular way.
