@@ -240,7 +240,7 @@ class Admitter:
         self.recorder = recorder
         # Loop time until which every evaluation goes to the thread pool: set when one overran
         # its slice on the loop (see module docstring).
-        self.inline_paused_until = 0.0
+        self._inline_paused_until = 0.0
         self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
 
     def review_input(self, envelope: Envelope) -> ReviewInput:
@@ -282,7 +282,7 @@ class Admitter:
         deadline_at = now + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
         # 0: every request in the thread pool; so too for a while after one was too slow here.
-        inline = limit > 0 and envelope.size <= limit and now >= self.inline_paused_until
+        inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until
         quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
             else ()
         if not quotas:
@@ -390,11 +390,11 @@ class Admitter:
                 loop_time - self._overruns[0] > INLINE_PAUSE_S:
             return
         self._overruns.clear()
-        if loop_time >= self.inline_paused_until:
+        if loop_time >= self._inline_paused_until:
             LOG.warning("evaluations move off the event loop", extra={"fields": {
                 "held_ms": round(seconds * 1000, 1), "for_s": INLINE_PAUSE_S,
                 "why": "an evaluation outlasted --inline-slice-ms on the event loop"}})
-        self.inline_paused_until = loop_time + INLINE_PAUSE_S
+        self._inline_paused_until = loop_time + INLINE_PAUSE_S
 
     def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
                   cause: str, what: str) -> Decision:
