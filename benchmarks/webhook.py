@@ -10,7 +10,8 @@ missing, and the output says so):
   evaluating it — the HTTP + TLS + JSON floor;
 - (b) ``POST /validate`` with the built-in policy library;
 - (c) ``POST /validate`` with 50 synthetic CEL policies;
-- and ``POST /validate`` with no policies at all: the webhook's own cost over the null handler;
+- and ``POST /validate`` with no policy that matches a Pod (one for ConfigMaps: an empty policy
+  set is refused, as it would allow everything): the webhook's own cost over the null handler;
 
 each at saturation (``--concurrency`` connections) and at a fixed 500 requests/s, printing
 throughput and p50 / p99 latency, the throughput ratio gpuguard / null, and the engine's own cost
@@ -212,11 +213,15 @@ def main() -> int:
         synthetic = directory / "policies"
         synthetic.mkdir()
         (synthetic / "synthetic.yaml").write_text(synthetic_policies(50))
-        empty = directory / "empty"
+        empty = directory / "no-match"
         empty.mkdir()
-        (empty / "none.yaml").write_text("# no policies\n")
+        (empty / "configmaps.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy",
+            "metadata": {"name": "configmaps-only"},
+            "spec": {"match": {"resources": ["configmaps"]},
+                     "validations": [{"expression": "true"}]}}))
         scenarios = [("null handler", None, "/null-validate"),
-                     ("no policies", empty, "/validate"),
+                     ("no matching policy", empty, "/validate"),
                      ("built-in library", None, "/validate"),
                      ("50 policies", synthetic, "/validate")]
         results: dict[str, dict[str, dict]] = {}
@@ -247,7 +252,7 @@ def main() -> int:
                   f"{json.dumps(sat['codes'])}")
         null = results["null handler"]["saturation"]["rps"]
         print()
-        for name in ("no policies", "built-in library", "50 policies"):
+        for name in ("no matching policy", "built-in library", "50 policies"):
             rps = results[name]["saturation"]["rps"]
             print(f"ratio gpuguard/null ({name}): {rps / null:.2f}   "
                   f"({rps / args.workers:.0f} req/s per worker)")

@@ -17,7 +17,6 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
     loaded = policy_set.load(paths, settings)
     names = loaded.engine.policies.names()
     quotas = loaded.engine.policies.quotas
-    empty = not names and not quotas and not loaded.errors
     if output == "json":
         json.dump({"policies": list(names), "quotas": [q.name for q in quotas],
                    "errors": [str(e) for e in loaded.errors],
@@ -28,13 +27,10 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
             print(f"error: {error}")
         for warning in loaded.warnings:
             print(f"warning: {warning}")
-        if empty:
-            print("error: no policies found (expected GPUPolicy, ValidatingAdmissionPolicy or "
-                  "MutatingAdmissionPolicy documents)")
         print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'}"
               + (f" and {len(quotas)} GPUQuota(s)" if quotas else "") + " loaded, "
               f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
-    return 1 if loaded.errors or empty else 0
+    return 1 if loaded.errors else 0
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:

@@ -23,8 +23,20 @@ class Loaded:
 
 
 def load(paths: Sequence[str] | None, settings: GPUSettings) -> Loaded:
-    """Load ``paths`` (the built-in library when None or empty) and build the engine."""
+    """Load ``paths`` (None: the built-in library) and build the engine.
+
+    Paths that hold no policy and no GPUQuota — an empty directory, an empty or truncated file —
+    are an error, never "nothing to check": an empty set would allow everything, and the
+    library is what a user gets only by giving no paths at all.
+    """
     environment = CelEnvironment(GPU_LIBRARY)
-    policy_set, errors = load_policies(list(paths) if paths else [library_path()], environment)
+    policy_set, errors = load_policies(list(paths) if paths is not None else [library_path()],
+                                       environment)
+    if paths is not None and not errors and not policy_set.policies and not policy_set.quotas:
+        errors.append(PolicyError(", ".join(paths) or "--policies", None, None, "", EMPTY))
     return Loaded(Engine(policy_set, environment, settings), tuple(errors),
                   policy_set.warnings)
+
+
+EMPTY = ("no policies found (expected GPUPolicy, ValidatingAdmissionPolicy, "
+         "MutatingAdmissionPolicy or GPUQuota documents); an empty set would allow everything")

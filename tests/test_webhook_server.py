@@ -341,6 +341,26 @@ async def test_hot_reload_under_concurrent_requests(tmp_path):
         assert 'gpuguard_policy_reloads_total{outcome="success"} 2.0' in text
 
 
+async def test_an_update_that_leaves_no_policies_is_rejected_not_served_as_allow_all(tmp_path):
+    """A truncated file or an emptied directory must not become "allow everything", nor the
+    built-in library: the last good set keeps serving and the error says why."""
+    from webhook.policy_store import LOADED, REJECTED
+
+    directory = tmp_path / "policies"
+    path = write_policies(directory, deny("version", "generation one"))
+    store = PolicyStore([str(directory)], loader)
+    assert store.load().outcome == LOADED
+    path.write_text("")  # a writer that truncates before it writes
+    result = store.check()
+    assert result.outcome == REJECTED and "no policies found" in result.errors[0]
+    assert store.current.generation == 1 and store.current.engine.policies.names() == ("version",)
+    path.unlink()  # the directory emptied
+    assert store.check().outcome == REJECTED and store.current.generation == 1
+    empty = PolicyStore([str(tmp_path / "policies")], loader)
+    assert empty.load().outcome == REJECTED and empty.current is None
+    assert "an empty set would allow everything" in empty.last_errors[0]
+
+
 def configmap_version(directory, stamp, documents):
     """What the kubelet does for a ConfigMap volume: a new ..<stamp> dir, then swap ..data."""
     version = directory / f"..{stamp}"
