@@ -312,7 +312,7 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
         exceptions=_exceptions(spec.get("exceptions"), builder),
         params=spec.get("params"),
     )
-    builder.check_references(spec.get("params"), [r.name for r in policy.variables])
+    builder.check_references(spec.get("params"), _declared(spec))
     return policy if len(builder.errors) == before else None
 
 
@@ -526,7 +526,7 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
                                         "valueExpression"),
     )
-    builder.check_references(None, [r.name for r in policy.variables], native=True)
+    builder.check_references(None, _declared(spec), native=True)
     return policy if len(builder.errors) == before else None
 
 
@@ -566,6 +566,14 @@ def load_policies(
 
 _NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
 _NATIVE_BINDINGS = ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding")
+
+
+def _declared(spec: Mapping[str, Any]) -> list[str]:
+    """The variable names ``spec`` declares, in order, whether or not their expressions compile
+    (a variable with a CEL error is reported there, not again where it is used)."""
+    items = spec.get("variables")
+    return [str(item.get("name")) for item in (items if isinstance(items, list) else [])
+            if isinstance(item, Mapping)]
 
 
 def build_policy_set(

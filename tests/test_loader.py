@@ -135,6 +135,13 @@ def test_names_inside_strings_and_bound_variables_are_not_references(tmp_path):
     assert errors == [] and policy_set.names() == ("p",)
 
 
+def test_a_variable_that_fails_to_compile_is_still_declared(tmp_path):
+    broken = POLICY.format(name="p", expression="variables.n <= params.max").replace(
+        "expression: gpu.count", "expression: 'gpu.requested &&'")
+    _, errors = _load_text(tmp_path, broken)
+    assert [e.path for e in errors] == ["spec.variables[0].expression"]
+
+
 def test_names_in_comments_are_not_references(tmp_path):
     commented = "\"gpu.count < 1000 // TODO variables.limit, params.maximum, gpu.equivalent\""
     policy_set, errors = _load_text(tmp_path, POLICY.format(name="p", expression=commented))
