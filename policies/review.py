@@ -199,8 +199,16 @@ def from_request(
                                         str(resource_value["resource"]))
     else:
         resource = GroupVersionResource(kind[0], kind[1], plural_of(kind[2]))
-    info = request.get("userInfo") if isinstance(request.get("userInfo"), Mapping) else {}
-    groups = info.get("groups") if isinstance(info.get("groups"), list) else []
+    info = request.get("userInfo")
+    if info is None:
+        info = {}
+    elif not isinstance(info, Mapping):
+        raise ReviewError(f"request.userInfo: expected an object, got {type(info).__name__}")
+    for key, expected in (("username", str), ("uid", str), ("groups", list)):
+        if info.get(key) is not None and not isinstance(info[key], expected):
+            raise ReviewError(f"request.userInfo.{key}: expected a {expected.__name__}, got "
+                              f"{type(info[key]).__name__}")
+    groups = info.get("groups") or []
     user = UserInfo(
         username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
         groups=tuple(str(g) for g in groups),

@@ -127,7 +127,14 @@ BAD_BODIES = [
     (b"[" * 101 + b"]" * 101, 400, "the request body nests JSON deeper than 100 levels"),
     (b"[" * 200_000 + b"]" * 200_000, 400, "the request body nests JSON deeper than 100 levels"),
     (b'{"a":' * 150 + b"1" + b"}" * 150, 400, "nests JSON deeper than 100 levels"),
-    (b"1" * 5000, 400, "the request body is not valid JSON: Exceeds the limit"),
+    (b"1" * 5000, 400, "the request body is not valid JSON: an integer has more than 4300 "
+     "digits"),
+    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+     b'{"uid": "a", "operation": "CREATE", "userInfo": "bob", "object": {}}}', 400,
+     "request.userInfo: expected an object, got str"),
+    (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+     b'{"uid": "a", "operation": "CREATE", "userInfo": {"groups": "g"}, "object": {}}}', 400,
+     "request.userInfo.groups: expected a list, got str"),
 ]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,7 +176,9 @@ def _decode_standard(body: bytes, max_depth: int) -> Any:
     except RecursionError:
         raise bad_request(f"the request body nests JSON deeper than {max_depth} levels") from None
     except ValueError as exc:  # NaN / Infinity, integer digit limit
-        raise bad_request(f"the request body is not valid JSON: {exc}") from None
+        reason = f"an integer has more than {sys.get_int_max_str_digits()} digits" \
+            if "integer string conversion" in str(exc) else str(exc)
+        raise bad_request(f"the request body is not valid JSON: {reason}") from None
     return value
 
 
