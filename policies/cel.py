@@ -91,7 +91,7 @@ _VARIABLE_SELECT = re.compile(
     r"|\[\s*\??\s*(?:'([A-Za-z0-9_]*)'|\"([A-Za-z0-9_]*)\")\s*\])"
 )
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
-_JSON_SCALARS: Final = frozenset({bool, float, type(None)})
+_JSON_SCALARS: Final = frozenset({bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})
 
 
@@ -170,7 +170,7 @@ def to_cel_data(value: Any, *, path: str = "value") -> Any:
     JSON-shaped data comes back as the same objects when nothing needs converting; containers are
     copied only where something inside changes. Converted: ``datetime`` -> RFC 3339 string
     (``...Z``), ``date`` -> ``YYYY-MM-DD``, ints beyond int64 -> float (as a JSON decoder into
-    float64 would; beyond a double's range: ValueError), tuples -> lists,
+    float64 would; beyond a double's range: ValueError; so are inf and NaN), tuples -> lists,
     ``Fraction``/``Decimal`` -> quantity maps, map keys other than str/int/bool -> strings,
     ``bytearray`` -> bytes.
 
@@ -196,6 +196,7 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
             if type(key) is not str or not (key.isascii() or _unicode(key)) or not (
                 kind in _JSON_SCALARS
                 or (kind is str and (item.isascii() or _unicode(item)))
+                or (kind is float and item - item == 0.0)  # finite: inf - inf is NaN
                 or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
                 or (kind in _CONTAINERS and _is_clean(item, depth + 1))
             ):
@@ -206,6 +207,7 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
         if not (
             kind in _JSON_SCALARS
             or (kind is str and (item.isascii() or _unicode(item)))
+            or (kind is float and item - item == 0.0)
             or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
             or (kind in _CONTAINERS and _is_clean(item, depth + 1))
         ):
@@ -234,7 +236,11 @@ def _convert(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind is str:
         return _check_text(value)
-    if kind is bool or kind is float or value is None:
+    if kind is float:
+        if value - value != 0.0:  # JSON's 1e400 decodes to inf, which no API server sends
+            raise _InputError(f"number out of the range of a double ({value})")
+        return value
+    if kind is bool or value is None:
         return value
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:

@@ -588,6 +588,10 @@ def test_unsupported_and_too_deep_inputs_are_errors_not_crashes(pod):
     # A JSON integer no double can hold (Python's json reads it exactly): refused with its path.
     with pytest.raises(ValueError, match=r"^object\.spec\.replicas: integer out of the range"):
         to_cel_data({"spec": {"replicas": 10**400}}, path="object")
+    # JSON's 1e400 decodes to inf (and YAML has .inf): no API server sends it.
+    for number in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"^object\.x\[0\]: number out of the range"):
+            to_cel_data({"x": [number]}, path="object")
     # A JSON "\ud800" escape decodes to a lone surrogate, which no CEL string can hold: refused
     # with its path (escaped, so the message itself is valid Unicode).
     for bad, where in (({"a": "\ud800"}, "object.a"), ({"\udc00k": "x"}, "object.\\udc00k"),
