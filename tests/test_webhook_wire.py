@@ -282,6 +282,26 @@ async def test_generate_name_objects_are_evaluated_and_logged(client, caplog):
 
 
 @pytest.mark.asyncio
+async def test_policies_that_failed_to_evaluate_are_named_in_the_log_line(aiohttp_client,
+                                                                          tmp_path, caplog):
+    """Under failurePolicy Ignore the request is allowed; the log line still names the policy
+    that failed (its answer carries no sign of it)."""
+    ignored = gpu_policy("ignored", {"failurePolicy": "Ignore",
+                                     "validations": [{"expression": "gpu.count < 100"}]})
+    harness = Harness([write_policies(tmp_path, ignored)])
+    client = await aiohttp_client(harness.app)
+    review = gpu_pod_review()
+    review["request"]["object"]["metadata"]["annotations"] = {"a": "\ud800"}
+    caplog.set_level("INFO", logger="gpuguard.webhook.admission")
+    status, body = await post(client, "validate", review)
+    assert status == 200 and body["response"] == {"uid": review["request"]["uid"],
+                                                  "allowed": True}
+    record = next(r for r in caplog.records if r.msg == "admission")
+    assert record.fields["evaluationErrors"] == ["ignored"]
+    harness.close()
+
+
+@pytest.mark.asyncio
 async def test_pods_status_is_allowed_without_evaluation(aiohttp_client, tmp_path):
     deny_all = gpu_policy("deny-all", {"match": {"resources": ["pods", "pods/status"],
                                                  "operations": ["*"]},

@@ -151,6 +151,9 @@ class AdmissionHandlers:
         fields["latency_ms"] = round(seconds * 1000, 3)
         if decision.denied_by:
             fields["deniedBy"] = list(decision.denied_by)
+        failed = [policy for policy, outcome in decision.policy_outcomes if outcome == "error"]
+        if failed:  # failurePolicy Ignore allowed them: this line is where that is reported
+            fields["evaluationErrors"] = failed
         if decision.warnings:
             fields["warnings"] = len(decision.warnings)
         if decision.patch:
