@@ -14,25 +14,47 @@ Must not read files, evaluate policies or compute GPU facts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True, slots=True)
 class ObjectKey:
-    """An object's identity: ``namespace`` is None for cluster-scoped objects, ``group`` ``""``
-    for the core API."""
+    """An object's identity: ``namespace`` is None for cluster-scoped objects (and objects whose
+    manifest names none), ``group`` ``""`` for the core API.
+
+    Keys sort by :meth:`sort_key`: cluster-scoped first, then by namespace, group, kind and name
+    — a snapshot mixes both, so None must never meet a string in a comparison.
+    """
 
     namespace: str | None
     group: str
     kind: str
     name: str
 
+    def sort_key(self) -> tuple[bool, str, str, str, str]:
+        """``(namespaced, namespace or "", group, kind, name)``: a total order over any keys."""
+        return (*namespace_order(self.namespace), self.group, self.kind, self.name)
+
+    def __lt__(self, other: object) -> bool:
+        """Order by :meth:`sort_key`."""
+        if not isinstance(other, ObjectKey):
+            return NotImplemented
+        return self.sort_key() < other.sort_key()
+
     def __str__(self) -> str:
         """``Kind/namespace/name`` (``Kind/name`` when cluster-scoped)."""
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind}/{where}{self.name}"
+
+
+def namespace_order(namespace: str | None) -> tuple[bool, str]:
+    """Sort key of an optional namespace: None (cluster-scoped, or named by no manifest) first,
+    then names in order. Every sort over report entries with a ``namespace`` uses it."""
+    return (namespace is not None, namespace or "")
 
 
 def group_of(api_version: Any) -> str:

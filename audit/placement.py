@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from audit.node_capacity import NodeCapacity, is_split
-from audit.ownership import ObjectKey
+from audit.ownership import ObjectKey, namespace_order
 from audit.pods import FINISHED, PENDING, RUNNING, PodUsage, TemplateUsage, Toleration
 from audit.scheduling import format_taint, selects, untolerated
 from audit.settings import KAI_RESERVATION_NAMESPACE, AuditSettings
@@ -556,7 +556,7 @@ class Placement:
                 **analysis,
                 "scheduler_message": pod.scheduler_message,
             })
-        entries.sort(key=lambda e: (e["namespace"] or "", e["pod"]))
+        entries.sort(key=lambda e: (namespace_order(e["namespace"]), e["pod"]))
         return entries
 
 

@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from audit.compliance import SEVERITIES, ComplianceResult, Finding
-from audit.ownership import ObjectKey
+from audit.ownership import ObjectKey, namespace_order
 from audit.placement import as_float
 from audit.settings import AuditSettings
 from policies.quota import QuotaStatus
@@ -118,7 +118,7 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
     # --- findings, exceptions ------------------------------------------------------------------
     findings = sorted(
         (finding_dict(f, team_of(f.workload.namespace)) for f in compliance.findings),
-        key=lambda f: (_severity_rank(f["severity"]), f["workload"]["namespace"] or "",
+        key=lambda f: (_severity_rank(f["severity"]), namespace_order(f["workload"]["namespace"]),
                        f["workload"]["kind"], f["workload"]["name"], f["policy"], f["rule"]))
     exceptions = [{"policy": e.policy, "workload": ref(e.workload),
                    "team": team_of(e.workload.namespace), "reason": e.reason}
@@ -150,7 +150,7 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
     idle_by_team = {t["team"]: t for t in (utilization or {}).get("teams", [])}
     allocatable = placement["cluster"]["gpu_equivalents"]["allocatable"] or 0.0
     team_list = []
-    for team in sorted(teams.values(), key=lambda t: (t["team"] is None, str(t["team"]))):
+    for team in sorted(teams.values(), key=lambda t: (t["team"] is None, t["team"] or "")):
         idle = idle_by_team.get(team["team"])
         team_list.append({
             "team": team["team"], "namespaces": sorted(team["namespaces"]),
@@ -205,7 +205,8 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         if exemption.workload.namespace in namespaces:
             namespaces[exemption.workload.namespace]["exceptions"] += 1
     namespace_list = [{**entry, "findings": {s: entry["findings"].get(s, 0) for s in SEVERITIES}}
-                      for _, entry in sorted(namespaces.items(), key=lambda e: str(e[0]))]
+                      for _, entry in sorted(namespaces.items(),
+                                             key=lambda e: namespace_order(e[0]))]
 
     # --- quotas --------------------------------------------------------------------------------
     quota_list = [quota_entry(status, team_of) for status in quotas or ()]

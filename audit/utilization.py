@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from audit.ownership import namespace_order
 from policies import mig
 from policies.sources import load_json
 
@@ -211,7 +212,7 @@ def _devices(source: str, samples: list[tuple[str, dict[str, str], float, float 
             host=host, gpu=gpu, uuid=uuid, instance=instance, profile=profile, model=model,
             metric=metric, utilization=min(1.0, max(0.0, chosen.total / chosen.count)),
             samples=chosen.count, pods=tuple(sorted(pods.get(identity, ()),
-                                                    key=lambda p: (p[0] or "", p[1]))),
+                                                    key=lambda p: (namespace_order(p[0]), p[1]))),
             gpu_equivalents=share))
     start = end = None
     if stamps:
@@ -306,11 +307,13 @@ def utilization_report(metrics: Metrics, threshold: float,
         "nodes": [{"node": n["node"], "devices": n["devices"], "allocated": n["allocated"],
                    "idle_allocated": n["idle_allocated"],
                    "mean_utilization": mean(n["utilization_sum"], n["devices"])}
-                  for n in sorted(by_node.values(), key=lambda n: str(n["node"]))],
+                  for n in sorted(by_node.values(),
+                                  key=lambda n: (n["node"] is None, n["node"] or ""))],
         "teams": [{"team": t["team"], "devices": t["devices"], "idle_devices": t["idle_devices"],
                    "idle_gpu_equivalents": round(float(t["idle_gpu_equivalents"]), 6),
                    "mean_utilization": mean(t["utilization_sum"], t["devices"])}
-                  for t in sorted(by_team.values(), key=lambda t: str(t["team"]))],
+                  for t in sorted(by_team.values(),
+                                  key=lambda t: (t["team"] is None, t["team"] or ""))],
         "idle_workloads": sorted(
             ({"workload": w["workload"], "team": w["team"], "devices": w["devices"],
               "idle_devices": w["idle_devices"],
@@ -318,8 +321,8 @@ def utilization_report(metrics: Metrics, threshold: float,
               "idle_gpu_equivalents": round(float(w["idle_gpu_equivalents"]), 6),
               "mean_utilization": mean(w["utilization_sum"], w["devices"])}
              for w in by_workload.values() if w["idle_devices"]),
-            key=lambda w: (-w["idle_gpu_equivalents"], str(w["workload"]["namespace"]),
-                           w["workload"]["name"])),
+            key=lambda w: (-w["idle_gpu_equivalents"], namespace_order(w["workload"]["namespace"]),
+                           w["workload"]["kind"], w["workload"]["name"])),
         "devices_detail": [{"device": d.label, "node": d.host, "gpu": d.gpu, "uuid": d.uuid,
                             "mig_instance": d.instance, "mig_profile": d.profile,
                             "metric": d.metric, "utilization": round(d.utilization, 4),
@@ -329,6 +332,6 @@ def utilization_report(metrics: Metrics, threshold: float,
                             "idle": bool(d.pods) and d.utilization < threshold}
                            for d in metrics.devices],
         "unmatched_pods": [{"namespace": ns, "pod": p} for ns, p in sorted(
-            unmatched, key=lambda x: (x[0] or "", x[1]))],
+            unmatched, key=lambda x: (namespace_order(x[0]), x[1]))],
         "warnings": list(metrics.warnings),
     }
