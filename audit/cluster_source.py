@@ -4,9 +4,10 @@ Owns the order and bookkeeping of a live scan through :class:`kube.lists.Lister`
 nodes first, then workload controllers, then pods (so policies see the namespace and placement the
 nodes as soon as possible); a resource the cluster does not serve (a CRD that is not installed) is
 skipped and noted; a resource that cannot be listed (RBAC, repeated throttling) becomes one error
-line, and the scan goes on with the others. Objects are yielded as
-:class:`~policies.sources.Document` with ``source`` ``cluster:/api/v1/pods`` and the page number
-as the document index.
+line, and the scan goes on with the others; an API server that cannot be reached ends the scan
+(recorded in ``ClusterScan.unreachable``: every other resource would fail the same way). Objects
+are yielded as :class:`~policies.sources.Document` with ``source`` ``cluster:/api/v1/pods`` and
+the page number as the document index.
 
 Must not interpret objects; read-only (GET requests only).
 """
@@ -16,16 +17,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kube.lists import AUDIT_RESOURCES, Lister, ListError, ListStats, NotServed, Resource
+from kube.lists import (
+    AUDIT_RESOURCES,
+    Lister,
+    ListError,
+    ListStats,
+    NotServed,
+    Resource,
+    Unreachable,
+)
 from policies.sources import Document, LoadError
 
 
 @dataclass
 class ClusterScan:
-    """What a live scan read: per resource path, its :class:`~kube.lists.ListStats`."""
+    """What a live scan read: per resource path, its :class:`~kube.lists.ListStats`; the
+    resources not served; and why the API server could not be reached, when it could not (the
+    scan stopped there)."""
 
     stats: dict[str, ListStats] = field(default_factory=dict)
     not_served: list[str] = field(default_factory=list)
+    unreachable: str | None = None
 
     def notes(self) -> list[str]:
         """Relists, throttling and retries, one line each (for the report's warnings)."""
@@ -61,5 +73,9 @@ def iter_cluster(lister: Lister, scan: ClusterScan,
         except NotServed:
             scan.not_served.append(resource.path)
             scan.stats.pop(resource.path, None)
+        except Unreachable as exc:
+            scan.unreachable = str(exc)
+            yield LoadError("cluster", None, f"cannot list {exc}")
+            return
         except ListError as exc:
             yield LoadError("cluster", None, f"cannot list {exc}")

@@ -19,12 +19,16 @@ from typing import Any
 
 from audit.inventory_files import inventories_from_objects, read_inventories
 from audit.inventory_join import PodGpus, join_inventories, pods_on_nodes
-from audit.inventory_summary import InventorySummary
+from audit.inventory_summary import ANNOTATION, InventorySummary
 from audit.settings import AuditSettings
 from policies.nodes import NodeFacts, node_facts
-from policies.sources import Document, LoadError
+from policies.sources import Document, LoadError, printable
 
-__all__ = ["InventoryAudit"]
+__all__ = ["EXPECTED", "InventoryAudit"]
+
+#: What an ``--inventory`` path is expected to hold, for the messages.
+EXPECTED = (f"expected GPUInventory documents (gpuguard inventory -o json) or Nodes with the "
+            f"{ANNOTATION} annotation")
 
 
 class InventoryAudit:
@@ -38,11 +42,23 @@ class InventoryAudit:
 
     def __init__(self, paths: Sequence[str], settings: AuditSettings) -> None:
         self.settings = settings
-        files = [p for p in paths if p]
-        load = read_inventories(files) if files else None
-        self.from_files: dict[str, InventorySummary] = dict(load.inventories) if load else {}
+        self.from_files: dict[str, InventorySummary] = {}
         #: One line per unusable input, prefixed ``--inventory``; the caller reports them.
-        self.errors: list[str] = [f"--inventory {e}" for e in (load.errors if load else ())]
+        self.errors: list[str] = []
+        #: One line per path that gave no inventory at all (missing, empty, nothing readable):
+        #: the caller refuses to audit, as for a ``-f`` path that names nothing.
+        self.unusable: list[str] = []
+        for path in (p for p in paths if p):
+            load = read_inventories([path])
+            self.errors += [f"--inventory {e}" for e in load.errors]
+            if not load.inventories:
+                self.unusable.append(f"--inventory {printable(path)}: " + (
+                    f"no inventory could be read ({len(load.errors)} error(s) above)"
+                    if load.errors else "no GPU inventory in it") + f"; {EXPECTED}")
+            for node, summary in load.inventories.items():  # the newest wins, as in the join
+                current = self.from_files.get(node)
+                if current is None or summary.collected_at >= current.collected_at:
+                    self.from_files[node] = summary
         self.from_annotations: dict[str, InventorySummary] = {}
         self.nodes: dict[str, NodeFacts] = {}
         self.pods: list[PodGpus] = []
@@ -71,6 +87,15 @@ class InventoryAudit:
             if current is None or summary.collected_at >= current.collected_at:
                 merged[node] = summary
         return merged
+
+    def warnings(self) -> list[str]:
+        """The report's warnings about the inventories (call after the scan): none found at all,
+        which would leave the section empty without a word."""
+        if self.from_files or self.from_annotations:
+            return []
+        return [f"--inventory: no audited Node carries the {ANNOTATION} annotation (and no "
+                "inventory file was given): nothing to join (is the gpuguard inventory "
+                "DaemonSet running?)"]
 
     def section(self) -> dict[str, Any]:
         """The report's ``inventory`` section (docs/inventory.md, "In the audit report")."""

@@ -158,7 +158,10 @@ def read_metrics(path: str) -> Metrics:
     """Read a DCGM exporter scrape or a Prometheus query result (see module docstring).
 
     Raises:
-        MetricsError: the file cannot be read or is neither format.
+        MetricsError: the file cannot be read, is neither format, or holds no
+            ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` / ``DCGM_FI_DEV_GPU_UTIL`` sample (an empty file, a
+            query that matched nothing): idle GPUs cannot be measured from it, and reporting
+            none would read as "no GPU is idle".
     """
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
@@ -176,7 +179,10 @@ def read_metrics(path: str) -> Metrics:
     else:
         samples = _text_samples(text, path)
     if not samples:
-        warnings.append(f"{path}: no {GR_ENGINE_ACTIVE} or {GPU_UTIL} samples")
+        what = "the file is empty" if not stripped else "none of its samples is one"
+        raise MetricsError(f"{path}: no {GR_ENGINE_ACTIVE} or {GPU_UTIL} sample ({what}); "
+                           "expected a dcgm-exporter scrape (Prometheus text) or a Prometheus "
+                           "query result holding them")
     return _devices(path, samples, warnings)
 
 

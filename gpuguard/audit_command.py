@@ -5,10 +5,15 @@ cluster (``--cluster``, read-only), evaluates the policy set on every workload a
 placement, then prints the report (``-o``), writes every format to ``--out DIR``, PolicyReports to
 the cluster (``--write-reports``) and the run to ``--history FILE``.
 
-Exit codes: 0 done; 1 a finding at or above ``--fail-on``; 2 usage errors, an unusable history
-file or cluster configuration, reports that could not be written, or nothing could be read at all
-(each unreadable input is one line on stderr; the audit runs on the rest and the report counts
-them).
+Exit codes (:mod:`gpuguard.exit_codes`): 0 done; 1 a finding at or above ``--fail-on``; 2 bad
+input or usage — and then nothing is reported (no output, no ``--out`` files, nothing written to
+the cluster or the history): a broken or empty policy set or ``--quotas`` path, an unusable
+``--metrics`` file, an ``--inventory`` path that names no inventory, a ``-f`` path that names no
+object (missing, empty, or nothing in it readable), an unusable history file or cluster
+configuration; 2 also when reports could not be written; 3 the API server cannot be reached
+(the scan is incomplete; nothing reported). Within the inputs that name something, each
+unreadable file, document or resource is one line on stderr, and the audit runs on the rest
+(the report counts them in ``errors``).
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from audit.scanner import Scanner
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.utilization import Metrics, MetricsError, read_metrics
 from gpuguard import policy_set
+from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
-from policies.loader import load_quotas
+from policies.loader import GPUPOLICY_API, load_quotas
+from policies.quota import QUOTA_KIND
 from policies.resource_names import GPUSettings
 from policies.sources import Document, LoadError, printable
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 OUTPUTS = ("table", "json", "markdown", "html", "policyreport")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
@@ -105,13 +112,15 @@ def _connect(args: argparse.Namespace) -> Any:
     return connect(args.kubeconfig, args.context)
 
 
-def _cluster_items(cluster: Any, page_progress: Callable[[str, int], None] | None,
+def _cluster_items(cluster: Any, scan_state: Any,
+                   page_progress: Callable[[str, int], None] | None,
                    notes: list[str]) -> Iterator[Document | LoadError]:
-    """The objects of the live cluster; relists, throttling and missing CRDs go to ``notes``."""
-    from audit.cluster_source import ClusterScan, iter_cluster  # noqa: PLC0415 - see _connect
+    """The objects of the live cluster; relists, throttling and missing CRDs go to ``notes``,
+    the rest of the bookkeeping to ``scan_state`` (an :class:`audit.cluster_source.ClusterScan`).
+    """
+    from audit.cluster_source import iter_cluster  # noqa: PLC0415 - see _connect
     from kube.lists import Lister  # noqa: PLC0415 - see _connect
 
-    scan_state = ClusterScan()
     yield from iter_cluster(Lister(cluster.api_client), scan_state, progress=page_progress)
     notes.extend(scan_state.notes())
     if scan_state.not_served:
@@ -165,6 +174,41 @@ def _print(report: dict[str, Any], output: str) -> None:
         render_terminal.render(report, console)
 
 
+def _refuse(lines: list[str], what: str) -> int:
+    """Print ``lines`` and why nothing was audited; the exit code for bad input."""
+    for line in lines:
+        _error(line)
+    _error(f"error: {what}: nothing audited, no report written")
+    return EXIT_USAGE
+
+
+def _policy_problems(args: argparse.Namespace, loaded: policy_set.Loaded,
+                     quotas: dict[str, Any]) -> list[str]:
+    """Every error of the policy set and the ``--quotas`` paths (adding their quotas to
+    ``quotas``); a path holding no GPUQuota is one."""
+    problems = [f"policy error: {e}" for e in loaded.errors]
+    if args.quotas:
+        extra, quota_errors = load_quotas(args.quotas)
+        problems += [f"policy error: {e}" for e in quota_errors]
+        if not extra and not quota_errors:
+            problems.append(f"policy error: --quotas {', '.join(map(printable, args.quotas))}: "
+                            f"no {QUOTA_KIND} documents found (expected apiVersion: "
+                            f"{GPUPOLICY_API}, kind: {QUOTA_KIND})")
+        for quota in extra:
+            quotas.setdefault(quota.name, quota)
+    return problems
+
+
+def _open_history(path: str) -> audit_history.History:
+    """The ``--history`` file; raises HistoryError naming the problem."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise audit_history.HistoryError(f"{path}: the directory {parent} does not exist "
+                                         "(expected a file in an existing directory; it is "
+                                         "created on the first run)")
+    return audit_history.History(path)
+
+
 def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     """Run one audit; see the module docstring for the exit codes."""
     live = bool(args.cluster or args.kubeconfig or args.context)
@@ -184,6 +228,25 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         _error(f"error: {exc}")
         return EXIT_USAGE
 
+    # Every input named on the command line is checked before anything is read or written: a
+    # report from a broken or empty policy set would say "compliant" about everything.
+    loaded = policy_set.load(args.policies, gpu)
+    quotas = {q.name: q for q in loaded.engine.policies.quotas}
+    problems = _policy_problems(args, loaded, quotas)
+    if problems:
+        return _refuse(problems, "the policy set is broken or empty (gpuguard lint PATH lists "
+                       "every error)")
+    metrics: Metrics | None = None
+    if args.metrics:
+        try:
+            metrics = read_metrics(args.metrics)
+        except MetricsError as exc:
+            return _refuse([f"error: --metrics {exc}"], "the metrics cannot be used")
+    inventory = InventoryAudit(args.inventory, settings) if args.inventory is not None else None
+    if inventory is not None and inventory.unusable:
+        return _refuse([*inventory.errors, *inventory.unusable], "an --inventory path names "
+                       "no inventory")
+
     cluster = None
     if live:
         from kube.config import ClusterConfigError  # noqa: PLC0415 - see _connect
@@ -196,49 +259,43 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     history = None
     if args.history:
         try:
-            history = audit_history.History(args.history)
+            history = _open_history(args.history)
         except audit_history.HistoryError as exc:
             _error(f"error: --history {exc}")
             return EXIT_USAGE
+    try:
+        return _audit(args, settings, loaded, quotas, metrics, inventory, cluster, history)
+    finally:
+        if history is not None:
+            history.close()
 
-    loaded = policy_set.load(args.policies, gpu)
-    policy_errors = [f"policy error: {e}" for e in loaded.errors]
-    for line in policy_errors:
-        _error(line)
-    metrics: Metrics | None = None
-    metric_errors: list[str] = []
-    if args.metrics:
-        try:
-            metrics = read_metrics(args.metrics)
-        except MetricsError as exc:
-            metric_errors.append(f"--metrics {exc}")
-            _error(metric_errors[-1])
 
-    inventory = InventoryAudit(args.inventory, settings) if args.inventory is not None else None
+def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,
+           quotas: dict[str, Any], metrics: Metrics | None, inventory: InventoryAudit | None,
+           cluster: Any, history: audit_history.History | None) -> int:
+    """Scan, then report — unless what was read is no ground for a report."""
     notes: list[str] = []
+    scan_state: Any = None
+    coverage = PathCoverage(args.filename or [])
     if cluster is not None:
+        from audit.cluster_source import ClusterScan  # noqa: PLC0415 - see _connect
+
+        scan_state = ClusterScan()
         source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}
     else:
         source = {"kind": "files", "paths": list(args.filename)}
     source["metrics"] = args.metrics
     source["policies"] = list(args.policies or []) or "built-in library"
-    # The policy workers fork here, before the progress bar starts its thread.
-    quotas = {q.name: q for q in loaded.engine.policies.quotas}
     if args.quotas:
-        extra, quota_errors = load_quotas(args.quotas)
-        for error in quota_errors:
-            policy_errors.append(f"policy error: {error}")
-            _error(policy_errors[-1])
-        for quota in extra:
-            quotas.setdefault(quota.name, quota)
         source["quotas"] = list(args.quotas)
+    # The policy workers fork here, before the progress bar starts its thread.
     scanner = Scanner(settings, loaded.engine, metrics, quotas=quotas.values())
     try:
         with ExitStack() as stack:
-            object_progress, page_progress = _progress_callbacks(stack, live)
+            object_progress, page_progress = _progress_callbacks(stack, cluster is not None)
             scanner.progress = object_progress
-            items = _cluster_items(cluster, page_progress, notes) if cluster is not None \
-                else iter_snapshot(args.filename)
+            items = _cluster_items(cluster, scan_state, page_progress, notes) \
+                if cluster is not None else coverage.counted(iter_snapshot(args.filename))
             for item in items:
                 scanner.feed(item)
                 if inventory is not None:
@@ -246,21 +303,29 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     except BaseException:
         scanner.compliance.close()
         raise
-    report = scanner.finish(source, [*policy_errors, *metric_errors,
-                                     *(inventory.errors if inventory else [])])
+    if scan_state is not None and scan_state.unreachable is not None:
+        scanner.compliance.close()
+        _error(f"error: {scan_state.unreachable}")
+        _error("error: the API server cannot be reached: the scan is incomplete, no report "
+               "written")
+        return EXIT_ENVIRONMENT
+    empty = coverage.nothing_named()
+    if empty or scanner.objects == 0:
+        scanner.compliance.close()
+        why = "a path names no object" if empty else \
+            "nothing could be read" if scanner.errors else "the cluster listed no object"
+        return _refuse([*scanner.errors, *empty], why)
+    report = scanner.finish(source, inventory.errors if inventory else [])
     report["inventory"] = inventory.section() if inventory is not None else None
-    report["warnings"] = [*report["warnings"], *notes]
+    report["warnings"] = [*report["warnings"], *(inventory.warnings() if inventory else []),
+                          *notes]
     report["summary"]["warnings"] = len(report["warnings"])
     for line in report["errors"]:
-        if not line.startswith(("policy error:", "--metrics")):
-            _error(line)
+        _error(line)
 
     if history is not None:
-        try:
-            report["changes"] = audit_history.changes(report, history.latest())
-            history.record(report)
-        finally:
-            history.close()
+        report["changes"] = audit_history.changes(report, history.latest())
+        history.record(report)
 
     _print(report, args.output)
     status = EXIT_OK
@@ -287,8 +352,6 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     if summary["errors"] or summary["warnings"]:
         print(f"gpuguard: {summary['errors']} input error(s), {summary['warnings']} "
               "warning(s) (listed in the report)", file=sys.stderr)
-    if summary["objects"] == 0 and report["errors"]:
-        return EXIT_USAGE
     if status != EXIT_OK:
         return status
     if args.fail_on and any(summary["findings"][level] for level in _FAIL_LEVELS[args.fail_on]):

@@ -40,12 +40,12 @@ from certs.material import (
     subject_alt_names,
     timestamp,
 )
+from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from kube.config import ClusterConfigError, detect
 from kube.webhooks import WebhookConfigError, admission_api, parse_target, set_ca_bundle
 from policies.resource_names import GPUSettings
 
-EXIT_OK = 0
-EXIT_ERROR = 2
+EXIT_ERROR = EXIT_USAGE
 
 DEFAULT_DAYS = 365
 DEFAULT_CA_DAYS = 3650

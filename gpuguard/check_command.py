@@ -2,7 +2,9 @@
 
 Each object (or AdmissionReview) is evaluated as the webhook would at admission — mutations first,
 then validations on the mutated object — and the results per policy and rule are printed with the
-JSONPatch. Exit codes: 0 all allowed, 1 some request would be denied, 2 bad input or policy files.
+JSONPatch. Exit codes: 0 all allowed, 1 some request would be denied, 2 bad input or policy files
+(a broken or empty policy set evaluates nothing; a ``-f`` or ``--snapshot`` path that names no
+object is bad input, never "all allowed").
 
 With ``--snapshot DIR`` the ``GPUQuota`` documents of the policy files are checked too, against
 the usage of the snapshot's pods (pending and running; team scopes from its Namespaces' labels):
@@ -26,6 +28,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuguard import policy_set
+from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from gpuguard.input_paths import documents_of
 from gpuguard.settings import add_gpu_settings
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
@@ -100,7 +104,8 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
             pods.append(body)
     index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
     index.replace(pods)
-    return Snapshot(labels, index), [f"--snapshot: {e}" for e in errors]
+    return Snapshot(labels, index), [*(f"--snapshot: {e}" for e in errors),
+                                     *documents_of(documents, errors, paths, "--snapshot")]
 
 
 def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
@@ -169,20 +174,20 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         labels = parse_labels(args.namespace_labels or "")
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     loaded = policy_set.load(args.policies, settings)
     for error in loaded.errors:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
     if loaded.errors:
-        return 2
+        return EXIT_USAGE
     if not loaded.engine.policies.policies and not (args.snapshot
                                                     and loaded.engine.policies.quotas):
         # Evaluating nothing would allow everything: refuse rather than fail open.
         where = ", ".join(args.policies or ["the library"])
         print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     documents, errors = read_documents(args.filename)
-    problems = [str(e) for e in errors]
+    problems = [str(e) for e in errors] + documents_of(documents, errors, args.filename)
     engine: Engine = loaded.engine
     snapshot: Snapshot | None = None
     quota_check: QuotaAdmission | None = None
@@ -217,8 +222,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     else:
         _print_table(entries)
     if problems:
-        return 2
-    return 0 if all(e["allowed"] for e in entries) else 1
+        return EXIT_USAGE
+    return EXIT_OK if all(e["allowed"] for e in entries) else EXIT_FINDINGS
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:

@@ -2,7 +2,8 @@
 
 Errors in the input (unparseable documents, objects without kind) are listed in ``errors`` and on
 stderr, one line each naming the file and document; the other documents are still reported and the
-exit code is 2.
+exit code is 2. A path that names no object at all (an empty file or directory, see
+:mod:`gpuguard.input_paths`) is such an error too: no facts is not "no GPUs".
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
+from gpuguard.input_paths import documents_of
 from gpuguard.settings import add_gpu_settings
 from policies.nodes import node_facts
 from policies.resource_names import GPUSettings
@@ -39,7 +42,8 @@ def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
             ignored.append(f"{document.body.get('kind')}/{name}")
         else:
             objects.append(entry)
-    return {"objects": objects, "ignored": ignored, "errors": [str(e) for e in errors]}
+    return {"objects": objects, "ignored": ignored,
+            "errors": [*(str(e) for e in errors), *documents_of(documents, errors, paths)]}
 
 
 def _describe(
@@ -130,7 +134,7 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
         console.print(table)
         for note in notes:
             console.print(f"- {printable(note)}", markup=False, highlight=False)
-    return 2 if result["errors"] else 0
+    return EXIT_USAGE if result["errors"] else EXIT_OK
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:

@@ -30,12 +30,12 @@ from audit.inventory import Inventory, mib
 from audit.inventory_summary import ANNOTATION, summarize
 from audit.nvml import NvmlBackend, NvmlUnavailable, load_backend
 from audit.nvml_reader import read_inventory
+from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE
 from policies.resource_names import GPUSettings
 from policies.sources import printable
 
-EXIT_OK = 0
-EXIT_FAILED = 2
-EXIT_NO_NVML = 3
+EXIT_FAILED = EXIT_USAGE
+EXIT_NO_NVML = EXIT_ENVIRONMENT
 PROG = "gpuguard inventory"
 
 #: Sets annotations on a node: (node, {key: value}) -> None; raises :class:`AnnotateError`.

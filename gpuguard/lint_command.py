@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuguard import policy_set
+from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK
 from policies.resource_names import GPUSettings
 
 
@@ -30,7 +31,7 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
         print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'}"
               + (f" and {len(quotas)} GPUQuota(s)" if quotas else "") + " loaded, "
               f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
-    return 1 if loaded.errors else 0
+    return EXIT_FINDINGS if loaded.errors else EXIT_OK
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:

@@ -94,6 +94,11 @@ class NotServed(ListError):
     """The API server does not serve the resource (404: the CRD is not installed)."""
 
 
+class Unreachable(ListError):
+    """The API server cannot be reached (connection refused or reset, DNS, TLS, timeouts): the
+    environment, not the resource — listing anything else would fail the same way."""
+
+
 @dataclass
 class ListStats:
     """What listing one resource took: pages, objects, relists (410), waits (429), retries (5xx).
@@ -182,6 +187,7 @@ class Lister:
 
         Raises:
             NotServed: the resource is not served (404).
+            Unreachable: the API server cannot be reached (network errors).
             ListError: any other failure (403 forbidden, repeated 429 / 5xx / 410, network
                 errors); the message names the resource.
         """
@@ -225,12 +231,15 @@ class Lister:
                     self._sleep(wait)
                     continue
                 raise ListError(f"{resource.path}: {_reason(exc)}") from None
-            except (OSError, ValueError) as exc:
+            except OSError as exc:
+                raise Unreachable(f"{resource.path}: cannot reach the API server: "
+                                  f"{type(exc).__name__}: {exc}") from None
+            except ValueError as exc:
                 raise ListError(f"{resource.path}: {type(exc).__name__}: {exc}") from None
             except Exception as exc:  # urllib3 raises its own hierarchy (MaxRetryError, ...)
                 if type(exc).__module__.startswith("urllib3"):
-                    raise ListError(f"{resource.path}: cannot reach the API server: "
-                                    f"{type(exc).__name__}") from None
+                    raise Unreachable(f"{resource.path}: cannot reach the API server: "
+                                      f"{type(exc).__name__}") from None
                 raise
             throttled = server_errors = 0
             stats.pages += 1

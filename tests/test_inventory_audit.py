@@ -66,11 +66,20 @@ def test_without_the_flag_there_is_no_section(tmp_path, capsys):
 
 
 def test_bad_inventory_is_an_input_error(tmp_path, capsys):
-    bad = tmp_path / "bad.json"
+    directory = tmp_path / "inventories"
+    directory.mkdir()
+    name, summary = next(iter(scenario.inventories().items()))
+    (directory / f"{name}.json").write_text(json.dumps(summary.to_dict()))
+    bad = directory / "bad.json"
     bad.write_text('{"kind": "GPUInventorySummary", "version": 9}')
-    code, report, err = audit(capsys, "-f", snapshot(tmp_path), "--inventory", str(bad))
+    code, report, err = audit(capsys, "-f", snapshot(tmp_path), "--inventory", str(directory))
     line = f"--inventory {bad}: document 0: GPUInventorySummary: version: 9 is not supported " \
            "(this gpuguard reads version 1)"
     assert line in report["errors"]
     assert f"gpuguard: {line}" in err
-    assert code == 0 and report["inventory"]["findings"] == []
+    assert code == 0 and report["inventory"]["nodes"] == [name]
+    # A path that gives no inventory at all refuses the audit (issue 13), naming the error.
+    code = main(["audit", "-f", snapshot(tmp_path), "--inventory", str(bad), "-o", "json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert f"gpuguard: {line}" in captured.err
