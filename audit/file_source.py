@@ -31,14 +31,22 @@ from typing import Any, TextIO
 
 import yaml
 
-from policies.sources import Document, LoadError, iter_documents, iter_paths, load_yaml
+from policies.sources import (
+    Document,
+    DuplicateJSONKeyError,
+    LoadError,
+    decode_json_value,
+    iter_documents,
+    iter_paths,
+    load_yaml,
+    yaml_problem,
+)
 
 _CHUNK = 1 << 20  # characters read at a time
 _MAX_VALUE = 64 << 20  # characters one JSON value may span before it is declared broken
 _WS = re.compile(r"[ \t\r\n]*")
 _SEPARATOR = re.compile(r"^(?:---|\.\.\.)(?:[ \t].*)?$")
 _ITEMS_KEY = re.compile(r"^items:[ \t]*(?:#.*)?$")
-_DECODER = json.JSONDecoder()
 
 
 def _size(path: str) -> int:
@@ -181,7 +189,10 @@ class _JsonStream:
         self.peek()
         while True:
             try:
-                value, end = _DECODER.raw_decode(self.buf, self.pos)
+                value, end = decode_json_value(self.buf, self.pos)
+            except DuplicateJSONKeyError as exc:  # complete, and refused
+                raise _BrokenJson(f"invalid JSON at {self._where(exc.pos)}: duplicate key "
+                                  f"{exc.key!r} (first at {self._where(exc.first_pos)})") from None
             except json.JSONDecodeError as exc:
                 if len(self.buf) - self.pos < _MAX_VALUE and self._fill():
                     continue
@@ -196,6 +207,7 @@ class _JsonStream:
     def objects(self) -> Iterator[Document | LoadError]:
         """The document's objects: ``items`` one by one, or the whole object."""
         body: dict[str, Any] = {}
+        first: dict[str, str] = {}  # key -> where it was, for a key given twice
         streamed = False
         try:
             if self.peek() != "{":
@@ -206,10 +218,16 @@ class _JsonStream:
                 self.pos += 1
             else:
                 while True:
+                    self.peek()
+                    where = self._where(self.pos)
                     key = self.value()
                     if not isinstance(key, str):
                         raise _BrokenJson(f"invalid JSON at {self._where(self.pos)}: object "
                                           "keys must be strings")
+                    if key in first:
+                        raise _BrokenJson(f"invalid JSON at {where}: duplicate key {key!r} "
+                                          f"(first at {first[key]})")
+                    first[key] = where
                     self.expect(":")
                     if key == "items" and self.peek() == "[":
                         streamed = True
@@ -252,10 +270,8 @@ class _JsonStream:
 
 def _yaml_error(exc: yaml.YAMLError, first_line: int) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
-        mark = exc.context_mark or exc.problem_mark
-        line = f" at line {first_line + mark.line}" if mark is not None else ""
-        problem = "; ".join(filter(None, (exc.context, exc.problem))) or str(exc)
-        return f"invalid YAML{line}: {problem}"
+        line, problem = yaml_problem(exc, first_line)
+        return f"invalid YAML{f' at line {line}' if line is not None else ''}: {problem}"
     return f"invalid YAML: {exc}"
 
 

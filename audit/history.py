@@ -1,13 +1,18 @@
 """Audit history in SQLite: each run appended, and what changed since the previous one.
 
 Owns the history file (``--history FILE``, stdlib :mod:`sqlite3`): one row per run (time, source,
-summary), its findings (by a fingerprint of workload, policy, rule and field path, so a finding
-whose message wording changes stays the same finding) and its allocation figures (cluster, per
-team, per node). :func:`changes` compares a report with the previous run: new and fixed findings,
-and the trend of allocation and idle GPU-equivalents for the cluster and each team.
+summary, the policy set's content hash and policy names), its findings (by a fingerprint of
+workload, policy, rule and field path, so a finding whose message wording changes stays the same
+finding) and its allocation figures (cluster, per team, per node). :func:`changes` compares a
+report with the previous run: new and fixed findings, findings gone because their policy left the
+set ("policy removed", not "fixed": a run with fewer policies fixes nothing), how the policy set
+changed, and the trend of allocation and idle GPU-equivalents for the cluster and each team.
 
 The schema version is kept in the file (``PRAGMA user_version``); a file written by a newer
-version is refused rather than misread. Must not render or audit.
+version is refused rather than misread, and an older one is migrated in place when opened (schema
+1 had no policy set columns: its runs read back with ``policy_hash`` and ``policies`` None, and
+their vanished findings are judged against the current run's policy names). Must not render or
+audit.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at TEXT NOT NULL,
     source TEXT NOT NULL,
-    summary TEXT NOT NULL
+    summary TEXT NOT NULL,
+    policy_hash TEXT,
+    policies TEXT
 );
 CREATE TABLE IF NOT EXISTS findings (
     run INTEGER NOT NULL REFERENCES runs(id),
@@ -48,6 +55,8 @@ CREATE TABLE IF NOT EXISTS allocations (
 );
 CREATE INDEX IF NOT EXISTS allocations_run ON allocations(run);
 """
+# Columns added after schema 1, with their types: added to an older file when it is opened.
+_ADDED_COLUMNS = {"runs": (("policy_hash", "TEXT"), ("policies", "TEXT"))}
 
 
 class HistoryError(Exception):
@@ -72,7 +81,9 @@ class Run:
     """A run read back from the history: its id, time, findings by fingerprint, allocations.
 
     ``allocations`` maps ``(scope, name)`` — scope ``cluster``, ``team`` or ``node`` — to
-    ``(allocatable, allocated, idle)`` GPU-equivalents (None when unknown).
+    ``(allocatable, allocated, idle)`` GPU-equivalents (None when unknown). ``policy_hash``
+    (``sha256:…`` of the policy files) and ``policies`` (names) are None for runs recorded
+    before the history kept them (schema 1) or without a policy set.
     """
 
     id: int
@@ -80,6 +91,8 @@ class Run:
     source: str
     findings: Mapping[str, Mapping[str, Any]]
     allocations: Mapping[tuple[str, str | None], tuple[float | None, float | None, float | None]]
+    policy_hash: str | None = None
+    policies: tuple[str, ...] | None = None
 
 
 class History:
@@ -98,6 +111,11 @@ class History:
                 raise HistoryError(f"{path}: written by a newer gpuguard (history schema "
                                    f"{version}, this one reads {SCHEMA_VERSION})")
             self._db.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name, kind in columns:
+                    if name not in present:  # a file from an older gpuguard: migrate it
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._db.commit()
         except sqlite3.DatabaseError as exc:
@@ -109,11 +127,11 @@ class History:
 
     def latest(self) -> Run | None:
         """The most recent run, or None for an empty history."""
-        row = self._db.execute("SELECT id, at, source FROM runs ORDER BY id DESC LIMIT 1"
-                               ).fetchone()
+        row = self._db.execute("SELECT id, at, source, policy_hash, policies FROM runs "
+                               "ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             return None
-        run_id, at, source = row
+        run_id, at, source, policy_hash, policies = row
         findings = {fp: {"fingerprint": fp, "severity": sev, "policy": pol, "rule": rule,
                          "workload": wl, "team": team, "message": msg}
                     for fp, sev, pol, rule, wl, team, msg in self._db.execute(
@@ -122,15 +140,20 @@ class History:
         allocations = {(scope, name): (alloc, used, idle) for scope, name, alloc, used, idle
                        in self._db.execute("SELECT scope, name, allocatable, allocated, idle "
                                            "FROM allocations WHERE run = ?", (run_id,))}
-        return Run(run_id, at, source, findings, allocations)
+        return Run(run_id, at, source, findings, allocations, policy_hash,
+                   tuple(json.loads(policies)) if policies is not None else None)
 
     def record(self, report: Mapping[str, Any]) -> int:
         """Append a run; returns its id."""
         with self._db:
+            policy_set = report.get("policy_set") or {}
+            names = policy_set.get("policies")
             cursor = self._db.execute(
-                "INSERT INTO runs (at, source, summary) VALUES (?, ?, ?)",
+                "INSERT INTO runs (at, source, summary, policy_hash, policies) "
+                "VALUES (?, ?, ?, ?, ?)",
                 (report["generated"], json.dumps(report["source"], sort_keys=True),
-                 json.dumps(report["summary"], sort_keys=True)))
+                 json.dumps(report["summary"], sort_keys=True), policy_set.get("hash"),
+                 json.dumps(list(names)) if names is not None else None))
             run_id = int(cursor.lastrowid or 0)
             self._db.executemany(
                 "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -159,14 +182,44 @@ def _delta(now: float | None, before: float | None) -> float | None:
     return round(now - before, 6)
 
 
+_FIELDS = ("severity", "policy", "rule", "workload", "team", "message")
+
+
+def _policy_set_change(report: Mapping[str, Any], previous: Run) -> dict[str, Any]:
+    """``{hash, hash_before, changed, policies_added, policies_removed}``; the lists are None
+    when either run's policy names are unknown, ``changed`` None when either hash is."""
+    policy_set = report.get("policy_set") or {}
+    digest, names = policy_set.get("hash"), policy_set.get("policies")
+    known = names is not None and previous.policies is not None
+    return {
+        "hash": digest, "hash_before": previous.policy_hash,
+        "changed": digest != previous.policy_hash
+        if digest is not None and previous.policy_hash is not None else None,
+        "policies_added": sorted(set(names) - set(previous.policies))  # type: ignore[arg-type]
+        if known else None,
+        "policies_removed": sorted(set(previous.policies) - set(names))  # type: ignore[arg-type]
+        if known else None,
+    }
+
+
 def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] | None:
     """The ``changes`` section: what differs from ``previous`` (None when there is no previous
-    run)."""
+    run).
+
+    A finding of the previous run that is gone is ``fixed`` when its policy is still in this
+    run's policy set, and in ``policy_removed_findings`` when the policy is not (the set changed;
+    the workload may be as it was). Without this run's policy names (a report without
+    ``policy_set``) every vanished finding counts as fixed, as before.
+    """
     if previous is None:
         return None
     current = {fingerprint(f): f for f in report["findings"]}
     new = [f for fp, f in current.items() if fp not in previous.findings]
-    fixed = [f for fp, f in previous.findings.items() if fp not in current]
+    gone = [f for fp, f in previous.findings.items() if fp not in current]
+    names = (report.get("policy_set") or {}).get("policies")
+    policies = set(names) if names is not None else None
+    removed = [f for f in gone if policies is not None and f["policy"] not in policies]
+    fixed = [f for f in gone if policies is None or f["policy"] in policies]
     now = {(scope, name): values for scope, name, *values in _allocation_rows(report)}
     trends = []
     for scope in ("cluster", "team"):
@@ -188,8 +241,9 @@ def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] |
         "new_findings": [{"severity": f["severity"], "policy": f["policy"], "rule": f["rule"],
                           "workload": _workload_text(f["workload"]), "team": f["team"],
                           "message": f["message"]} for f in new],
-        "fixed_findings": [{k: f[k] for k in ("severity", "policy", "rule", "workload", "team",
-                                                "message")} for f in fixed],
+        "fixed_findings": [{k: f[k] for k in _FIELDS} for f in fixed],
+        "policy_removed_findings": [{k: f[k] for k in _FIELDS} for f in removed],
+        "policy_set": _policy_set_change(report, previous),
         "trends": trends,
         "nodes_added": sorted(node_names_now - node_names_before, key=str),
         "nodes_removed": sorted(node_names_before - node_names_now, key=str),

@@ -251,6 +251,9 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         "kind": KIND,
         "generated": generated.isoformat(),
         "source": dict(source),
+        "policy_set": {"hash": scanner.policy_set.digest or None,
+                       "policies": list(scanner.policy_set.names())}
+        if scanner.policy_set is not None else None,
         "settings": {"team_label": settings.team_label, "idle_below": settings.idle_below},
         "summary": summary,
         "cluster": cluster,

@@ -97,10 +97,19 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
     if not changes:
         return []
     note = f"since run {changes['previous_run']['id']} at {changes['previous_run']['at']}"
+    policy_set = changes.get("policy_set") or {}
+    if policy_set.get("changed"):
+        added, gone = policy_set.get("policies_added"), policy_set.get("policies_removed")
+        note += "; the policy set changed" + (
+            f" ({len(added)} polic(ies) added, {len(gone)} removed)"
+            if added is not None and gone is not None else "")
     rows = [("new", f["severity"], f["policy"], f["workload"], f["message"])
             for f in changes["new_findings"]]
     rows += [("fixed", f["severity"], f["policy"], f["workload"], f["message"])
              for f in changes["fixed_findings"]]
+    removed = changes.get("policy_removed_findings", [])
+    rows += [("policy removed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in removed]
     trends = [(t["scope"], str(t["name"]) if t["name"] is not None else
                ("cluster" if t["scope"] == "cluster" else "(no team)"),
                number(t["allocated_before"], "-"), number(t["allocated"], "-"),
@@ -111,7 +120,8 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
         _table("changes", "Findings since the previous run",
                ("change", "severity", "policy", "workload", "message"), rows, limit,
                note + f": {len(changes['new_findings'])} new, "
-               f"{len(changes['fixed_findings'])} fixed"),
+               f"{len(changes['fixed_findings'])} fixed"
+               + (f", {len(removed)} gone with their policy" if removed else "")),
         _table("trends", "Allocation trend (GPU-equivalents)",
                ("scope", "name", "allocated before", "allocated", "change", "idle before",
                 "idle", "idle change"), trends, limit, note),

@@ -52,6 +52,7 @@ class Scanner:
                  progress: Callable[[int], None] | None = None,
                  quotas: Iterable[Quota] = ()) -> None:
         self.settings = settings
+        self.policy_set = engine.policies if engine is not None else None
         self.quotas = tuple(quotas)
         self.quota_usage: dict[str, Usage] = {}  # namespace -> usage of its pods
         self.metrics = metrics

@@ -8,32 +8,47 @@ from dataclasses import dataclass
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
 from policies.engine import Engine
-from policies.loader import PolicyError, load_policies
+from policies.loader import PolicyError, load_snapshot, read_policy_files
 from policies.resource_names import GPUSettings
-from policies.sources import library_path
+from policies.sources import Snapshot, library_path
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """An engine over the policies that loaded, plus every error and warning met on the way."""
+    """An engine over the policies that loaded, plus every error and warning met on the way.
+
+    ``errors`` empty means the source is whole: every file read, every document a policy (or
+    binding, param object, GPUQuota) that compiled, and at least one of them. A caller that
+    must not act on a partial set (the audit's reports, a reload) checks it before using
+    ``engine``; the set's identity is ``engine.policies.digest``.
+    """
 
     engine: Engine
     errors: tuple[PolicyError, ...]
     warnings: tuple[str, ...]
 
 
-def load(paths: Sequence[str] | None, settings: GPUSettings) -> Loaded:
-    """Load ``paths`` (None: the built-in library) and build the engine.
+def load(source: Sequence[str] | Snapshot | None, settings: GPUSettings) -> Loaded:
+    """Load ``source`` and build the engine.
+
+    Args:
+        source: policy paths; a :class:`~policies.sources.Snapshot` already read (the
+            webhook's reload reads the files once and builds from those bytes); None: the
+            built-in library.
 
     Paths that hold no policy and no GPUQuota — an empty directory, an empty or truncated file —
     are an error, never "nothing to check": an empty set would allow everything, and the
     library is what a user gets only by giving no paths at all.
     """
     environment = CelEnvironment(GPU_LIBRARY)
-    policy_set, errors = load_policies(list(paths) if paths is not None else [library_path()],
-                                       environment)
-    if paths is not None and not errors and not policy_set.policies and not policy_set.quotas:
-        errors.append(PolicyError(", ".join(paths) or "--policies", None, None, "", EMPTY))
+    if isinstance(source, Snapshot):
+        snapshot = source
+    else:
+        snapshot = read_policy_files(list(source) if source is not None else [library_path()])
+    policy_set, errors = load_snapshot(snapshot, environment)
+    if not errors and not policy_set.policies and not policy_set.quotas:
+        errors.append(PolicyError(", ".join(snapshot.paths) or "--policies", None, None, "",
+                                  EMPTY))
     return Loaded(Engine(policy_set, environment, settings), tuple(errors),
                   policy_set.warnings)
 

@@ -6,7 +6,9 @@ ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects and their Bindings (
 from the same files) onto the same model, and compiling every CEL expression once. All errors are
 collected, each naming the file, line, document index and field path (``spec.validations[2]
 .expression``) and, for CEL, the expression's own line and column — loading never stops at the
-first.
+first. A source is whole or refused: a file with no document, or none the set uses, is an error
+(:func:`load_snapshot`), and the set built from a :class:`~policies.sources.Snapshot` carries its
+digest and, per file, what it took from it (``PolicySet.contents``: what a reload compares).
 
 Must not evaluate policies, read the clock or touch files other than through
 :mod:`policies.sources`.
@@ -43,7 +45,14 @@ from policies.model import (
     Subject,
 )
 from policies.quota import QUOTA_KIND, Quota, parse_quota
-from policies.sources import Document, load_package_yaml, read_documents
+from policies.sources import (
+    Document,
+    LoadError,
+    Snapshot,
+    file_documents,
+    load_package_yaml,
+    read_snapshot,
+)
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
@@ -546,22 +555,90 @@ def _bind(template: Policy, binding: Document, params: Any, missing: str | None)
     )
 
 
+def read_policy_files(paths: Sequence[str]) -> Snapshot:
+    """Every policy file under ``paths``, read once into memory (one snapshot).
+
+    Directories are walked skipping hidden entries, so that a mounted ConfigMap yields each key
+    once (:func:`policies.sources.iter_paths`). Load it with :func:`load_snapshot`.
+    """
+    return read_snapshot(paths, skip_hidden=True)
+
+
 def load_policies(
     paths: Sequence[str], environment: CelEnvironment,
 ) -> tuple[PolicySet, list[PolicyError]]:
     """Load and compile every policy under ``paths`` (files, directories).
 
-    GPUPolicy documents are checked against the schema; native ValidatingAdmissionPolicy /
-    MutatingAdmissionPolicy objects become one policy per Binding (and per param object the
-    binding selects); other documents are kept as candidate param objects. A policy with any error
-    is left out; every error is returned.
+    :func:`read_policy_files`, then :func:`load_snapshot`.
 
     Returns:
         ``(policy set, errors)``; the set holds only policies that loaded cleanly.
     """
-    documents, load_errors = read_documents(paths, with_lines=True)
-    errors = [PolicyError(e.source, e.index, None, "", e.message) for e in load_errors]
-    return build_policy_set(documents, environment, errors)
+    return load_snapshot(read_policy_files(paths), environment)
+
+
+NO_DOCUMENT = ("a policy file holds GPUPolicy, ValidatingAdmissionPolicy, "
+               "MutatingAdmissionPolicy, their Bindings and param objects, or GPUQuota "
+               "documents (to remove a file's policies, delete the file)")
+
+
+def _from_load_error(error: LoadError) -> PolicyError:
+    return PolicyError(error.source, error.index, error.line, "", error.message)
+
+
+def _snapshot_documents(snapshot: Snapshot, errors: list[PolicyError]) -> list[Document]:
+    """The documents of every file of ``snapshot``; an unreadable path, a broken document and a
+    file with no document at all (0 bytes; only comments, blank lines or ``---``: what a writer
+    that truncates before it writes leaves) each add an error."""
+    errors.extend(_from_load_error(e) for e in snapshot.errors)
+    documents: list[Document] = []
+    for file in snapshot.files:
+        found = problems = 0
+        for entry in file_documents(file, with_lines=True):
+            if isinstance(entry, LoadError):
+                errors.append(_from_load_error(entry))
+                problems += 1
+            else:
+                documents.append(entry)
+                found += 1
+        if not found and not problems:
+            what = "the file is empty (0 bytes)" if not file.data else \
+                f"the file holds no document, only comments, blank lines or '---' " \
+                f"({len(file.data)} bytes)"
+            errors.append(PolicyError(file.path, None, None, "",
+                                      f"no policy document: {what}; {NO_DOCUMENT}"))
+    return documents
+
+
+def load_snapshot(
+    snapshot: Snapshot, environment: CelEnvironment,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Load and compile every policy in ``snapshot`` (built from its bytes only).
+
+    GPUPolicy documents are checked against the schema; native ValidatingAdmissionPolicy /
+    MutatingAdmissionPolicy objects become one policy per Binding (and per param object the
+    binding selects); other documents are kept as candidate param objects. A policy with any error
+    is left out; every error is returned. A file is whole or refused: one with no document, or
+    with none the set uses (no policy, binding, param object or GPUQuota), is an error too —
+    an emptied file must not drop its policies silently.
+
+    Returns:
+        ``(policy set, errors)``; the set holds only policies that loaded cleanly, its
+        ``digest`` is the snapshot's and ``contents`` says what each file gave.
+    """
+    errors: list[PolicyError] = []
+    documents = _snapshot_documents(snapshot, errors)
+    policy_set, errors = build_policy_set(documents, environment, errors)
+    used = {source for source, _ in policy_set.contents}
+    kinds: dict[str, list[str]] = {}
+    for document in documents:
+        if document.source not in used:
+            kinds.setdefault(document.source, []).append(str(document.body.get("kind")))
+    for source, found in kinds.items():
+        listed = ", ".join(dict.fromkeys(found))
+        errors.append(PolicyError(source, None, None, "", f"no policy document: its documents "
+                                                          f"are kind {listed}; {NO_DOCUMENT}"))
+    return replace(policy_set, digest=snapshot.digest), errors
 
 
 _NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
@@ -650,6 +727,10 @@ def build_policy_set(
             for binding in bound:
                 warnings.append(f"{binding.location}: binds {key.replace('/', ' ', 1)!r}, which "
                                 "is not in the input; the binding does nothing")
+    contents: dict[str, dict[str, None]] = {}
+    for document in documents:
+        if id(document) in used:
+            contents.setdefault(document.source, {})[_identity(document)] = None
     ignored = [d for d in documents if id(d) not in used]
     if ignored:
         kinds = ", ".join(sorted({str(d.body.get("kind")) for d in ignored}))
@@ -672,17 +753,29 @@ def build_policy_set(
                                       f"GPUQuota name {quota.name!r} is already used (it names "
                                       "the reservation ledger)"))
         quota_names.add(quota.name)
-    return PolicySet(tuple(policies), tuple(warnings), tuple(quotas)), errors
+    return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),
+                     contents=tuple((s, tuple(ids)) for s, ids in contents.items())), errors
+
+
+def _identity(document: Document) -> str:
+    """``Kind/name`` (``Kind/namespace/name`` when namespaced) of a policy-file document."""
+    body = document.body
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    namespace = metadata.get("namespace")
+    name = f"{namespace}/{metadata.get('name', '')}" if namespace else \
+        str(metadata.get("name", ""))
+    return f"{body.get('kind')}/{name}"
 
 
 def load_quotas(paths: Sequence[str]) -> tuple[tuple[Quota, ...], list[PolicyError]]:
     """Load only the ``GPUQuota`` documents under ``paths`` (files, directories).
 
     Returns:
-        ``(quotas in file order, errors)``; a quota with any error is left out.
+        ``(quotas in file order, errors)``; a quota with any error is left out, and a file with
+        no document at all is an error (see :func:`load_snapshot`).
     """
-    documents, load_errors = read_documents(paths, with_lines=True)
-    errors = [PolicyError(e.source, e.index, None, "", e.message) for e in load_errors]
+    errors: list[PolicyError] = []
+    documents = _snapshot_documents(read_policy_files(paths), errors)
     quotas = []
     for document in documents:
         if document.body.get("kind") == QUOTA_KIND and \

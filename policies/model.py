@@ -200,11 +200,22 @@ class Policy:
 
 @dataclass(frozen=True)
 class PolicySet:
-    """Everything loaded from policy files, in file order; evaluation follows this order."""
+    """Everything loaded from policy files, in file order; evaluation follows this order.
+
+    Attributes:
+        digest: ``sha256:<hex>`` of the bytes the set was built from
+            (:attr:`policies.sources.Snapshot.digest`); "" when built from documents in memory.
+        contents: per source file, the documents the set took from it (``GPUPolicy/name``,
+            ``ValidatingAdmissionPolicyBinding/name``, ``GPUQuota/name``, a param object's
+            ``Kind/namespace/name``), in file order: what a reload compares to notice a file
+            that lost a policy.
+    """
 
     policies: tuple[Policy, ...]
     warnings: tuple[str, ...] = ()
     quotas: tuple[Quota, ...] = ()  # GPUQuota documents (policies.quota), in file order
+    digest: str = ""
+    contents: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def names(self) -> tuple[str, ...]:
         """Policy names, in evaluation order."""

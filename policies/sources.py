@@ -21,12 +21,23 @@ recursive alias (one inside the node it names) is refused too: Kubernetes object
 go-yaml, which kubectl uses, has a similar guard ("document contains excessive aliasing": alias
 expansion may be at most 99% of a small document's decoded nodes and about 400,000 in a large one).
 
+A mapping that gives a key twice is an error too (:class:`DuplicateKeyError` for YAML,
+:class:`DuplicateJSONKeyError` for JSON), naming both lines: PyYAML and :func:`json.loads` keep
+the last value silently, while the Kubernetes API server's strict decoding refuses the object — a
+later ``validationActions: [Audit]`` must not quietly downgrade an earlier ``[Deny]``.
+
+A :class:`Snapshot` (:func:`read_snapshot`) holds every file's bytes read once: it is
+fingerprinted (:attr:`Snapshot.digest`) and parsed (:func:`file_documents`) from the same bytes,
+so what was fingerprinted is what is built.
+
 Must not interpret objects (GPU facts, policies): it only parses.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -49,8 +60,56 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 
 
 
-class _LocatingLoader(_Loader):  # type: ignore[misc, valid-type]
-    """The safe loader, naming the node whose scalar cannot be converted (slow: errors only)."""
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that gives the same key twice (``validationActions: [Deny]``, later
+    ``validationActions: [Audit]``).
+
+    PyYAML keeps the last value silently; the Kubernetes API server's strict decoding refuses
+    such an object ("duplicate field"), and a policy whose later key downgrades enforcement must
+    not lint clean. A :class:`yaml.MarkedYAMLError`: ``problem_mark`` is the second key,
+    :attr:`first_mark` the first (both 0-based lines into the text given to :func:`load_yaml`;
+    :func:`yaml_problem` renders them as file lines).
+    """
+
+    def __init__(self, key: Any, first_mark: yaml.Mark, second_mark: yaml.Mark) -> None:
+        self.key = key
+        self.first_mark = first_mark
+        super().__init__(None, None, duplicate_key_message(key, first_mark.line + 1),
+                         second_mark)
+
+
+def duplicate_key_message(key: Any, first_line: int) -> str:
+    """``duplicate key 'name' (first at line N)``: the one wording for YAML and JSON."""
+    return f"duplicate key {shortened(printable(str(key)))!r} (first at line {first_line})"
+
+
+class _StrictLoader(_Loader):  # type: ignore[misc, valid-type]
+    """The safe loader, refusing a mapping that gives a key twice (:class:`DuplicateKeyError`).
+
+    Keys brought in by a YAML merge (``<<: *base``) may be overridden, as YAML merge keys
+    intend; only keys written in the mapping itself count.
+    """
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        """The mapping of ``node``, after checking its written keys are distinct."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[bool, Any], yaml.Mark] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or \
+                        not isinstance(key_node, yaml.ScalarNode):
+                    continue  # merges are allowed to be overridden; complex keys: the base
+                key = self.construct_object(key_node)
+                try:  # True == 1 in Python; as YAML keys they are different
+                    first = seen.setdefault((type(key) is bool, key), key_node.start_mark)
+                except TypeError:
+                    continue  # unhashable: the base constructor reports it
+                if first is not key_node.start_mark:
+                    raise DuplicateKeyError(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+class _LocatingLoader(_StrictLoader):
+    """The strict loader, naming the node whose scalar cannot be converted (slow: errors only)."""
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Construct ``node``; a ValueError (a timestamp like 2026-13-45, ``!!float abc``, an int
@@ -128,11 +187,16 @@ class Document:
 
 @dataclass(frozen=True)
 class LoadError:
-    """A document (or whole file) that could not be read; ``str()`` gives the one-line message."""
+    """A document (or whole file) that could not be read; ``str()`` gives the one-line message.
+
+    ``line`` (1-based, in the file) is set where the message does not say it itself (a duplicate
+    key); it is rendered ``file:LINE: document N: message``.
+    """
 
     source: str
     index: int | None
     message: str
+    line: int | None = None
 
     def __str__(self) -> str:
         """Render as ``file: document N: message`` (or ``file: message`` for whole-file errors).
@@ -140,6 +204,8 @@ class LoadError:
         Control characters (a newline in a file name) are escaped: one error, one line.
         """
         source = printable(self.source)
+        if self.line is not None:
+            source += f":{self.line}"
         if self.index is None:
             return f"{source}: {printable(self.message)}"
         return f"{source}: document {self.index}: {printable(self.message)}"
@@ -150,19 +216,23 @@ def _os_error(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def _walk(root: str) -> Iterator[str | LoadError]:
+def _walk(root: str, *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
     """Manifest files under a directory, sorted; unreadable directories and broken links are
-    reported, never skipped silently."""
+    reported, never skipped silently. ``skip_hidden``: leave out entries whose name starts with
+    ``.`` (see :func:`iter_paths`)."""
     errors: list[LoadError] = []
     found: list[str] = []
 
     def report(exc: OSError) -> None:
         errors.append(LoadError(exc.filename or root, None, f"cannot read: {_os_error(exc)}"))
 
-    for directory, _, files in os.walk(root, onerror=report):
+    for directory, dirs, files in os.walk(root, onerror=report):
+        if skip_hidden:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
             child = os.path.join(directory, name)
-            if not name.lower().removesuffix(".gz").endswith(_SUFFIXES):
+            if not name.lower().removesuffix(".gz").endswith(_SUFFIXES) or \
+                    (skip_hidden and name.startswith(".")):
                 continue
             if os.path.islink(child) and not os.path.exists(child):
                 errors.append(LoadError(child, None, "broken symbolic link (its target is "
@@ -173,8 +243,15 @@ def _walk(root: str) -> Iterator[str | LoadError]:
     yield from errors
 
 
-def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
+def iter_paths(paths: Sequence[str], *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
     """Expand files and directories into the files to read, in a stable (sorted) order.
+
+    Args:
+        skip_hidden: in directories, leave out files and directories whose name starts with
+            ``.``. A ConfigMap volume holds each key twice: the visible ``name`` (a symlink
+            through ``..data``) and the kubelet's ``..<timestamp>/name`` copy; policy paths are
+            read this way, so that each key is read once. A path given explicitly is read
+            whatever its name.
 
     Yields:
         Each file path (``-`` passes through), or a LoadError for a path that cannot be read
@@ -193,7 +270,7 @@ def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
             yield LoadError(raw, None, _os_error(exc).lower())
             continue
         if stat.S_ISDIR(mode):
-            yield from _walk(raw)
+            yield from _walk(raw, skip_hidden=skip_hidden)
         elif stat.S_ISREG(mode):
             yield raw
         else:
@@ -219,6 +296,33 @@ def _gunzip(raw: bytes) -> bytes:
     return bytes(out)
 
 
+def read_bytes(source: str, stdin: BinaryIO | TextIO | None = None) -> bytes:
+    """The bytes of one file (or ``-``, standard input), as stored (gzip not yet expanded).
+
+    Raises:
+        OSError: the file cannot be opened or read, or standard input is closed.
+    """
+    if source == "-":
+        stream = stdin if stdin is not None else sys.stdin
+        if stream is None or stream.closed:
+            raise OSError(0, "standard input is closed")
+        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
+        return data.encode("utf-8") if isinstance(data, str) else data
+    return Path(source).read_bytes()
+
+
+def decode(raw: bytes) -> str:
+    """A file's bytes as UTF-8 text (a BOM dropped); gzip data is decompressed first.
+
+    Raises:
+        OSError: the gzip stream is corrupt or too large (EOFError when truncated).
+        UnicodeDecodeError: the bytes are not UTF-8.
+    """
+    if raw[:2] == _GZIP_MAGIC:
+        raw = _gunzip(raw)
+    return raw.decode("utf-8-sig")
+
+
 def read_text(source: str, stdin: BinaryIO | TextIO | None = None) -> str:
     """Read one file (or ``-``, standard input) as UTF-8 text; gzip data is decompressed.
 
@@ -227,17 +331,82 @@ def read_text(source: str, stdin: BinaryIO | TextIO | None = None) -> str:
             is corrupt or too large.
         UnicodeDecodeError: the bytes are not UTF-8.
     """
-    if source == "-":
-        stream = stdin if stdin is not None else sys.stdin
-        if stream is None or stream.closed:
-            raise OSError(0, "standard input is closed")
-        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
-        raw = data.encode("utf-8") if isinstance(data, str) else data
-    else:
-        raw = Path(source).read_bytes()
-    if raw[:2] == _GZIP_MAGIC:
-        raw = _gunzip(raw)
-    return raw.decode("utf-8-sig")
+    return decode(read_bytes(source, stdin))
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file's bytes, read once: what is parsed is what is fingerprinted.
+
+    Attributes:
+        path: the file as named (``-`` for standard input).
+        data: its bytes as stored (gzip not yet expanded).
+        name: what the snapshot's digest calls it: the path relative to the directory given
+            (``team-llm/limits.yaml``), or the file name of a file given itself — so the same
+            files give the same digest wherever they are mounted or installed.
+    """
+
+    path: str
+    data: bytes
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every file under some paths, each read once, and what could not be read.
+
+    A directory read as one snapshot: its documents are built from these bytes, and its
+    :attr:`digest` is taken from the same bytes, so what is served is what was fingerprinted
+    (a file rewritten between the fingerprint and the parse cannot slip in).
+
+    Attributes:
+        paths: the paths as given.
+        files: each file read, in :func:`iter_paths` order.
+        errors: paths that could not be read (missing, unreadable, broken links).
+    """
+
+    paths: tuple[str, ...]
+    files: tuple[SourceFile, ...]
+    errors: tuple[LoadError, ...] = ()
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """``sha256:<64 hex>`` of every file's name (:attr:`SourceFile.name`) and bytes and of
+        every read error, in order: equal digests, equal inputs."""
+        digest = hashlib.sha256()
+        for file in self.files:
+            name = (file.name or file.path).encode("utf-8", "surrogateescape")
+            digest.update(b"%d:%s%d:" % (len(name), name, len(file.data)))
+            digest.update(file.data)
+        for error in self.errors:
+            digest.update(b"error:" + str(error).encode("utf-8", "surrogateescape") + b"\n")
+        return f"sha256:{digest.hexdigest()}"
+
+
+def read_snapshot(paths: Sequence[str], stdin: BinaryIO | TextIO | None = None, *,
+                  skip_hidden: bool = False) -> Snapshot:
+    """Read every file under ``paths`` (:func:`iter_paths`) into memory, once each.
+
+    Args:
+        stdin: stream read for ``-`` (defaults to ``sys.stdin``).
+        skip_hidden: see :func:`iter_paths`.
+
+    Returns:
+        The snapshot; a path that cannot be read is a LoadError in ``errors``, never skipped.
+    """
+    files: list[SourceFile] = []
+    errors: list[LoadError] = []
+    for root in paths:
+        for entry in iter_paths([root], skip_hidden=skip_hidden):
+            if isinstance(entry, LoadError):
+                errors.append(entry)
+                continue
+            name = os.path.basename(entry) if entry == root else os.path.relpath(entry, root)
+            try:
+                files.append(SourceFile(entry, read_bytes(entry, stdin), name))
+            except OSError as exc:
+                errors.append(LoadError(entry, None, f"cannot read: {_os_error(exc)}"))
+    return Snapshot(tuple(paths), tuple(files), tuple(errors))
 
 
 def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
@@ -354,6 +523,7 @@ def load_yaml(text: str) -> Any:
 
     Raises:
         AliasExpansionError: the aliases expand past the bound, or into themselves.
+        DuplicateKeyError: a mapping gives a key twice.
         yaml.YAMLError: any other YAML error (syntax, an undefined alias, several documents, a
             scalar its tag cannot hold: ``2026-13-45``, an int of more than 4300 digits).
         RecursionError: nesting too deep for the parser.
@@ -363,10 +533,93 @@ def load_yaml(text: str) -> Any:
     if "*" in text and "&" in text:
         _check_aliases(text)
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=_StrictLoader)
     except ValueError:
         # The constructor cannot convert a scalar; it does not say which: load again, naming it.
         return yaml.load(text, Loader=_LocatingLoader)
+
+
+class _DuplicateJSONKey(ValueError):
+    """Raised inside :func:`json.loads` by :func:`_distinct_keys` (no position known there)."""
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing an object that gives a key twice (``json.loads`` keeps
+    the last one silently). Costs about 1.5x ``json.loads`` alone on object-heavy input."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateJSONKey
+    return result
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
+
+
+def _duplicate_json_key(text: str, start: int = 0) -> tuple[str, int, int] | None:
+    """The first key given twice in one JSON object of the value at ``text[start:]``:
+    ``(key, first offset, second offset)``.
+
+    A token scan (strings and punctuation), run only once a duplicate is known to exist, to
+    find where both keys are.
+    """
+    frames: list[dict[str, int] | None] = []  # per open object its keys; None for an array
+    last: tuple[str, int] | None = None  # the string just read, a key if ':' follows
+    for token in _JSON_TOKEN.finditer(text, start):
+        value = token.group()
+        if value == ":":
+            keys = frames[-1] if frames else None
+            if last is not None and keys is not None:
+                first = keys.setdefault(last[0], last[1])
+                if first != last[1]:
+                    return last[0], first, last[1]
+            last = None
+        elif value in "{[":
+            frames.append({} if value == "{" else None)
+            last = None
+        elif value in "}]":
+            if frames:
+                frames.pop()
+            last = None
+        else:
+            last = (json.loads(value), token.start())
+    return None
+
+
+class DuplicateJSONKeyError(json.JSONDecodeError):
+    """A JSON object that gives a key twice: ``pos`` is the second key, :attr:`first_pos` the
+    first (offsets into ``doc``); ``msg`` names the first one's line in ``doc``."""
+
+    def __init__(self, key: str, doc: str, first_pos: int, pos: int) -> None:
+        super().__init__(duplicate_key_message(key, doc.count("\n", 0, first_pos) + 1), doc,
+                         pos)
+        self.key = key
+        self.first_pos = first_pos
+
+
+def _duplicate_error(text: str, start: int) -> json.JSONDecodeError:
+    """The error for the JSON value at ``text[start:]``, known to give a key twice."""
+    found = _duplicate_json_key(text, start)
+    if found is None:  # pragma: no cover - the scan sees every key json.loads sees
+        return json.JSONDecodeError("an object gives a key twice", text, start)
+    key, first, second = found
+    return DuplicateJSONKeyError(key, text, first, second)
+
+
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_distinct_keys)
+
+
+def decode_json_value(text: str, pos: int = 0) -> tuple[Any, int]:
+    """The JSON value that starts at ``text[pos]`` and where it ends
+    (:meth:`json.JSONDecoder.raw_decode`), refusing an object that gives a key twice.
+
+    Raises:
+        json.JSONDecodeError: not JSON there; a :class:`DuplicateJSONKeyError` for a key given
+            twice.
+    """
+    try:
+        return _STRICT_JSON.raw_decode(text, pos)
+    except _DuplicateJSONKey:
+        raise _duplicate_error(text, pos) from None
 
 
 def load_json(text: str) -> Any:
@@ -375,11 +628,17 @@ def load_json(text: str) -> Any:
     ``json.loads`` raises a bare ValueError for an int of more than 4300 digits (Python's limit
     on int() of text); callers that catch JSONDecodeError would show a traceback. Here it is a
     JSONDecodeError at the number (``msg``: a number with more than 4300 digits).
+
+    An object that gives a key twice is a :class:`DuplicateJSONKeyError` at the second key
+    (``msg``: duplicate key 'name' (first at line N)), as the Kubernetes API server's strict
+    decoding refuses it.
     """
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_distinct_keys)
     except json.JSONDecodeError:
         raise
+    except _DuplicateJSONKey:
+        raise _duplicate_error(text, 0) from None
     except ValueError:
         limit = sys.get_int_max_str_digits()
         # The first such number outside strings (JSON in a JSON string does not count).
@@ -387,6 +646,22 @@ def load_json(text: str) -> Any:
         where = next((m.start(1) for m in tokens if m.group(1)), 0)
         raise json.JSONDecodeError(f"a number with more than {limit} digits", text,
                                    where) from None
+
+
+def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int) -> tuple[int | None, str]:
+    """``(file line, problem)`` of a YAML error in a chunk that starts at ``first_line``.
+
+    The context mark is where a broken construct starts (an unclosed '['); the problem mark is
+    where the parser gave up, often the next document's '---'. A duplicate key is at its second
+    occurrence, and the problem names the first one's file line.
+    """
+    if isinstance(exc, DuplicateKeyError):
+        assert exc.problem_mark is not None
+        return (first_line + exc.problem_mark.line,
+                duplicate_key_message(exc.key, first_line + exc.first_mark.line))
+    mark = exc.context_mark or exc.problem_mark
+    problem = "; ".join(filter(None, (exc.context, exc.problem))) or str(exc)
+    return (first_line + mark.line if mark is not None else None), problem
 
 
 def _line_map(chunk: str, first_line: int) -> dict[str, int]:
@@ -429,6 +704,9 @@ def parse_text(
             yield 0, value, (_line_map(text, 1) if with_lines else None)
             return
         except json.JSONDecodeError as exc:
+            if isinstance(exc, DuplicateJSONKeyError):  # valid JSON, so YAML too: refused here
+                yield LoadError(source, 0, exc.msg, exc.lineno)
+                return
             # Flow-style YAML also starts with '{': only a .json file is judged as JSON alone.
             if source.endswith((".json", ".json.gz")):
                 yield LoadError(
@@ -448,13 +726,14 @@ def parse_text(
         index += 1
         try:
             value = load_yaml(chunk)
+        except DuplicateKeyError as exc:
+            line, problem = yaml_problem(exc, first_line)
+            yield LoadError(source, index, problem, line)
+            continue
         except yaml.MarkedYAMLError as exc:
-            # The context mark is where the broken construct starts (an unclosed '['); the
-            # problem mark is where the parser gave up, often the next document's '---'.
-            mark = exc.context_mark or exc.problem_mark
-            line = f" at line {first_line + mark.line}" if mark is not None else ""
-            problem = "; ".join(filter(None, (exc.context, exc.problem))) or str(exc)
-            yield LoadError(source, index, f"invalid YAML{line}: {problem}")
+            line, problem = yaml_problem(exc, first_line)
+            where = f" at line {line}" if line is not None else ""
+            yield LoadError(source, index, f"invalid YAML{where}: {problem}")
             continue
         except (yaml.YAMLError, RecursionError) as exc:
             yield LoadError(source, index, f"invalid YAML: {exc}")
@@ -518,22 +797,39 @@ def iter_documents(
             yield entry
             continue
         try:
-            text = read_text(entry, stdin)
-        except UnicodeDecodeError as exc:
-            yield LoadError(entry, None, f"not UTF-8 text (byte offset {exc.start})")
+            raw = read_bytes(entry, stdin)
+        except OSError as exc:
+            yield LoadError(entry, None, f"cannot read: {_os_error(exc)}")
             continue
-        except (OSError, EOFError) as exc:
-            reason = _os_error(exc) if isinstance(exc, OSError) else "truncated gzip data"
-            yield LoadError(entry, None, f"cannot read: {reason}")
-            continue
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            yield LoadError(entry, None, f"cannot read: corrupt gzip data ({exc})")
-            continue
-        for parsed in parse_text(entry, text, with_lines=with_lines):
-            if isinstance(parsed, LoadError):
-                yield parsed
-            else:
-                yield from _objects(entry, *parsed)
+        yield from file_documents(SourceFile(entry, raw), with_lines=with_lines)
+
+
+def file_documents(file: SourceFile, *, with_lines: bool = False
+                   ) -> Iterator[Document | LoadError]:
+    """Every Kubernetes object in one file's bytes (see :func:`iter_documents`).
+
+    Yields:
+        Documents in file order, and a LoadError for each document that cannot be read (or
+        one for the whole file: not UTF-8, corrupt gzip data).
+    """
+    entry = file.path
+    try:
+        text = decode(file.data)
+    except UnicodeDecodeError as exc:
+        yield LoadError(entry, None, f"not UTF-8 text (byte offset {exc.start})")
+        return
+    except (OSError, EOFError) as exc:
+        reason = _os_error(exc) if isinstance(exc, OSError) else "truncated gzip data"
+        yield LoadError(entry, None, f"cannot read: {reason}")
+        return
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        yield LoadError(entry, None, f"cannot read: corrupt gzip data ({exc})")
+        return
+    for parsed in parse_text(entry, text, with_lines=with_lines):
+        if isinstance(parsed, LoadError):
+            yield parsed
+        else:
+            yield from _objects(entry, *parsed)
 
 
 def read_documents(

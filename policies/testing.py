@@ -186,7 +186,11 @@ def _parse_file(path: str) -> tuple[list[tuple[int, Any, dict[str, int] | None]]
     documents = []
     for parsed in parse_text(path, text, with_lines=True):
         if isinstance(parsed, LoadError):
-            return [], str(parsed).removeprefix(f"{path}: ")
+            problem = str(replace(parsed, line=None)).removeprefix(f"{path}: ")
+            if parsed.line is not None:  # a duplicate key: "document N: line L: ..."
+                head, _, rest = problem.partition(": ")
+                problem = f"{head}: line {parsed.line}: {rest}"
+            return [], problem
         documents.append(parsed)
     return documents, None
 

@@ -21,6 +21,7 @@ import yaml
 from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
 from policies.resource_names import GPUSettings
+from policies.sources import Snapshot
 from webhook.admission import Admitter, Recorder
 from webhook.app import build_app
 from webhook.health import Health
@@ -38,9 +39,10 @@ def _library() -> policy_set.Loaded:
     return policy_set.load(None, GPUSettings())
 
 
-def loader(paths: Sequence[str] | None) -> policy_set.Loaded:
-    """policy_set.load, with the built-in library loaded once per test run."""
-    return _library() if paths is None else policy_set.load(paths, GPUSettings())
+def loader(source: Snapshot | None) -> policy_set.Loaded:
+    """policy_set.load (of the snapshot the store read), with the built-in library loaded once
+    per test run."""
+    return _library() if source is None else policy_set.load(source, GPUSettings())
 
 
 def gpu_policy(name: str, spec: Mapping[str, Any]) -> str:

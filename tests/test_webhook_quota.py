@@ -187,6 +187,7 @@ async def test_no_quota_loaded_means_no_quota_step_and_reload_brings_quotas(aioh
     client = await aiohttp_client(setup.harness.app)
     assert (await validate(client, pod_review("p", 2)))["allowed"] is True
     write_policies(tmp_path / "second", HEADROOM, gpu_quota())
+    assert setup.harness.store.check().outcome == "retry"  # loaded once it holds still
     assert setup.harness.store.check().outcome == "loaded"
     answer = await validate(client, pod_review("p", 2, "u2"))
     assert answer["status"]["message"] == MESSAGE

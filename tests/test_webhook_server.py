@@ -344,17 +344,19 @@ async def test_hot_reload_under_concurrent_requests(tmp_path):
 async def test_an_update_that_leaves_no_policies_is_rejected_not_served_as_allow_all(tmp_path):
     """A truncated file or an emptied directory must not become "allow everything", nor the
     built-in library: the last good set keeps serving and the error says why."""
-    from webhook.policy_store import LOADED, REJECTED
+    from webhook.policy_store import LOADED, REJECTED, RETRY
 
     directory = tmp_path / "policies"
     path = write_policies(directory, deny("version", "generation one"))
     store = PolicyStore([str(directory)], loader)
     assert store.load().outcome == LOADED
     path.write_text("")  # a writer that truncates before it writes
+    assert store.check().outcome == RETRY  # a change: loaded once it holds still
     result = store.check()
-    assert result.outcome == REJECTED and "no policies found" in result.errors[0]
+    assert result.outcome == REJECTED and "the file is empty (0 bytes)" in result.errors[0]
     assert store.current.generation == 1 and store.current.engine.policies.names() == ("version",)
     path.unlink()  # the directory emptied
+    assert store.check().outcome == RETRY
     assert store.check().outcome == REJECTED and store.current.generation == 1
     empty = PolicyStore([str(tmp_path / "policies")], loader)
     assert empty.load().outcome == REJECTED and empty.current is None
@@ -404,7 +406,9 @@ async def test_broken_update_is_rejected_and_the_last_good_set_keeps_serving(tmp
         status, ready = await readiness(session, server)
         assert status == 200
         rejected = ready["checks"]["policies"]["rejectedUpdate"]
-        assert len(rejected) == 1 and "spec.validations[0].expression: CEL error" in rejected[0]
+        # The CEL error, and the policy the file no longer holds (it was renamed "broken").
+        assert len(rejected) == 2 and "spec.validations[0].expression: CEL error" in rejected[0]
+        assert "no longer holds GPUPolicy/good (loaded from it in generation 1)" in rejected[1]
         assert 'gpuguard_policy_reloads_total{outcome="rejected"} 1.0' in \
             server.metrics.exposition().decode()
         assert any(r.msg.startswith("policy update rejected; still serving generation 1")

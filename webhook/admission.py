@@ -113,6 +113,8 @@ class Decision:
         policy_outcomes: ``(policy, deny|warn|audit|mutate|error|exempt)`` pairs.
         fallback: ``deadline`` or ``exception`` when failurePolicy decided; else None.
         review: the parsed request (None when not evaluated).
+        policy_set: the policy set that decided (its ``identity`` goes into the decision log
+            line); None only when no set was loaded.
     """
 
     allowed: bool
@@ -126,6 +128,7 @@ class Decision:
     policy_outcomes: tuple[tuple[str, str], ...] = ()
     fallback: str | None = None
     review: ReviewInput | None = None
+    policy_set: PolicySnapshot | None = None
 
 
 def _utcnow() -> datetime.datetime:
@@ -271,7 +274,7 @@ class Admitter:
         """
         subresource = envelope.request.get("subResource")
         if isinstance(subresource, str) and subresource in NOT_EVALUATED_SUBRESOURCES:
-            return Decision(allowed=True, decision=NOT_EVALUATED)
+            return Decision(allowed=True, decision=NOT_EVALUATED, policy_set=self.store.current)
         review = self.review_input(envelope)
         snapshot = self.store.current
         if snapshot is None:
@@ -295,7 +298,7 @@ class Admitter:
                             reason="Forbidden", warnings=quota.warnings,
                             denied_by=tuple(f"GPUQuota/{n}" for n in names),
                             policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
-                            review=review)
+                            review=review, policy_set=snapshot)
         decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
                                         quota=quota.cel)
         if not decision.allowed and quota.reserved and self.quota is not None:
@@ -376,7 +379,7 @@ class Admitter:
             message=verdict.message, reason=verdict.reason, warnings=verdict.warnings,
             audit_annotations=verdict.audit_annotations,
             patch=verdict.patch if mutate else (), denied_by=_denied_by(verdict),
-            policy_outcomes=outcomes, review=review,
+            policy_outcomes=outcomes, review=review, policy_set=snapshot,
         )
 
     def _pause_inline(self, seconds: float) -> None:
@@ -407,10 +410,10 @@ class Admitter:
             return Decision(allowed=False, decision=DENIED, message=message,
                             reason="Forbidden", denied_by=tuple(failing),
                             policy_outcomes=tuple((name, "error") for name in failing),
-                            fallback=cause, review=review)
+                            fallback=cause, review=review, policy_set=snapshot)
         scope = "the matching policies have failurePolicy Ignore" if matched else \
             "no policy with failurePolicy Fail matches it"
         return Decision(allowed=True, decision=ALLOWED,
                         warnings=(f"gpuguard: {what}; allowed without policy checks because "
                                   f"{scope}",),
-                        fallback=cause, review=review)
+                        fallback=cause, review=review, policy_set=snapshot)

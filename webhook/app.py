@@ -149,6 +149,8 @@ class AdmissionHandlers:
         fields["decision"] = decision.decision
         fields["allowed"] = decision.allowed
         fields["latency_ms"] = round(seconds * 1000, 3)
+        if decision.policy_set is not None:  # which set decided: generation, hash, count
+            fields["policySet"] = decision.policy_set.identity
         if decision.denied_by:
             fields["deniedBy"] = list(decision.denied_by)
         failed = [policy for policy, outcome in decision.policy_outcomes if outcome == "error"]

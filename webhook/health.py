@@ -5,7 +5,9 @@ listener serves a certificate, and the optional certificate check finds nothing 
 expired certificate), the namespace source has synced, the quota usage source (the pod watch)
 has synced when the served set holds ``GPUQuota`` documents, and no shutdown has begun. A rejected
 policy update or a failed certificate reload does not make the server unready (the last good set
-and certificate keep serving) but is shown in the detail.
+and certificate keep serving) but is shown in the detail. The ``policies`` check names the set
+served: ``generation``, ``hash`` (``sha256:`` of its files) and ``policies`` (how many), plus
+``rejectedUpdate`` (the errors) and ``pendingUpdate`` (a change waiting to hold still).
 
 Must not serve HTTP (the app does) or change any state other than its own flags.
 """
@@ -51,10 +53,13 @@ class Health:
             checks["policies"] = {"ok": False, "detail": f"no policy set loaded: {problem}"}
         else:
             checks["policies"] = {
-                "ok": True, "generation": snapshot.generation,
+                "ok": True, **snapshot.identity,
                 "detail": f"{len(snapshot.names)} policies from {self.store.describe()}"}
             if self.store.last_errors:
                 checks["policies"]["rejectedUpdate"] = list(self.store.last_errors)
+            if self.store.pending:
+                checks["policies"]["pendingUpdate"] = "the policy files changed; loaded once " \
+                    "they read the same at two consecutive checks"
         tls: dict[str, Any] = {"ok": self.tls_up,
                                "detail": "serving" if self.tls_up else "not listening yet"}
         problem = self.certificate_check() if self.certificate_check and self.tls_up else None

@@ -20,6 +20,12 @@ Metrics (``endpoint`` is ``validate`` or ``mutate``):
 - ``gpuguard_admission_requests_in_flight``; ``gpuguard_policy_reloads_total{outcome}``
   (``success``, ``rejected``); ``gpuguard_tls_reloads_total{outcome}`` (``success``,
   ``failure``); ``gpuguard_policies_loaded``.
+- ``gpuguard_policy_set_generation`` and ``gpuguard_policy_set_hash``: which policy set is
+  served — its generation (1 at start, +1 per accepted reload) and its content hash as a number,
+  the first 48 bits of the ``sha256:`` hash that ``/readyz`` and the decision log show
+  (``int(hash[7:19], 16)``; exact in a float). A value, not a label, as Alertmanager's
+  ``alertmanager_config_hash``: one series however many reloads. With several workers each
+  worker's value is kept (a ``pid`` label), so a worker serving another set shows.
 
 Must not decide anything: callers say what happened.
 """
@@ -27,7 +33,8 @@ Must not decide anything: callers say what happened.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -101,10 +108,26 @@ class Metrics:
         self.policies_loaded = Gauge(
             "gpuguard_policies_loaded", "Policies in the policy set being served.",
             registry=registry, multiprocess_mode="max")
+        self.policy_set_generation = Gauge(
+            "gpuguard_policy_set_generation",
+            "Generation of the policy set being served (1 at start, +1 per accepted reload).",
+            registry=registry, multiprocess_mode="liveall")
+        self.policy_set_hash = Gauge(
+            "gpuguard_policy_set_hash",
+            "First 48 bits of the sha256 content hash of the policy set being served, as a "
+            "number (the hash /readyz shows).", registry=registry, multiprocess_mode="liveall")
         self._requests: dict[tuple[str, str], Counter] = {}
         self._durations: dict[str, Histogram] = {}
         self._decisions: dict[tuple[str, str, str], Counter] = {}
         self._errors: dict[tuple[str, str], Counter] = {}
+
+    def policy_set_served(self, identity: Mapping[str, Any]) -> None:
+        """Show the served set: ``identity`` is
+        :attr:`webhook.policy_store.PolicySnapshot.identity` (generation, hash, policies)."""
+        self.policies_loaded.set(identity["policies"])
+        self.policy_set_generation.set(identity["generation"])
+        digest = str(identity["hash"]).removeprefix("sha256:")
+        self.policy_set_hash.set(int(digest[:12], 16) if digest else 0)
 
     def observe(self, endpoint: str, decision: str, seconds: float) -> None:
         """Count one answered request and its latency (label children cached: hot path)."""

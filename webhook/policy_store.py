@@ -1,15 +1,36 @@
 """The policy set being served, and its atomic hot reload.
 
 Owns which files make the policy set (files, directories, a mounted ConfigMap), noticing that
-they changed, loading them off the event loop, and swapping the new engine in atomically — or
-rejecting a broken update (any policy error) while the last good set keeps serving.
+they changed, deciding when a change may be loaded, and swapping the new engine in atomically —
+or rejecting an update while the last good set keeps serving.
+
+A policy source is whole or refused:
+
+- **One snapshot.** Each check reads every policy file's bytes once
+  (:func:`policies.loader.read_policy_files`); the fingerprint is taken from those bytes and the
+  set is built from the same bytes, so what is served is what was fingerprinted.
+- **A quiet period.** A change is loaded only once two consecutive checks, at least ``quiet_s``
+  apart on the store's clock, read the same bytes: a file being rewritten in place (truncated,
+  then written) is seen changing and is never served half-written. A change therefore takes
+  effect one check interval later (``--policy-reload-s``, 5 s by default).
+- **Nothing dropped silently.** Any loader error rejects the update (an unreadable file, a broken
+  document, a file with no policy document — 0 bytes, only comments or ``---``). So does a file
+  that still exists but no longer holds a document (a policy, binding, param object, GPUQuota)
+  that the set being served took from it, unless that document is now in another file: a
+  truncated file and a deliberate deletion look alike, so a policy leaves the set only with its
+  file (delete or rename the file) or at a restart. Edits inside a document are accepted when
+  they load cleanly; a truncation that cuts a document where the rest is still a valid, smaller
+  policy (a validation list losing its last entries at a line break) cannot be told from an edit
+  and is caught only by the quiet period while the write is under way.
 
 ConfigMap volumes: the kubelet writes each update into a new hidden ``..<timestamp>`` directory
-and swaps the ``..data`` symlink; the visible files are symlinks through ``..data``. Directories are
-therefore walked skipping hidden (dot) entries, and changes are detected from the *content* of
-the files as reached through their paths (not mtimes), so a swap is seen however the kubelet
-stamped the files. A swap that lands while a load is reading is detected (the fingerprint taken
-before and after differ) and the load is retried on the next check instead of serving a mix.
+and swaps the ``..data`` symlink; the visible files are symlinks through ``..data``. Directories
+are walked skipping hidden (dot) entries, and changes are detected from the *content* of the
+files as reached through their paths (not mtimes), so a swap is seen however the kubelet stamped
+the files.
+
+The identity of the served set (generation, ``sha256:`` content hash, policy count) is
+:attr:`PolicySnapshot.identity`: ``/readyz``, the metrics and each decision log line show it.
 
 Must not evaluate policies or parse policy files itself: the loader passed in
 (:func:`gpuguard.policy_set.load` in the server) does that.
@@ -17,17 +38,18 @@ Must not evaluate policies or parse policy files itself: the loader passed in
 
 from __future__ import annotations
 
-import hashlib
-import os
+import functools
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from policies.engine import Engine
+from policies.loader import read_policy_files
+from policies.model import PolicySet
+from policies.sources import Snapshot
 
-POLICY_SUFFIXES = (".yaml", ".yml", ".json", ".yaml.gz", ".yml.gz", ".json.gz")
 LOADED, UNCHANGED, REJECTED, RETRY = "loaded", "unchanged", "rejected", "retry"
 
 
@@ -36,7 +58,7 @@ class LoadedPolicies(Protocol):
 
     @property
     def engine(self) -> Engine:
-        """The engine over the policies that loaded."""
+        """The engine over the policies that loaded (``engine.policies.digest``: its hash)."""
         ...
 
     @property
@@ -50,7 +72,8 @@ class LoadedPolicies(Protocol):
         ...
 
 
-Loader = Callable[[Sequence[str] | None], LoadedPolicies]
+Loader = Callable[[Snapshot | None], LoadedPolicies]
+"""Builds the policy set from a snapshot of the files (None: the built-in library)."""
 
 
 @dataclass(frozen=True)
@@ -74,14 +97,28 @@ class PolicySnapshot:
         """The policy names, in evaluation order."""
         return self.engine.policies.names()
 
+    @property
+    def digest(self) -> str:
+        """``sha256:<64 hex>`` of the bytes the set was built from (path and content of each
+        file, in order)."""
+        return self.engine.policies.digest
+
+    @functools.cached_property
+    def identity(self) -> Mapping[str, Any]:
+        """``{"generation", "hash", "policies"}`` (policies: how many) — what ``/readyz``,
+        the metrics and each decision log line say was served. Built once; do not modify."""
+        return {"generation": self.generation, "hash": self.digest,
+                "policies": len(self.names)}
+
 
 @dataclass(frozen=True)
 class ReloadResult:
     """What a :meth:`PolicyStore.check` did.
 
     ``outcome`` is ``loaded`` (a new set is being served), ``unchanged`` (nothing to do, or the
-    same broken content as last time), ``rejected`` (``errors`` say why; the previous set keeps
-    serving) or ``retry`` (the files changed while being read; checked again next time).
+    same rejected content as last time), ``rejected`` (``errors`` say why; the previous set keeps
+    serving) or ``retry`` (the files changed since the last check, or have not stayed the same
+    for the quiet period yet: loaded at a later check once they hold still).
     """
 
     outcome: str
@@ -89,43 +126,29 @@ class ReloadResult:
     snapshot: PolicySnapshot | None = None
 
 
-def expand(paths: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The policy files under ``paths``, sorted per path, and an error per missing path.
+def lost_documents(before: PolicySet, generation: int, after: PolicySet,
+                   present: Sequence[str]) -> list[str]:
+    """Why ``after`` may not replace ``before``: one message per file that is still there
+    (in ``present``) but no longer holds documents ``before`` took from it, naming them.
 
-    Directories are walked recursively, skipping hidden entries (``..data``, ``..2024_…``)
-    so that a ConfigMap mount yields each key once; files ending in ``.yaml``, ``.yml``,
-    ``.json`` (or those plus ``.gz``) are kept. A path given explicitly is read whatever its
-    name.
+    A document now in another file of ``after`` has moved, not gone. A file missing from
+    ``present`` was removed: its documents leave with it.
     """
-    files: list[str] = []
-    errors: list[str] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_file():
-            files.append(raw)
-        elif path.is_dir():
-            found = []
-            for root, dirs, names in os.walk(path):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
-                found.extend(os.path.join(root, n) for n in names
-                             if not n.startswith(".") and n.endswith(POLICY_SUFFIXES))
-            files.extend(sorted(found))
-        else:
-            errors.append(f"{raw}: no such file or directory")
-    return files, errors
-
-
-def fingerprint(paths: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``(file, sha256 of its content)`` for every policy file (missing paths included)."""
-    files, errors = expand(paths)
-    result = [(e, "missing") for e in errors]
-    for file in files:
-        try:
-            digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()
-        except OSError as exc:
-            digest = f"unreadable: {exc.strerror}"
-        result.append((file, digest))
-    return tuple(result)
+    now = {source: set(ids) for source, ids in after.contents}
+    everywhere = set().union(*now.values()) if now else set()
+    files = set(present)
+    problems = []
+    for source, ids in before.contents:
+        if source not in files:
+            continue
+        missing = [i for i in ids if i not in now.get(source, ()) and i not in everywhere]
+        if missing:
+            problems.append(
+                f"{source}: no longer holds {', '.join(missing)} (loaded from it in generation "
+                f"{generation}); a file that loses a policy is refused, as a truncated or "
+                "half-written file looks the same: to remove a policy delete or rename its "
+                "file, or restart gpuguard")
+    return problems
 
 
 class PolicyStore:
@@ -137,16 +160,24 @@ class PolicyStore:
 
     Args:
         paths: policy files / directories, or None for the built-in library (never reloaded).
-        loader: builds an engine from files (None: the built-in library).
+        loader: builds an engine from a snapshot of the files (None: the built-in library).
+        clock: seconds on a monotonic clock (default :func:`time.monotonic`); tests pass a
+            fake one.
+        quiet_s: how long the files must read the same before a change is loaded, measured
+            between checks (0: two consecutive checks suffice; see the module docstring).
     """
 
-    def __init__(self, paths: Sequence[str] | None, loader: Loader) -> None:
+    def __init__(self, paths: Sequence[str] | None, loader: Loader, *,
+                 clock: Callable[[], float] = time.monotonic, quiet_s: float = 0.0) -> None:
         self.paths = tuple(paths) if paths else None
         self._loader = loader
+        self._clock = clock
+        self.quiet_s = quiet_s
         self._lock = threading.Lock()
         self._current: PolicySnapshot | None = None
-        self._served: tuple[tuple[str, str], ...] | None = None
-        self._rejected: tuple[tuple[str, str], ...] | None = None
+        self._served: str | None = None  # digest of the files the current set was built from
+        self._rejected: str | None = None  # digest of the last rejected content
+        self._pending: tuple[str, float] | None = None  # (digest, first seen) of a change
         self.last_errors: tuple[str, ...] = ()
 
     @property
@@ -159,51 +190,71 @@ class PolicyStore:
         """Whether policies come from files that can change (not the built-in library)."""
         return self.paths is not None
 
+    @property
+    def pending(self) -> bool:
+        """Whether a change has been seen and waits for the files to hold still."""
+        return self._pending is not None
+
     def describe(self) -> str:
         """Where policies come from, for logs."""
         return ", ".join(self.paths) if self.paths else "the built-in library"
 
     def load(self) -> ReloadResult:
-        """Load now, whatever the files' state (the first load)."""
+        """Load now, from one read of the files, without waiting for a quiet period (the first
+        load: there is nothing to serve meanwhile)."""
         with self._lock:
-            return self._load(force=True)
+            snapshot = read_policy_files(self.paths) if self.paths is not None else None
+            return self._build(snapshot)
 
     def check(self) -> ReloadResult:
-        """Load again if the files changed since the set being served (or last rejected)."""
+        """Read the files once; load them if they changed and have held still since the
+        previous check (see the module docstring)."""
         with self._lock:
-            return self._load(force=False)
+            if self.paths is None:
+                return ReloadResult(UNCHANGED)
+            snapshot = read_policy_files(self.paths)
+            digest = snapshot.digest
+            if self._current is not None and digest == self._served:
+                # Back to what is served (a broken or half-written update was reverted).
+                self._rejected, self._pending, self.last_errors = None, None, ()
+                return ReloadResult(UNCHANGED)
+            if digest == self._rejected:
+                self._pending = None
+                return ReloadResult(UNCHANGED)
+            now = self._clock()
+            if self._pending is None or self._pending[0] != digest:
+                self._pending = (digest, now)
+                return ReloadResult(RETRY)
+            if now - self._pending[1] < self.quiet_s:
+                return ReloadResult(RETRY)
+            self._pending = None
+            return self._build(snapshot)
 
-    def _load(self, *, force: bool) -> ReloadResult:
-        before = fingerprint(self.paths) if self.paths is not None else ()
-        if not force and self._current is not None and before == self._served:
-            self._rejected, self.last_errors = None, ()  # a broken update was reverted
-            return ReloadResult(UNCHANGED)
-        if not force and before == self._rejected:
-            return ReloadResult(UNCHANGED)
-        files: list[str] = []
+    def _build(self, snapshot: Snapshot | None) -> ReloadResult:
         errors: list[str] = []
-        if self.paths is not None:
-            files, errors = expand(self.paths)
         loaded: LoadedPolicies | None = None
-        if not errors:
-            try:
-                loaded = self._loader(files if self.paths is not None else None)
-            except Exception as exc:  # a loader bug must not take the server down
-                errors.append(f"loading failed: {type(exc).__name__}: {exc}")
-            else:
-                errors.extend(str(e) for e in loaded.errors)
-        after = fingerprint(self.paths) if self.paths is not None else ()
-        if after != before:
-            return ReloadResult(RETRY)
+        try:
+            loaded = self._loader(snapshot)
+        except Exception as exc:  # a loader bug must not take the server down
+            errors.append(f"loading failed: {type(exc).__name__}: {exc}")
+        else:
+            errors.extend(str(e) for e in loaded.errors)
+            if self._current is not None and snapshot is not None:
+                errors.extend(lost_documents(
+                    self._current.engine.policies, self._current.generation,
+                    loaded.engine.policies, [f.path for f in snapshot.files]))
+        digest = snapshot.digest if snapshot is not None else \
+            (loaded.engine.policies.digest if loaded is not None else "")
         if errors or loaded is None:
-            self._rejected = before
+            self._rejected = digest
             self.last_errors = tuple(errors)
             return ReloadResult(REJECTED, tuple(errors))
         generation = self._current.generation + 1 if self._current else 1
-        snapshot = PolicySnapshot(loaded.engine, generation, tuple(files),
-                                  tuple(loaded.warnings))
-        self._current = snapshot
-        self._served = before
+        served = PolicySnapshot(loaded.engine, generation,
+                                tuple(f.path for f in snapshot.files) if snapshot else (),
+                                tuple(loaded.warnings))
+        self._current = served
+        self._served = digest
         self._rejected = None
         self.last_errors = ()
-        return ReloadResult(LOADED, snapshot=snapshot)
+        return ReloadResult(LOADED, snapshot=served)

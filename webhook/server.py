@@ -122,9 +122,10 @@ class Server:
         if result.outcome == LOADED and result.snapshot is not None:
             snapshot = result.snapshot
             self.metrics.policy_reloads.labels("success").inc()
-            self.metrics.policies_loaded.set(len(snapshot.names))
+            self.metrics.policy_set_served(snapshot.identity)
             LOG.info("policy set loaded", extra={"fields": {
-                "generation": snapshot.generation, "policies": list(snapshot.names),
+                "generation": snapshot.generation, "hash": snapshot.digest,
+                "policies": list(snapshot.names),
                 "source": self.store.describe(), "warnings": list(snapshot.warnings)}})
             if not snapshot.names:
                 LOG.warning("the policy set is empty: every request is allowed",
@@ -137,7 +138,8 @@ class Server:
                 else "no policy set is loaded"), extra={"fields": {
                     "errors": list(result.errors), "source": self.store.describe()}})
         elif result.outcome == RETRY:
-            LOG.info("policy files changed while loading; loading again at the next check")
+            LOG.info("policy files changed; loading them once they read the same at two "
+                     "consecutive checks")
 
     async def load_policies(self, *, force: bool = False) -> ReloadResult:
         """Load (``force``) or check-and-reload the policy set off the event loop."""
