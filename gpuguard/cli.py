@@ -24,6 +24,7 @@ from gpuguard import (
     gpus_command,
     inventory_command,
     lint_command,
+    match_conditions_command,
     serve_command,
     test_command,
 )
@@ -51,7 +52,7 @@ class _UsageError(Exception):
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
 _COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
-             serve_command, inventory_command)
+             serve_command, inventory_command, match_conditions_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

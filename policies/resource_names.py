@@ -154,3 +154,33 @@ def vendor_of(resource: str) -> str:
         return known
     domain = resource.split("/", 1)[0]
     return _VENDOR_DOMAINS.get(domain, domain)
+
+
+@dataclass(frozen=True)
+class NamePatterns:
+    """The names :func:`classify` does not call ``OTHER``, as tests a matcher outside Python runs.
+
+    A name is a GPU (or GPU-like) resource when it is in ``names``, starts with one of
+    ``prefixes``, or contains ``/`` and the text after the first ``/`` has a match of ``hint``
+    (case-insensitive). ``hint`` is written in the syntax both Python's ``re`` and RE2 (the
+    regex engine of CEL's ``matches``) read. Used by :mod:`policies.prefilter` to generate the
+    webhooks' matchConditions; ``tests/test_prefilter.py`` checks it against :func:`classify`.
+    """
+
+    names: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    hint: str
+
+
+def name_patterns(settings: GPUSettings = DEFAULT_SETTINGS) -> NamePatterns:
+    """The patterns behind :func:`classify` for ``settings`` (sorted, without repeats).
+
+    Must list every branch of :func:`classify` that does not return ``OTHER``; the exact names
+    also hold those the hint would catch anyway, so a changed hint never drops one.
+    """
+    names = {
+        *_WHOLE, *settings.extra_whole_resources, *_CORES, "nvidia.com/gpu.shared",
+        settings.hami_memory, settings.hami_memory_percentage, settings.hami_cores,
+        *(name for name, _ in settings._volcano), *OBSOLETE_RESOURCES,
+    }
+    return NamePatterns(tuple(sorted(names)), ("nvidia.com/mig-",), _ACCELERATOR_HINT.pattern)

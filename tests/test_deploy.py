@@ -6,8 +6,10 @@ reason, when kubectl is not installed) and each rendered object is validated wit
 errors). Kinds it has no schema for — the CRDs Certificate, Issuer, ServiceMonitor — are checked for
 apiVersion, kind and metadata.name only. Then the properties the deployment must keep: webhooks
 that can never match kube-system or gpuguard's own namespace, their sideEffects / versions /
-timeouts / failurePolicy, RBAC within an explicit allow-list, the Deployment's security context and
-probes, and the policies ConfigMap equal to policies/library.
+timeouts / failurePolicy and generated matchConditions, RBAC within an explicit allow-list (and, by
+evaluating the bindings, that the webhook can neither read nor write any ConfigMap but its quota
+ledgers), the Deployment's security context and probes, and the policies ConfigMap equal to
+policies/library.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import pytest
 import yaml
 
 from kube.lists import AUDIT_RESOURCES
+from policies import prefilter
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 LIBRARY = ROOT / "policies" / "library"
 KUBE_VERSION = "1.30.0"
 NAMESPACE = "gpuguard-system"
+QUOTA_NAMESPACE = "gpuguard-quota"  # the quota ledgers (deploy/base/quota-ledger.yaml)
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 # Every kustomization under deploy/ that renders standalone (components render through the
@@ -53,7 +57,8 @@ EXPECTED_OBJECTS = {
 BASE_OBJECTS = EXPECTED_OBJECTS["audit-only"] | {
     ("ServiceAccount", "gpuguard-webhook"), ("ClusterRole", "gpuguard-webhook"),
     ("ClusterRoleBinding", "gpuguard-webhook"), ("Role", "gpuguard-webhook-quota-ledger"),
-    ("RoleBinding", "gpuguard-webhook-quota-ledger"), ("Deployment", "gpuguard-webhook"),
+    ("RoleBinding", "gpuguard-webhook-quota-ledger"), ("Namespace", QUOTA_NAMESPACE),
+    ("Deployment", "gpuguard-webhook"),
     ("PodDisruptionBudget", "gpuguard-webhook"), ("Service", "gpuguard"),
     ("NetworkPolicy", "gpuguard-webhook"),
     ("ValidatingWebhookConfiguration", "gpuguard-validating"),
@@ -67,11 +72,15 @@ EXPECTED_OBJECTS["cert-manager"] = BASE_OBJECTS | {
 }
 
 # --- RBAC allow-lists: (apiGroup, resource) -> verbs. Nothing beyond these may be granted. ---
-READ = {"get", "list", "watch"}
-WEBHOOK_CLUSTER_RULES = {("", "namespaces"): READ, ("", "pods"): READ}
-WEBHOOK_LEDGER_RULES = {("", "configmaps"): {"get", "create", "update"}}  # Role, own namespace
+# Only the verbs the code uses: the webhook's caches list and watch (kube/list_watch.py), the
+# ledger reads, creates and replaces (kube/quota_ledger.py), the audit pages through collections
+# (kube/lists.py) and gets, creates or replaces its reports (kube/policy_reports.py).
+WATCH = {"list", "watch"}
+LIST = {"list"}
+WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH}
+WEBHOOK_LEDGER_RULES = {("", "configmaps"): {"get", "create", "update"}}  # Role, quota namespace
 AUDIT_RULES = {
-    **{(g, r): READ for g, r in [
+    **{(g, r): LIST for g, r in [
         ("", "namespaces"), ("", "nodes"), ("", "pods"), ("", "replicationcontrollers"),
         ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"),
         ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"),
@@ -82,8 +91,8 @@ AUDIT_RULES = {
         ("jobset.x-k8s.io", "jobsets"), ("batch.volcano.sh", "jobs"),
         ("kubevirt.io", "virtualmachines"), ("resource.k8s.io", "resourceclaimtemplates"),
     ]},
-    ("wgpolicyk8s.io", "policyreports"): {"get", "list", "create", "update", "patch"},
-    ("wgpolicyk8s.io", "clusterpolicyreports"): {"get", "list", "create", "update", "patch"},
+    ("wgpolicyk8s.io", "policyreports"): {"get", "create", "update"},
+    ("wgpolicyk8s.io", "clusterpolicyreports"): {"get", "create", "update"},
 }
 INVENTORY_RULES = {("", "nodes"): {"get", "patch"}}
 ALLOWED_ROLES = {
@@ -92,6 +101,8 @@ ALLOWED_ROLES = {
     ("ClusterRole", "gpuguard-audit"): AUDIT_RULES,
     ("ClusterRole", "gpuguard-inventory"): INVENTORY_RULES,
 }
+# The namespace of each Role (ClusterRoles have none).
+ROLE_NAMESPACES = {"gpuguard-webhook-quota-ledger": QUOTA_NAMESPACE}
 # Which ServiceAccount each role may be bound to.
 ROLE_SUBJECTS = {
     "gpuguard-webhook": "gpuguard-webhook",
@@ -188,14 +199,18 @@ def test_namespaced_objects_live_in_gpuguard_system(target: str) -> None:
     # kustomize 5.5 does not know that these are cluster-scoped and stamps the namespace on them;
     # the API server drops it (a cluster-scoped object has no namespace).
     stamped_anyway = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # Only the quota ledgers' Role and RoleBinding live in the ledgers' namespace.
+    in_quota_namespace = {("Role", "gpuguard-webhook-quota-ledger"),
+                          ("RoleBinding", "gpuguard-webhook-quota-ledger")}
     for obj in render(target):
         if obj["kind"] in stamped_anyway:
             continue
+        key = (obj["kind"], obj["metadata"]["name"])
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
         else:
-            assert obj["metadata"].get("namespace") == NAMESPACE, (obj["kind"],
-                                                                  obj["metadata"]["name"])
+            expected = QUOTA_NAMESPACE if key in in_quota_namespace else NAMESPACE
+            assert obj["metadata"].get("namespace") == expected, key
 
 
 @needs_kubectl
@@ -302,6 +317,20 @@ def test_webhook_rules_cover_pods_and_the_workload_kinds() -> None:
 
 
 @needs_kubectl
+@pytest.mark.parametrize("target", WITH_WEBHOOKS)
+def test_every_webhook_has_the_generated_match_conditions(target: str) -> None:
+    # The API server calls gpuguard only when every matchCondition is true: each webhook must
+    # carry exactly what policies/prefilter.py generates for its rules (deploy/base/
+    # match-conditions.yaml, patched in by the base), in every overlay.
+    for _, webhook in _webhooks(target):
+        resources = [(g, r) for rule in webhook["rules"] for g in rule["apiGroups"]
+                     for r in rule["resources"]]
+        expected = [c.to_dict() for c in prefilter.match_conditions(resources)]
+        assert webhook.get("matchConditions") == expected, f"{target}: {webhook['name']}"
+        assert len(expected) <= 64  # the API server's limit per webhook
+
+
+@needs_kubectl
 def test_server_deadline_is_below_the_webhook_timeout() -> None:
     for target in WITH_WEBHOOKS:
         args = _pod_spec(_one(target, "Deployment", "gpuguard-webhook"))["containers"][0]["args"]
@@ -365,7 +394,7 @@ def test_rbac_grants_nothing_beyond_the_allow_list(target: str) -> None:
         # And no less: each component needs every grant of its list.
         assert granted == allowed, key
         if obj["kind"] == "Role":
-            assert obj["metadata"]["namespace"] == NAMESPACE
+            assert obj["metadata"]["namespace"] == ROLE_NAMESPACES[obj["metadata"]["name"]]
 
 
 @needs_kubectl
@@ -386,8 +415,91 @@ def test_bindings_give_each_role_to_its_own_service_account(target: str) -> None
 def test_audit_allow_list_covers_what_the_audit_lists() -> None:
     # kube/lists.py is what `gpuguard audit --cluster` reads: RBAC must follow it, exactly.
     listed = {(r.group, r.plural) for r in AUDIT_RESOURCES}
-    read = {key for key, verbs in AUDIT_RULES.items() if verbs == READ}
+    read = {key for key, verbs in AUDIT_RULES.items() if verbs == LIST}
     assert read == listed
+
+
+def _allowed(objects: tuple[dict[str, Any], ...], account: str, verb: str, group: str,
+             resource: str, namespace: str | None, name: str | None = None) -> bool:
+    """Whether RBAC in ``objects`` lets ServiceAccount gpuguard-system/``account`` do ``verb``.
+
+    Kubernetes' rules: a ClusterRoleBinding grants its ClusterRole everywhere, a RoleBinding its
+    Role or ClusterRole in the binding's namespace; ``resourceNames`` never match create, list,
+    watch or deletecollection (the name is not part of those requests).
+    """
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o.get("rules") or []
+             for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
+                   and s.get("namespace") == NAMESPACE for s in binding.get("subjects") or []):
+            continue
+        scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        if scope is not None and scope != namespace:
+            continue
+        ref = binding["roleRef"]
+        for rule in roles.get((ref["kind"], scope if ref["kind"] == "Role" else None,
+                               ref["name"]), []):
+            if not ({verb, "*"} & set(rule.get("verbs", []))
+                    and {group, "*"} & set(rule.get("apiGroups", []))
+                    and {resource, "*"} & set(rule.get("resources", []))):
+                continue
+            names = rule.get("resourceNames") or []
+            if not names or (name in names and verb not in
+                             ("create", "list", "watch", "deletecollection")):
+                return True
+    return False
+
+
+ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+
+@needs_kubectl
+@pytest.mark.parametrize("target", WITH_WEBHOOKS)
+def test_the_webhook_cannot_read_or_rewrite_its_own_policies(target: str) -> None:
+    # The issue's finding: get/create/update on every ConfigMap of gpuguard-system let the
+    # webhook rewrite the policies it enforces. It reads them from the mounted volume (the
+    # kubelet's access, not its own), so it needs no RBAC on them at all.
+    objects = render(target)
+    policies = _one(target, "ConfigMap", "gpuguard-policies")
+    assert policies["metadata"]["namespace"] == NAMESPACE
+    for verb in ALL_VERBS:
+        for name in ("gpuguard-policies", "anything-else", None):
+            assert not _allowed(objects, "gpuguard-webhook", verb, "", "configmaps", NAMESPACE,
+                                name), f"{target}: webhook may {verb} ConfigMap {name}"
+            assert not _allowed(objects, "gpuguard-audit", verb, "", "configmaps", NAMESPACE,
+                                name), f"{target}: audit may {verb} ConfigMap {name}"
+    # Nothing but ledgers can be reached either: no Secret, no other namespace's ConfigMaps.
+    for verb in ALL_VERBS:
+        assert not _allowed(objects, "gpuguard-webhook", verb, "", "secrets", NAMESPACE)
+        assert not _allowed(objects, "gpuguard-webhook", verb, "", "configmaps", "team-a", "x")
+    volumes = {v["name"]: v for v in _pod_spec(_one(target, "Deployment",
+                                                    "gpuguard-webhook"))["volumes"]}
+    assert volumes["policies"]["configMap"]["name"] == "gpuguard-policies"
+
+
+@needs_kubectl
+@pytest.mark.parametrize("target", WITH_WEBHOOKS)
+def test_quota_ledgers_have_a_namespace_of_their_own(target: str) -> None:
+    # What kube/quota_ledger.py needs (read, create on the first reservation, compare-and-swap
+    # replace) on ConfigMaps gpuguard-quota-<name>, in the namespace the Deployment passes as
+    # --quota-namespace; `create` cannot be limited by resourceNames, so that namespace holds
+    # nothing else of gpuguard's.
+    objects = render(target)
+    args = _pod_spec(_one(target, "Deployment", "gpuguard-webhook"))["containers"][0]["args"]
+    assert f"--quota-namespace={QUOTA_NAMESPACE}" in args
+    _one(target, "Namespace", QUOTA_NAMESPACE)
+    for verb in ("get", "create", "update"):
+        assert _allowed(objects, "gpuguard-webhook", verb, "", "configmaps", QUOTA_NAMESPACE,
+                        "gpuguard-quota-team-a")
+    for verb in ("list", "watch", "patch", "delete", "deletecollection"):
+        assert not _allowed(objects, "gpuguard-webhook", verb, "", "configmaps",
+                            QUOTA_NAMESPACE, "gpuguard-quota-team-a")
+    inside = {(o["kind"], o["metadata"]["name"]) for o in objects
+              if o["metadata"].get("namespace") == QUOTA_NAMESPACE}
+    assert inside == {("Role", "gpuguard-webhook-quota-ledger"),
+                      ("RoleBinding", "gpuguard-webhook-quota-ledger")}
 
 
 @needs_kubectl

@@ -398,8 +398,9 @@ def test_envelope_helper_wraps_requests():
 
 
 def test_readme_webhook_match_condition_selects_gpu_objects_only():
-    # The registration snippet of README.md ("Registering the webhook"), evaluated with the
-    # same CEL runtime family the API server uses for matchConditions.
+    # The registration README.md describes ("Registering the webhook": the snippet, completed by
+    # `gpuguard match-conditions`, whose output for deploy/ is deploy/base/match-conditions.yaml),
+    # evaluated with the same CEL runtime family the API server uses for matchConditions.
     import re
 
     import yaml
@@ -407,21 +408,28 @@ def test_readme_webhook_match_condition_selects_gpu_objects_only():
     from policies.cel import CelEnvironment
     from policies.cel_gpu import GPU_LIBRARY
 
-    readme = (DATA.parent.parent / "README.md").read_text()
+    root = DATA.parent.parent
+    readme = (root / "README.md").read_text()
     section = readme.split("**Registering the webhook.**", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)[1]
     (webhook,) = yaml.safe_load(block)["webhooks"]
     assert webhook["timeoutSeconds"] * 1000 > 2500  # above the default deadline
-    (condition,) = webhook["matchConditions"]
+    assert "gpuguard match-conditions" in section and "deploy/base/match-conditions.yaml" in section
+    generated = [hook for doc in yaml.safe_load_all(
+        (root / "deploy" / "base" / "match-conditions.yaml").read_text()) if doc
+        for hook in doc["webhooks"] if hook["name"] == webhook["name"]]
+    (conditions,) = [hook["matchConditions"] for hook in generated]
     environment = CelEnvironment(GPU_LIBRARY)
-    expression = environment.compile(condition["expression"], field_path="matchConditions[0]")
+    expressions = [environment.compile(c["expression"], field_path=f"matchConditions[{i}]")
+                   for i, c in enumerate(conditions)]
 
     def selected(body):
         request = body["request"]
         activation = environment.activation(
             {"object": request["object"], "oldObject": request.get("oldObject"),
-             "request": {"operation": request["operation"]}}, [])
-        return activation.evaluate(expression)
+             "request": {"operation": request["operation"],
+                         "subResource": request.get("subResource", "")}}, [])
+        return all(activation.evaluate(e) is True for e in expressions)
 
     assert selected(bug_review("Project-HAMi-HAMi-160.yaml", "gpu_pod")) is True
     assert selected(bug_review("Project-HAMi-HAMi-2167.yaml")) is True  # init container only
