@@ -127,7 +127,7 @@ def test_readme_documents_the_exit_codes_of_every_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     commands = set(cli.build_parser()[1])
-    rows = dict(re.findall(r"^\| `gpuguard (\w+)[^`]*` \| (.+) \|$", section, re.MULTILINE))
+    rows = dict(re.findall(r"^\| `gpuguard ([\w-]+)[^`]*` \| (.+) \|$", section, re.MULTILINE))
     assert set(rows) == commands
     assert "| command | 0 | 1 | 2 | 3 |" in section
     assert f"**{EXIT_SOFTWARE}** (`EX_SOFTWARE`) is an internal error" in section
