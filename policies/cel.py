@@ -61,6 +61,7 @@ from typing import Any, Final
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
+from policies import cel_scanner
 from policies.cel_library import LIBRARY, FunctionSpec
 from policies.cel_quantity import quantity_value
 
@@ -85,11 +86,6 @@ _INT64_MAX: Final = 2**63 - 1
 _STATUS = re.compile(r"^([A-Z_]+): (.*?)(?: \[[A-Z_]+\])?$", re.S)
 _ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)(?=\nERROR: <input>:|\Z)", re.S)
 _MISSING_KEY = re.compile(r'Key not found in map : "([^"]*)"')
-_VARIABLES_TOKEN = re.compile(r"(?<![\w.])variables\b")
-_VARIABLE_SELECT = re.compile(
-    r"variables\s*(?:\.\s*\??\s*([A-Za-z_][A-Za-z0-9_]*)"
-    r"|\[\s*\??\s*(?:'([A-Za-z0-9_]*)'|\"([A-Za-z0-9_]*)\")\s*\])"
-)
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
 _JSON_SCALARS: Final = frozenset({bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})
@@ -367,17 +363,17 @@ def _parse_compile_error(text: str) -> list[CompileIssue]:
 
 
 def variable_references(expression: str) -> frozenset[str] | None:
-    """Names used as ``variables.<name>`` / ``variables['<name>']`` in ``expression``.
+    """Names used as ``variables.<name>`` / ``variables['<name>']`` (also inside ``has()`` or
+    as optional selections) in ``expression``, outside strings and comments.
 
     ``None`` when ``variables`` also appears some other way (``variables[k]``, ``variables``
-    alone), meaning "possibly all". Over-approximates (a string literal counts), never misses.
+    alone), meaning "possibly all".
     """
     names: set[str] = set()
-    for token in _VARIABLES_TOKEN.finditer(expression):
-        select = _VARIABLE_SELECT.match(expression, token.start())
-        if select is None:
+    for reference in cel_scanner.references(expression, "variables"):
+        if reference.field is None:
             return None
-        names.add(select[1] or select[2] or select[3] or "")
+        names.add(reference.field)
     return frozenset(names)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policies import cel_scanner
 from policies.cel import (
     CelCompileError,
     CelEnvironment,
@@ -39,7 +40,7 @@ from policies.cel_gpu import gpu_data
 from policies.fused import CONDITION_FALSE, FusedValidation, Outcome
 from policies.fused import build as build_fused
 from policies.fused import read as read_fused
-from policies.inlining import code_only, inline_policy
+from policies.inlining import inline_policy
 from policies.matching import matches
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
 from policies.mutation import (
@@ -616,12 +617,10 @@ class Engine:
         return f"{text} ({problem})" if problem else text
 
 
-_PARAMS_OR_VARIABLES = re.compile(r"(?<![\w.])(params|variables)\b")
-
-
 def _reads_only_request(expression: Any) -> bool:
     """Whether an expression reads only the request's data (no params, no variables)."""
-    return not _PARAMS_OR_VARIABLES.search(code_only(expression.expression))
+    source = expression.expression
+    return not (cel_scanner.uses(source, "params") or cel_scanner.uses(source, "variables"))
 
 
 _TOGETHER_SIZE = 16

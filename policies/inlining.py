@@ -24,48 +24,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from policies import cel_scanner
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.model import Mutation, Policy, Rule
-
-# CEL string literals (quoted or triple-quoted, r/b prefixes) and line comments, whichever
-# starts first: text inside either is not code (a quote in a comment opens nothing, and `//` in
-# a string is text).
-_STRING_OR_COMMENT = re.compile(
-    r"""(?P<string>[rRbB]?(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))"""
-    r"""|(?P<comment>//[^\n]*)""", re.S
-)
-_VARIABLE = re.compile(r"(?<![\w.])variables\s*\.\s*([A-Za-z_]\w*)")
-_PARAMS = re.compile(r"(?<![\w.])params\b")
-# ``variables`` not followed by ``.name`` (indexing, the whole map) and ``has(variables.x)``.
-_UNSAFE = re.compile(r"(?<![\w.])variables\b(?!\s*\.\s*[A-Za-z_])|has\s*\(\s*variables\b")
 
 
 class CannotInline(Exception):
     """Raised when a policy (or a program built from it) must be evaluated the regular way."""
-
-
-def _code_parts(source: str) -> list[tuple[bool, str]]:
-    """Split CEL source into (is_code, text) parts around string literals; comments are
-    dropped (they are not code, and a trailing one would swallow what is appended after it)."""
-    parts, position = [], 0
-    for match in _STRING_OR_COMMENT.finditer(source):
-        parts.append((True, source[position:match.start()]))
-        if match["string"] is not None:
-            parts.append((False, match.group()))
-        position = match.end()
-    parts.append((True, source[position:]))
-    return parts
-
-
-def code_only(source: str) -> str:
-    """CEL source with its comments dropped and the text of its string literals removed (what
-    is left is code)."""
-    return "".join(text if is_code else '""' for is_code, text in _code_parts(source))
 
 
 def variable_name(name: str) -> str:
@@ -74,9 +43,9 @@ def variable_name(name: str) -> str:
 
 
 def _rename(source: str, reference: Callable[[str], str] = variable_name) -> str:
-    """``variables.x`` -> ``reference("x")`` outside string literals."""
-    return "".join(_VARIABLE.sub(lambda m: reference(m[1]), text) if is_code else text
-                   for is_code, text in _code_parts(source))
+    """``variables.x`` -> ``reference("x")`` outside string literals; comments dropped (a
+    trailing one would swallow what is appended after it)."""
+    return cel_scanner.rename(source, "variables", reference)
 
 
 def cel_literal(value: Any) -> str:
@@ -122,7 +91,7 @@ def variables_used(sources: Iterable[str], policy: Policy) -> list[str]:
     declared = {rule.name: (index, rule.expression.expression)
                 for index, rule in enumerate(policy.variables)}
     needed: set[str] = set()
-    stack = [name for source in sources for name in _VARIABLE.findall(code_only(source))]
+    stack = [name for source in sources for name in cel_scanner.fields(source, "variables")]
     while stack:
         name = stack.pop()
         if name in needed:
@@ -130,7 +99,7 @@ def variables_used(sources: Iterable[str], policy: Policy) -> list[str]:
         if name not in declared:
             raise CannotInline
         needed.add(name)
-        stack.extend(_VARIABLE.findall(code_only(declared[name][1])))
+        stack.extend(cel_scanner.fields(declared[name][1], "variables"))
     return sorted(needed, key=lambda n: declared[n][0])
 
 
@@ -155,7 +124,7 @@ def bind_variables(source: str, policy: Policy, bound: frozenset[str] = frozense
 
 def reads_params(sources: Iterable[str]) -> bool:
     """Whether any of ``sources`` mentions ``params`` outside string literals."""
-    return any(_PARAMS.search(code_only(source)) for source in sources)
+    return any(cel_scanner.uses(source, "params") for source in sources)
 
 
 def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvironment,
@@ -186,7 +155,7 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
             sources.append(rule.message_expression.expression)
     for mutation in policy.mutations:
         sources += [e.expression for e in (mutation.expression, mutation.condition) if e]
-    if any(_UNSAFE.search(code_only(s)) for s in sources):
+    if any(cel_scanner.selections_only(s, "variables") is None for s in sources):
         return policy
     try:
         literal = cel_literal(policy.params)

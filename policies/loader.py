@@ -19,16 +19,15 @@ from __future__ import annotations
 import datetime
 import difflib
 import functools
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import jsonschema
 
+from policies import cel_scanner
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.cel_gpu import GPU_FIELDS
-from policies.inlining import code_only
 from policies.model import (
     DENY,
     FAIL,
@@ -65,14 +64,6 @@ DEFAULT_RESOURCES = (
     "rayjobs", "leaderworkersets", "jobsets", "virtualmachines", "virtualmachineinstances",
 )
 _MAX_AUDIT_KEY = 63
-# References inside CEL source; a name right after '.' belongs to another object (t.gpu.x).
-_GPU_REF = re.compile(r"(?<![\w.])gpu\s*\.\s*([A-Za-z_]\w*)")
-_VARIABLE_REF = re.compile(r"(?<![\w.])variables\s*\.\s*([A-Za-z_]\w*)")
-_BINDS_GPU = re.compile(
-    r"\b(?:all|exists|exists_one|map|filter|bind)\s*\(\s*(?:\w+\s*,\s*)?gpu\s*,"
-)
-_PARAMS_REF = re.compile(r"(?<![\w.])params\s*\.\s*([A-Za-z_]\w*)")
-
 
 @dataclass(frozen=True)
 class PolicyError:
@@ -148,10 +139,8 @@ class _Builder:
         and for inline GPUPolicy params every ``params.<key>`` exists. A typo here would
         otherwise fail at admission time, and under failurePolicy Fail deny every request."""
         for path, text in self.expressions:
-            source = code_only(text)
-            if _BINDS_GPU.search(source):
-                continue  # a comprehension or cel.bind names its own 'gpu': not the facts
-            for field in _GPU_REF.findall(source):
+            # Names a comprehension or cel.bind binds are local there, not the facts.
+            for field in cel_scanner.fields(text, "gpu"):
                 if field not in GPU_FIELDS:
                     close = difflib.get_close_matches(field, GPU_FIELDS, n=1)
                     hint = f" (did you mean gpu.{close[0]}?)" if close else ""
@@ -159,12 +148,12 @@ class _Builder:
             visible = variables
             if path.startswith("spec.variables["):
                 visible = variables[: int(path.split("[", 1)[1].split("]", 1)[0])]
-            for name in _VARIABLE_REF.findall(source):
+            for name in cel_scanner.fields(text, "variables"):
                 if name not in visible:
                     where = "declared" if name not in variables else "declared before this one"
                     self.error(path, f"variables.{name} is not {where} in spec.variables")
             if not native and isinstance(params, Mapping | type(None)):
-                for key in _PARAMS_REF.findall(source):
+                for key in cel_scanner.fields(text, "params"):
                     if key not in (params or {}):
                         known = ", ".join(sorted(params or {})) or "none"
                         self.error(path, f"params.{key} is not in spec.params (keys: {known})")
@@ -390,10 +379,6 @@ def _combine(policy: Match, binding: Match | None) -> Match:
     )
 
 
-_JSONPATCH_LITERAL = re.compile(r"\bJSONPatch\s*\{")
-_JSONPATCH_FIELD = re.compile(r"(op|path|value|from)\s*:")
-
-
 def rewrite_jsonpatch_literals(expression: str) -> str:
     """Turn MutatingAdmissionPolicy's typed ``JSONPatch{op: ..., path: ...}`` into CEL maps.
 
@@ -401,40 +386,16 @@ def rewrite_jsonpatch_literals(expression: str) -> str:
     same operation. Field names are quoted only at the top level of each literal and outside
     string literals; everything else is copied as written.
     """
-    out: list[str] = []
-    i = 0
-    while True:
-        found = _JSONPATCH_LITERAL.search(expression, i)
-        if found is None:
-            out.append(expression[i:])
-            return "".join(out)
-        out.append(expression[i:found.start()] + "{")
-        i, depth, quote = found.end(), 1, ""
-        while i < len(expression) and depth:
-            char = expression[i]
-            if quote:
-                out.append(char)
-                if char == "\\" and i + 1 < len(expression):
-                    out.append(expression[i + 1])
-                    i += 1
-                elif char == quote:
-                    quote = ""
-            elif char in "\"'":
-                quote = char
-                out.append(char)
-            elif char in "{[(":
-                depth += 1
-                out.append(char)
-            elif char in "}])":
-                depth -= 1
-                out.append(char)
-            elif depth == 1 and (field := _JSONPATCH_FIELD.match(expression, i)) and \
-                    (i == 0 or not (expression[i - 1].isalnum() or expression[i - 1] in "_.")):
-                out.append(f'"{field[1]}":')
-                i = field.end() - 1
-            else:
-                out.append(char)
-            i += 1
+    edits = [(start, start + len("JSONPatch"), "")
+             for start in cel_scanner.typed_literal_openings(expression, "JSONPatch")]
+    edits += [(start, end, f'"{expression[start:end]}"')
+              for start, end in cel_scanner.map_literal_fields(expression, "JSONPatch")]
+    out, position = [], 0
+    for start, end, text in sorted(edits):
+        out.append(expression[position:start] + text)
+        position = end
+    out.append(expression[position:])
+    return "".join(out)
 
 
 def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mapping[str, Any]]:
@@ -703,8 +664,7 @@ def build_policy_set(
                 else None
             if template is None:
                 continue
-            if any(_GPU_REF.search(code_only(source))
-                   for _, source in builder.expressions):
+            if any(cel_scanner.fields(source, "gpu") for _, source in builder.expressions):
                 warnings.append(f"{document.location}: {kind} {name!r} uses gpuguard's 'gpu' "
                                 "variable: gpuguard evaluates it, Kubernetes itself cannot")
             bound = bindings.get(f"{kind}/{name}", [])

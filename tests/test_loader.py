@@ -224,3 +224,24 @@ def test_lint_and_check_refuse_an_empty_policy_set(tmp_path, capsys):
     pod = str(Path(__file__).parent / "data" / "manifests" / "gpuop__cuda-vector-add-legacy-pod.yaml")
     assert main(["check", "-f", pod, "--policies", str(tmp_path / "empty")]) == 2
     assert "no policies found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("expression", [
+    "\"[1].all(gpu, gpu > 0) && variables.typo < params.mxa\"",
+    "\"cel.bind(gpu, 1, gpu > 0) && variables.typo < params.mxa\"",
+    "\"[1].exists_one(gpu, gpu == 1) && variables.typo < params.mxa\"",
+])
+def test_a_bound_gpu_name_checks_the_rest_of_the_expression(tmp_path, expression):
+    # A comprehension naming its variable 'gpu' used to turn off every reference check of the
+    # expression: the typos loaded clean and then failed every request under failurePolicy Fail.
+    _, errors = _load_text(tmp_path, POLICY.format(name="p", expression=expression))
+    assert [e.message for e in errors] == [
+        "variables.typo is not declared in spec.variables",
+        "params.mxa is not in spec.params (keys: max)",
+    ]
+
+
+def test_gpu_facts_outside_a_binding_scope_are_still_checked(tmp_path):
+    expression = "\"[{'x': 1}].all(gpu, gpu.x == 1) && gpu.cuont > 0\""
+    _, [error] = _load_text(tmp_path, POLICY.format(name="p", expression=expression))
+    assert error.message.startswith("gpu.cuont is not a GPU fact (did you mean gpu.count?)")

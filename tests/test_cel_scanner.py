@@ -1,0 +1,68 @@
+"""The CEL source scanner: the one place gpuguard reads CEL as text (policies.cel_scanner)."""
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies import cel_scanner as scan
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("'a // b' + x // comment 'c", "\"\" + x "),
+    ('r"\\d+" + b\'\\x00\' + """multi\n"line"""', '"" + "" + ""'),
+    ("'''it's''' + y", '"" + y'),
+    ("'unterminated", '""'),
+])
+def test_code_only_empties_strings_and_drops_comments(source, expected):
+    assert scan.code_only(source) == expected
+
+
+@pytest.mark.parametrize(("source", "name", "fields"), [
+    ("variables.a + variables['b'] + variables.?c.orValue(0)", "variables", ("a", "b", "c")),
+    ("object.variables.x + t.gpu.count", "variables", ()),
+    ("'gpu.count' + \"params.x\" // gpu.y", "gpu", ()),
+    ("[1].all(gpu, gpu > 0) && gpu.count > 0", "gpu", ("count",)),
+    ("m.map(k, v, gpu.a) + m.exists(gpu, gpu.b)", "gpu", ("a",)),
+    ("cel.bind(gpu, gpu.init, gpu.body)", "gpu", ("init",)),
+    ("x.filter(p, p.gpu.z) && gpu . count > 1", "gpu", ("count",)),
+    ("object.`dashed-name` + gpu.`odd`", "gpu", ("odd",)),
+])
+def test_fields_respect_strings_comments_members_and_scopes(source, name, fields):
+    assert scan.fields(source, name) == fields
+
+
+@pytest.mark.parametrize(("source", "selected"), [
+    ("variables.a + variables.b", frozenset({"a", "b"})),
+    ("variables['a']", None),
+    ("variables.?a.orValue(1)", None),
+    ("has(variables.a)", None),
+    ("size(variables) > 0", None),
+    ("variables[k]", None),
+    ("'variables[k]' + variables.a", frozenset({"a"})),
+])
+def test_selections_only_says_when_a_name_is_used_as_a_whole(source, selected):
+    assert scan.selections_only(source, "variables") == selected
+
+
+def test_rename_replaces_plain_selections_outside_strings():
+    renamed = scan.rename("variables.a + 'variables.a' + x.variables.a // variables.b",
+                          "variables", lambda f: f"__var_{f}")
+    assert renamed == "__var_a + 'variables.a' + x.variables.a "
+
+
+def test_typed_object_literal_fields():
+    source = "JSONPatch{op: 'add', path: '/a', value: {b: 1}} + t.JSONPatch{x: 1}"
+    spans = list(scan.map_literal_fields(source, "JSONPatch"))
+    assert [source[a:b] for a, b in spans] == ["op", "path", "value"]
+    assert scan.typed_literal_openings(source, "JSONPatch") == (0,)
+
+
+@given(st.text(max_size=200))
+def test_the_scanner_never_raises_and_tokens_cover_the_code(source):
+    tokens = scan.tokenize(source)
+    assert all(0 <= t.start < t.end <= len(source) for t in tokens)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(tokens))
+    scan.code_only(source)
+    scan.references(source, "variables")
