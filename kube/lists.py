@@ -26,6 +26,8 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util import Retry
 
+from policies.workload_kinds import WORKLOAD_KINDS
+
 DEFAULT_PAGE_SIZE = 500
 MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header
 MAX_THROTTLED = 30  # 429 answers in a row before giving up on a resource
@@ -61,26 +63,9 @@ class Resource:
 AUDIT_RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace"),
     Resource("", "v1", "nodes", "Node"),
-    Resource("apps", "v1", "deployments", "Deployment"),
-    Resource("apps", "v1", "replicasets", "ReplicaSet"),
-    Resource("apps", "v1", "statefulsets", "StatefulSet"),
-    Resource("apps", "v1", "daemonsets", "DaemonSet"),
-    Resource("batch", "v1", "cronjobs", "CronJob"),
-    Resource("batch", "v1", "jobs", "Job"),
-    Resource("", "v1", "replicationcontrollers", "ReplicationController"),
-    Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"),
-    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
-    Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
-    Resource("kubeflow.org", "v1", "tfjobs", "TFJob"),
-    Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
-    Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
-    Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
-    Resource("kubeflow.org", "v1", "jaxjobs", "JAXJob"),
-    Resource("ray.io", "v1", "rayclusters", "RayCluster"),
-    Resource("ray.io", "v1", "rayjobs", "RayJob"),
-    Resource("ray.io", "v1", "rayservices", "RayService"),
-    Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
-    Resource("kubevirt.io", "v1", "virtualmachines", "VirtualMachine"),
+    # Pods come last; PodTemplates make no pods by themselves, and VMIs run in pods.
+    *(Resource(k.group, k.version, k.plural, k.kind) for k in WORKLOAD_KINDS
+      if k.kind not in ("Pod", "PodTemplate", "VirtualMachineInstance")),
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
     Resource("", "v1", "pods", "Pod"),
 )

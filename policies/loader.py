@@ -52,18 +52,10 @@ from policies.sources import (
     load_package_yaml,
     read_snapshot,
 )
+from policies.workload_kinds import DEFAULT_RESOURCES
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
-# Workload kinds a GPUPolicy applies to when match.resources is not given: everything that makes
-# pods (the kinds policies.workloads understands), plus pods' ephemeral containers.
-DEFAULT_RESOURCES = (
-    "pods", "pods/ephemeralcontainers", "deployments", "replicasets", "statefulsets",
-    "daemonsets", "jobs", "cronjobs", "replicationcontrollers", "podtemplates", "pytorchjobs",
-    "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs", "rayclusters", "rayservices",
-    "rayjobs", "leaderworkersets", "jobsets", "virtualmachines", "virtualmachineinstances",
-)
-_MAX_AUDIT_KEY = 63
 
 @dataclass(frozen=True)
 class PolicyError:

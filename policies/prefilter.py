@@ -48,7 +48,7 @@ from policies.gpu import (
     KAI_MEMORY,
 )
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings, name_patterns
-from policies.workloads import KUBEFLOW_REPLICA_SPECS
+from policies.workload_kinds import EPHEMERAL_CONTAINERS, WORKLOAD_KINDS
 
 # HAMi's pod annotations that pick or steer GPUs (gpu-domain.md, "HAMi pod annotations"). The GPU
 # facts do not count them (they only matter next to a GPU resource); sending them costs nothing.
@@ -63,35 +63,14 @@ GPU_ANNOTATIONS: Final = (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER, 
 CONTAINER_FIELDS: Final = _CONTAINER_TYPES
 """The container lists of a PodSpec the GPU facts read (init, app, ephemeral)."""
 
-_RAY_CLUSTER = ("headGroupSpec.template", "workerGroupSpecs[].template")
-# Where each webhook-matched resource keeps its pod templates, as policies.workloads reads them:
-# ``a.b`` fields, ``a[]`` every element of a list, ``a.*`` every value of a map; "" is the object
-# itself (a Pod, or a KubeVirt VMI whose spec holds resourceClaims like a pod's).
+# Where each webhook-matched resource keeps its pod templates, and where KubeVirt lists a domain's
+# devices (policies.gpu.virtual_machine_facts), from the one workload registry.
 TEMPLATE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
-    ("", "pods"): ("",),
-    ("", "pods/ephemeralcontainers"): ("",),  # the object is the whole Pod
-    ("", "podtemplates"): ("template",),
-    ("", "replicationcontrollers"): ("spec.template",),
-    **{("apps", r): ("spec.template",)
-       for r in ("deployments", "replicasets", "statefulsets", "daemonsets")},
-    ("batch", "jobs"): ("spec.template",),
-    ("batch", "cronjobs"): ("spec.jobTemplate.spec.template",),
-    **{("kubeflow.org", f"{kind.lower()}s"): (f"spec.{key}.*.template",)
-       for kind, key in KUBEFLOW_REPLICA_SPECS.items()},
-    ("ray.io", "rayclusters"): tuple(f"spec.{p}" for p in _RAY_CLUSTER),
-    ("ray.io", "rayservices"): tuple(f"spec.rayClusterConfig.{p}" for p in _RAY_CLUSTER),
-    ("ray.io", "rayjobs"): tuple(f"spec.rayClusterSpec.{p}" for p in _RAY_CLUSTER),
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): (
-        "spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"),
-    ("jobset.x-k8s.io", "jobsets"): ("spec.replicatedJobs[].template.spec.template",),
-    ("batch.volcano.sh", "jobs"): ("spec.tasks[].template",),
-    ("kubevirt.io", "virtualmachines"): ("spec.template",),
-    ("kubevirt.io", "virtualmachineinstances"): ("",),
+    **{(k.group, k.plural): k.templates for k in WORKLOAD_KINDS},
+    ("", EPHEMERAL_CONTAINERS): ("",),  # the object is the whole Pod
 }
-# KubeVirt: GPUs are listed in the VM's domain (policies.gpu.virtual_machine_facts).
 DEVICE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
-    ("kubevirt.io", "virtualmachines"): ("spec.template.spec.domain.devices",),
-    ("kubevirt.io", "virtualmachineinstances"): ("spec.domain.devices",),
+    (k.group, k.plural): k.devices for k in WORKLOAD_KINDS if k.devices
 }
 
 NOT_BEING_DELETED: Final = "not-an-update-of-an-object-being-deleted"

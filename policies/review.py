@@ -16,22 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.workload_kinds import PLURALS
+
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
-
-# Plural resource names of the kinds gpuguard understands (Kubernetes API reference, each
-# project's CRDs); other kinds fall back to the lower-cased kind plus "s".
-_PLURALS = {
-    "Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets",
-    "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs", "CronJob": "cronjobs",
-    "ReplicationController": "replicationcontrollers", "PodTemplate": "podtemplates",
-    "PyTorchJob": "pytorchjobs", "TFJob": "tfjobs", "MPIJob": "mpijobs",
-    "XGBoostJob": "xgboostjobs", "PaddleJob": "paddlejobs", "JAXJob": "jaxjobs",
-    "RayCluster": "rayclusters", "RayService": "rayservices", "RayJob": "rayjobs",
-    "LeaderWorkerSet": "leaderworkersets", "JobSet": "jobsets",
-    "VirtualMachine": "virtualmachines", "VirtualMachineInstance": "virtualmachineinstances",
-    "Namespace": "namespaces", "Node": "nodes",
-}
-
 
 class ReviewError(ValueError):
     """An AdmissionRequest that cannot be evaluated.
@@ -115,7 +102,7 @@ def _split_api_version(api_version: str) -> tuple[str, str]:
 
 def plural_of(kind: str) -> str:
     """The plural resource name of a kind (``Deployment`` → ``deployments``)."""
-    return _PLURALS.get(kind, kind.lower() + "s")
+    return PLURALS.get(kind, kind.lower() + "s")
 
 
 def from_object(

@@ -86,7 +86,8 @@ AUDIT_RULES = {
         ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"),
         ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "tfjobs"), ("kubeflow.org", "mpijobs"),
         ("kubeflow.org", "xgboostjobs"), ("kubeflow.org", "paddlejobs"),
-        ("kubeflow.org", "jaxjobs"), ("ray.io", "rayclusters"), ("ray.io", "rayjobs"),
+        ("kubeflow.org", "jaxjobs"), ("kubeflow.org", "mxjobs"), ("ray.io", "rayclusters"),
+        ("ray.io", "rayjobs"),
         ("ray.io", "rayservices"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("jobset.x-k8s.io", "jobsets"), ("batch.volcano.sh", "jobs"),
         ("kubevirt.io", "virtualmachines"), ("resource.k8s.io", "resourceclaimtemplates"),
@@ -116,7 +117,7 @@ WORKLOAD_RESOURCES = {
     ("apps", r) for r in ("deployments", "replicasets", "statefulsets", "daemonsets")
 } | {("batch", "jobs"), ("batch", "cronjobs")} | {
     ("kubeflow.org", r) for r in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs",
-                                  "paddlejobs", "jaxjobs")
+                                  "paddlejobs", "jaxjobs", "mxjobs")
 } | {("ray.io", r) for r in ("rayclusters", "rayservices", "rayjobs")} | {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("jobset.x-k8s.io", "jobsets"),
     ("batch.volcano.sh", "jobs"), ("kubevirt.io", "virtualmachines"),

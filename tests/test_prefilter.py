@@ -440,6 +440,7 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
         ("kubeflow.org", "xgboostjobs"): kubeflow("XGBoostJob", "xgbReplicaSpecs"),
         ("kubeflow.org", "paddlejobs"): kubeflow("PaddleJob", "paddleReplicaSpecs"),
         ("kubeflow.org", "jaxjobs"): kubeflow("JAXJob", "jaxReplicaSpecs"),
+        ("kubeflow.org", "mxjobs"): kubeflow("MXJob", "mxReplicaSpecs"),
         ("kubeflow.org", "mpijobs"): {**kubeflow("MPIJob", "mpiReplicaSpecs"),
                                       "apiVersion": "kubeflow.org/v2beta1"},
         ("ray.io", "rayclusters"): {"apiVersion": "ray.io/v1", "kind": "RayCluster",
