@@ -43,7 +43,7 @@ from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
-from policies.loader import GPUPOLICY_API, load_quotas
+from policies.loader import GPUPOLICY_API, load_quotas, unique_quotas
 from policies.quota import QUOTA_KIND
 from policies.resource_names import GPUSettings
 from policies.sources import Document, LoadError, printable
@@ -189,6 +189,7 @@ def _policy_problems(args: argparse.Namespace, loaded: policy_set.Loaded,
     problems = [f"policy error: {e}" for e in loaded.errors]
     if args.quotas:
         extra, quota_errors = load_quotas(args.quotas)
+        extra = tuple(unique_quotas(extra, quota_errors, tuple(quotas.values())))
         problems += [f"policy error: {e}" for e in quota_errors]
         if not extra and not quota_errors:
             problems.append(f"policy error: --quotas {', '.join(map(printable, args.quotas))}: "

@@ -698,15 +698,28 @@ def build_policy_set(
                                       f"{first.source}: document {first.index}"))
         seen.setdefault(policy.name, policy)
     policies = [p for p in policies if seen[p.name] is p]
-    quota_names: set[str] = set()
-    for quota in quotas:
-        if quota.name in quota_names:
-            errors.append(PolicyError(quota.source, None, None, "metadata.name",
-                                      f"GPUQuota name {quota.name!r} is already used (it names "
-                                      "the reservation ledger)"))
-        quota_names.add(quota.name)
+    quotas = unique_quotas(quotas, errors)
     return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),
                      contents=tuple((s, tuple(ids)) for s, ids in contents.items())), errors
+
+
+def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],
+                  served: Sequence[Quota] = ()) -> list[Quota]:
+    """``quotas`` without those whose name is already used (by an earlier one, or by one of
+    ``served``); each such duplicate is an error naming both places, since the name names the
+    reservation ledger (two quotas on one ledger would count each other's reservations)."""
+    first: dict[str, Quota] = {q.name: q for q in reversed(served)}
+    kept: list[Quota] = []
+    for quota in quotas:
+        if quota.name in first:
+            errors.append(PolicyError(quota.source, None, None, "metadata.name",
+                                      f"GPUQuota name {quota.name!r} is already used by "
+                                      f"{first[quota.name].source} (it names the reservation "
+                                      "ledger)"))
+            continue
+        first[quota.name] = quota
+        kept.append(quota)
+    return kept
 
 
 def _identity(document: Document) -> str:
@@ -735,4 +748,4 @@ def load_quotas(paths: Sequence[str]) -> tuple[tuple[Quota, ...], list[PolicyErr
             quota = _build_quota(document, _Builder(document, None, errors))  # type: ignore[arg-type]
             if quota is not None:
                 quotas.append(quota)
-    return tuple(quotas), errors
+    return tuple(unique_quotas(quotas, errors)), errors

@@ -100,3 +100,45 @@ def test_serve_quota_namespace_and_standalone_gate(tmp_path) -> None:
     assert serve_command.default_quota_namespace(str(tmp_path / "missing")) == "gpuguard-system"
     (tmp_path / "ns").write_text("gpuguard\n", encoding="utf-8")
     assert serve_command.default_quota_namespace(str(tmp_path / "ns")) == "gpuguard"
+
+
+SECOND_LLM = """apiVersion: gpuguard.io/v1alpha1
+kind: GPUQuota
+metadata: {name: llm}
+spec:
+  scope: {namespace: team-llm}
+  limits: {gpuEquivalents: 1000}
+"""
+
+
+def test_a_second_gpuquota_with_a_used_name_is_an_error_and_not_served(tmp_path) -> None:
+    # It names the same reservation ledger; the audit used to let the later one win.
+    extra = tmp_path / "more-quotas.yaml"
+    extra.write_text(SECOND_LLM, encoding="utf-8")
+    quotas, errors = load_quotas([QUOTAS, str(extra)])
+    assert [q.name for q in quotas] == ["llm", "vision", "research"]
+    assert [q.limits for q in quotas][0] != {"gpuEquivalents": 1000}
+    [error] = errors
+    assert error.path == "metadata.name" and str(extra) in str(error)
+    assert "GPUQuota name 'llm' is already used by " in error.message
+
+
+def test_audit_refuses_a_duplicate_gpuquota_name(tmp_path, capsys) -> None:
+    extra = tmp_path / "more-quotas.yaml"
+    extra.write_text(SECOND_LLM, encoding="utf-8")
+    out = tmp_path / "out"
+    code = main(["audit", "-f", "examples/cluster", "--quotas", QUOTAS, "--quotas", str(extra),
+                 "--out", str(out)])
+    assert code == 2
+    assert "GPUQuota name 'llm' is already used" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_check_refuses_a_policy_set_with_a_duplicate_gpuquota_name(tmp_path, capsys) -> None:
+    extra = tmp_path / "more-quotas.yaml"
+    extra.write_text(SECOND_LLM, encoding="utf-8")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(POD.replace("GPUS", "1"), encoding="utf-8")
+    code = main(["check", "-f", str(manifest), "--policies", QUOTAS, "--policies", str(extra)])
+    assert code == 2
+    assert "GPUQuota name 'llm' is already used" in capsys.readouterr().err
