@@ -41,7 +41,7 @@ from policies.fused import CONDITION_FALSE, FusedValidation, Outcome
 from policies.fused import build as build_fused
 from policies.fused import read as read_fused
 from policies.inlining import inline_policy
-from policies.matching import matches
+from policies.matching import applicability
 from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
 from policies.mutation import (
     MutationError,
@@ -294,6 +294,7 @@ class Engine:
         validate: bool = True,
         quota: Mapping[str, Any] | None = None,
         expired: Callable[[], bool] | None = None,
+        explain: bool = False,
     ) -> Verdict:
         """Evaluate every policy on one request.
 
@@ -306,6 +307,8 @@ class Engine:
             expired: called before each policy's pass and each rule evaluated on its own;
                 True stops the evaluation (the caller's deadline: the engine does not read the
                 clock itself).
+            explain: also give a ``skip`` result (rule ``match``) for each policy whose match
+                leaves the request out, so every policy has a result (policy test suites).
 
         Returns:
             The :class:`Verdict`. Never raises for policy or input problems.
@@ -321,7 +324,7 @@ class Engine:
             "oldObject": review.old_object, "request": request,
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
-        applicable = self._applicable(review, point, run)
+        applicable = self._applicable(review, point, run, explain)
         facts, prepared = self._base_or_error(base, current, review.subject) if applicable \
             else (None, PreparedData())
         shared: dict[int, RequestActivation] = {}
@@ -478,25 +481,20 @@ class Engine:
         return activation if self._conditions_hold(policy, rest, activation, run, point) \
             else None
 
-    def _applicable(self, review: ReviewInput, point: str, run: _Run) -> list[Policy]:
-        """Policies whose match selects the request and that no exception exempts."""
-        subject = review.subject if isinstance(review.subject, Mapping) else {}
-        metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
-        labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
-        name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
-        today = review.now.date()
+    def _applicable(self, review: ReviewInput, point: str, run: _Run,
+                    explain: bool) -> list[Policy]:
+        """Policies whose match selects the request and that no exception exempts
+        (:func:`policies.matching.applicability`); exemptions are ``exempt`` results, and with
+        ``explain`` the policies the match leaves out are ``skip`` results too."""
         result = []
         for policy in self.policies.policies:
-            if not matches(policy.match, review, point=point):
-                continue
-            exemption = next((e for e in policy.exceptions
-                              if e.applies(review.namespace, name, labels, today)), None)
-            if exemption is not None:
-                until = f" (until {exemption.expires})" if exemption.expires else ""
-                run.add(RuleResult(policy.name, "exceptions", "spec.exceptions", EXEMPT,
-                                   f"{exemption.reason}{until}"))
-                continue
-            result.append(policy)
+            reason = applicability(policy, review, point=point)
+            if reason is None:
+                result.append(policy)
+            elif reason.exemption is not None:
+                run.add(RuleResult(policy.name, reason.rule, reason.path, EXEMPT, reason.message))
+            elif explain:
+                run.add(RuleResult(policy.name, reason.rule, reason.path, SKIP, reason.message))
         return result
 
     def _conditions_hold(self, policy: Policy, conditions: Sequence[Rule],

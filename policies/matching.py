@@ -1,4 +1,4 @@
-"""Does a policy apply to this request? Resource rules, selectors, namespaces and subjects.
+"""Does a policy apply to this request? Resource rules, selectors, namespaces, subjects, exceptions.
 
 Owns the matching semantics of ``matchConstraints`` / ``matchResources`` as the Kubernetes API
 reference defines them for admission policies (``*`` wildcards; ``*`` covers resources but not
@@ -7,15 +7,20 @@ tried on the new and the old object; namespaceSelector uses the Namespace's labe
 object's own labels when the object is a Namespace, and never excludes cluster-scoped objects),
 plus GPUPolicy's ``namespaces`` / ``excludeNamespaces`` and ``subjects``.
 
-Must not evaluate CEL (matchConditions belong to the engine).
+:func:`applicability` is the one decision "match, then exceptions" that the engine, the
+webhook's fail-closed fallback and the policy test-suite runner all use; matchConditions, the
+third step, are CEL and belong to the engine, which reports them as ``skip`` results.
+
+Must not evaluate CEL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from policies.model import Match, ResourceRule, Subject
+from policies.model import Exception_, Match, Policy, ResourceRule, Subject
 from policies.review import ReviewInput
 
 AUDIT_OPERATION = "CREATE"  # at the audit point, existing objects are judged as if created
@@ -99,3 +104,45 @@ def matches(match: Match, review: ReviewInput, *, point: str = "admission") -> b
     if match.subjects and not any(subject_matches(s, review) for s in match.subjects):
         return False
     return not any(subject_matches(s, review) for s in match.exclude_subjects)
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """Why a policy does not apply to a request.
+
+    Attributes:
+        rule / path: ``match`` / ``spec.match`` when the match leaves the request out;
+            ``exceptions`` / ``spec.exceptions`` when an exception exempts it.
+        message: for people (the exception's reason and expiry, or what left it out).
+        exemption: the exception that applies, when that is the reason.
+    """
+
+    rule: str
+    path: str
+    message: str
+    exemption: Exception_ | None = None
+
+
+OUT_OF_MATCH = NotApplicable("match", "spec.match", "the match leaves this request out")
+
+
+def applicability(policy: Policy, review: ReviewInput, *,
+                  point: str = "admission") -> NotApplicable | None:
+    """None when ``policy`` applies to ``review`` before its matchConditions: its match
+    selects the request and no exception exempts it (an expired exception exempts nothing;
+    expiry is read against ``review.now``, in UTC); else why not."""
+    if not matches(policy.match, review, point=point):
+        return OUT_OF_MATCH
+    if not policy.exceptions:
+        return None
+    subject = review.subject if isinstance(review.subject, Mapping) else {}
+    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
+    today = review.now.date()
+    for exemption in policy.exceptions:
+        if exemption.applies(review.namespace, name, labels, today):
+            until = f" (until {exemption.expires})" if exemption.expires else ""
+            return NotApplicable("exceptions", "spec.exceptions",
+                                 f"{exemption.reason}{until}", exemption)
+    return None

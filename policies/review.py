@@ -113,7 +113,10 @@ def from_object(
     namespace_object: Mapping[str, Any] | None = None,
     now: datetime.datetime | None = None,
 ) -> ReviewInput:
-    """A review of a bare object, as if it were being created (the audit and ``check`` path)."""
+    """A review of a bare object, as if it were being created (the audit and ``check`` path),
+    or updated, deleted, connected to with ``operation``: on DELETE the object is ``oldObject``
+    and ``object`` is null, as kube-apiserver sends it (Kubernetes API reference,
+    AdmissionRequest)."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     group, version = _split_api_version(str(obj.get("apiVersion", "")))
     kind = str(obj.get("kind", ""))
@@ -124,14 +127,15 @@ def from_object(
         namespace = ns_meta.get("name") if isinstance(ns_meta, Mapping) else None
     name = str(metadata.get("name") or "")
     resource = GroupVersionResource(group, version, plural_of(kind))
+    current, old = (None, obj) if operation == "DELETE" else (obj, None)
     request = {
         "uid": "", "kind": {"group": group, "version": version, "kind": kind},
         "resource": {"group": group, "version": version, "resource": resource.resource},
         "name": name, "namespace": namespace, "operation": operation,
-        "userInfo": user.to_dict(), "object": obj, "oldObject": None, "dryRun": False,
+        "userInfo": user.to_dict(), "object": current, "oldObject": old, "dryRun": False,
     }
     return ReviewInput(
-        operation=operation, object=obj, old_object=None, resource=resource, subresource="",
+        operation=operation, object=current, old_object=old, resource=resource, subresource="",
         kind=(group, version, kind), namespace=namespace, name=name, user=user, dry_run=False,
         request=request, namespace_object=namespace_object,
         now=now or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),

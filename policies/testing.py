@@ -44,12 +44,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from policies.cel import CelEnvironment, CelEvaluationError
-from policies.cel_gpu import GPU_LIBRARY, gpu_data
-from policies.engine import ERROR, SKIP, Engine, RuleResult, Verdict
+from policies.cel import CelEnvironment
+from policies.cel_gpu import GPU_LIBRARY
+from policies.engine import ERROR, Engine, RuleResult, Verdict
 from policies.loader import load_policies
-from policies.matching import matches
-from policies.model import Policy
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.review import (
     OPERATIONS,
@@ -60,7 +58,6 @@ from policies.review import (
     from_request,
 )
 from policies.sources import Document, LoadError, iter_paths, parse_text, read_text
-from policies.workloads import workload_facts
 
 API_VERSION: Final = "gpuguard.io/v1alpha1"
 KIND: Final = "GPUPolicyTest"
@@ -358,55 +355,6 @@ def _build_review(context: _Context, where: str, case: Mapping[str, Any]) -> Rev
 # --- comparing -------------------------------------------------------------------------------
 
 
-def _skips(engine: Engine, review: ReviewInput, verdict: Verdict, point: str) -> list[RuleResult]:
-    """``skip`` results for the policies that produced none: why each did not apply.
-
-    ``rule`` is ``match`` when the match left the request out, else the name of the first
-    matchCondition that was not true; policies whose conditions held (a mutation that changed
-    nothing) get none.
-    """
-    seen = {result.policy for result in verdict.results}
-    skips = []
-    for policy in engine.policies.policies:
-        if policy.name in seen:
-            continue
-        if not matches(policy.match, review, point=point):
-            skips.append(RuleResult(policy.name, "match", "spec.match", SKIP,
-                                    "the match leaves this request out"))
-            continue
-        condition = _false_condition(engine, policy, review, verdict)
-        if condition is not None:
-            skips.append(RuleResult(policy.name, condition.name, condition.path, SKIP,
-                                    f"matchCondition {condition.name!r} is not true"))
-    return skips
-
-
-def _false_condition(engine: Engine, policy: Policy, review: ReviewInput,
-                     verdict: Verdict) -> Any:
-    """The first matchCondition that is not true, evaluated as the engine did (or None)."""
-    subject = review.object if policy.mutations else verdict.final_object
-    if subject is None:
-        subject = review.subject
-    facts = workload_facts(subject, settings=engine.settings) \
-        if isinstance(subject, Mapping) else None
-    request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
-    data = {"object": subject, "oldObject": review.old_object, "request": request,
-            "namespaceObject": review.namespace_object, "quota": {}, "authorizer": None,
-            "params": policy.params, "gpu": gpu_data(facts)}
-    try:
-        activation = engine.environment.activation(
-            data, [(rule.name, rule.expression) for rule in policy.variables])
-    except CelEvaluationError:
-        return None
-    for condition in policy.match_conditions:
-        try:
-            if activation.evaluate(condition.expression) is not True:
-                return condition
-        except CelEvaluationError:
-            return condition
-    return None
-
-
 def _rule_matches(expected: str, result: RuleResult) -> bool:
     """A rule is named by its name or by its position (``validations[0]``)."""
     return expected in (result.rule, result.path.removeprefix("spec.").rsplit(".", 1)[0])
@@ -440,20 +388,18 @@ def _summary(results: Iterable[RuleResult]) -> str:
     return "; ".join(parts) if parts else "no results"
 
 
-def compare(expect: Mapping[str, Any], verdict: Verdict, extra: Sequence[RuleResult] = ()
-            ) -> list[str]:
+def compare(expect: Mapping[str, Any], verdict: Verdict) -> list[str]:
     """Every expectation of ``expect`` that ``verdict`` does not meet, as ``expected/got`` lines.
 
     Args:
         expect: the case's ``expect`` mapping (already checked for unknown fields).
-        verdict: what the engine decided.
-        extra: synthesized ``skip`` results, matched like real ones.
+        verdict: what the engine decided (with ``explain``: every policy has a result).
 
     Returns:
         One line per difference; empty when the case passes.
     """
     differences = []
-    results = [*verdict.results, *extra]
+    results = list(verdict.results)
     if "allowed" in expect and bool(expect["allowed"]) != verdict.allowed:
         got = verdict.message or "no denial"
         differences.append(f"allowed: expected {str(expect['allowed']).lower()}, got "
@@ -555,8 +501,10 @@ def _run_case(context: _Context, suite: str, index: int, case: Any, engine: Engi
     except SuiteError as exc:
         return CaseResult(suite, context.source, name, ERRORED, (str(exc),))
     point = str(case.get("point", "admission"))
-    verdict = engine.evaluate(review, point=point)
-    differences = compare(case["expect"], verdict, _skips(engine, review, verdict, point))
+    # explain: every policy that does not apply says why (match, exception, matchCondition),
+    # decided by the engine itself, so a case can expect a skip.
+    verdict = engine.evaluate(review, point=point, explain=True)
+    differences = compare(case["expect"], verdict)
     status = FAILED if differences else PASSED
     return CaseResult(suite, context.source, name, status, tuple(differences), verdict)
 

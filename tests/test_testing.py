@@ -376,3 +376,36 @@ def test_a_directory_without_suites_is_an_error(tmp_path: Path,
     assert "no GPUPolicyTest document (kinds found: GPUPolicy)" in capsys.readouterr().err
     assert main(["test", str(tmp_path / "nothing-here")]) == 2
     assert "nothing-here: no such file or directory" in capsys.readouterr().err
+
+
+DELETE_POLICY = """\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: on-delete}
+spec:
+  match: {operations: [DELETE]}
+  matchConditions:
+  - name: deleting
+    expression: object == null
+  mutations:
+  - name: nothing-to-change
+    condition: "false"
+    expression: "[]"
+"""
+
+
+def test_the_suite_runner_sees_what_the_engine_ran_on_delete(tmp_path: Path) -> None:
+    # The engine binds `object` to null on DELETE; the runner used to re-derive skips with
+    # `object` bound to oldObject, so it reported this policy as skipped while the engine ran it.
+    policy = write(tmp_path, "on-delete.yaml", DELETE_POLICY)
+    path = suite(tmp_path, f"""\
+- name: the condition holds on DELETE
+  resource: {VLLM}
+  operation: DELETE
+  expect:
+    results: [{{policy: on-delete, rule: deleting, outcome: skip}}]
+""", policies=f"[{policy}]")
+    case = only_case(path)
+    assert case.status == "fail"
+    assert case.differences == ("results: expected {policy: on-delete, rule: deleting, "
+                                "outcome: skip}, got: no results",)

@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
 from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, EvaluationExpired, Verdict
-from policies.matching import matches
+from policies.matching import applicability
 from policies.model import FAIL, Policy
 from policies.quota import Quota
 from policies.review import ReviewError, ReviewInput, from_request
@@ -169,15 +169,6 @@ def _relevant(policy: Policy, endpoint: str) -> bool:
     return bool(policy.validations or policy.audit_annotations or policy.param_missing)
 
 
-def _exempt(policy: Policy, review: ReviewInput) -> bool:
-    subject = review.subject if isinstance(review.subject, Mapping) else {}
-    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
-    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
-    name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
-    today = review.now.date()
-    return any(e.applies(review.namespace, name, labels, today) for e in policy.exceptions)
-
-
 def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
                          endpoint: str) -> tuple[list[str], int]:
     """Names of the matching policies with ``failurePolicy: Fail``, and how many matched.
@@ -191,7 +182,7 @@ def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
         if not _relevant(policy, endpoint):
             continue
         try:
-            applies = matches(policy.match, review) and not _exempt(policy, review)
+            applies = applicability(policy, review) is None
         except Exception:  # a matching bug must not hide a Fail policy
             applies = True
         if applies:
