@@ -40,6 +40,7 @@ from policies.resource_names import (
     classify,
     vendor_of,
 )
+from policies.sources import shortened
 
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
@@ -1075,21 +1076,32 @@ _PASSTHROUGH_DOMAINS = ("nvidia.com/", "amd.com/", "intel.com/", "gpu.intel.com/
 def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
     """GPU facts of a KubeVirt VM from ``domain.devices.gpus`` and ``hostDevices``.
 
-    Each entry is one device of the resource named by ``deviceName``; vGPU types are shared with an
-    unknown share, passthrough GPUs are whole. ``hostDevices`` entries count only when their name is
-    a GPU vendor's resource.
+    Each entry is one device of the resource named by ``deviceName``; passthrough GPUs are whole
+    (one GPU-equivalent each). vGPU types (``nvidia.com/GRID_A100-4C``: a framebuffer share of
+    one GPU) are shared, with a share that is unknown from the VM alone: they are counted as
+    devices, their GPU-equivalents are left out of ``equivalents_known`` and named in
+    ``unknown`` — never valued as zero without a word. ``hostDevices`` entries count only when
+    their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
+    ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
+
+    Args:
+        domain: the VM's ``domain`` (already a map; its own type is checked by the caller).
+        path: its field path (``spec.domain``; ``spec.template.spec.domain`` for a VM).
     """
-    devices = _as_dict(_as_dict(domain).get("devices"))
     out = _Collector()
+    devices = _map(_as_dict(domain), "devices", path, out)
     counts: dict[str, int] = {}
-    equivalents: Fraction | None = ZERO
+    equivalents = ZERO
     for key in ("gpus", "hostDevices"):
-        for index, entry in enumerate(_as_list(devices.get(key))):
-            entry = _as_dict(entry)
-            name = entry.get("deviceName")
+        for index, entry in enumerate(_seq(devices, key, f"{path}.devices", out)):
             where = f"{path}.devices.{key}[{index}]"
+            if not isinstance(entry, Mapping):
+                out.invalid.append(f"{where}: expected a device map, got {type(entry).__name__}")
+                continue
+            name = entry.get("deviceName")
             if not isinstance(name, str) or not name:
-                out.invalid.append(f"{where}.deviceName: expected a resource name")
+                out.invalid.append(f"{where}.deviceName: expected a resource name, got "
+                                   f"{shortened(repr(name))}")
                 continue
             if key == "hostDevices" and not name.startswith(_PASSTHROUGH_DOMAINS) \
                     and classify(name) is ResourceKind.OTHER:
@@ -1100,9 +1112,8 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
             if key == "gpus" and _VGPU_NAME.search(name.split("/", 1)[-1]):
                 out.shared = True
                 out.unknown.append(f"{where}: vGPU type {name}; its share of a GPU is unknown")
-                equivalents = None
             else:
-                equivalents = _add(equivalents, Fraction(1))
+                equivalents += 1
     return GPUFacts(
         gpus=counts, effective_requests=counts, equivalents_known=equivalents,
         unknown=tuple(out.unknown), shared=out.shared,

@@ -12,7 +12,7 @@ Must not decide GPU semantics (that is :mod:`policies.gpu`) or read files.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
@@ -383,10 +383,11 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         obj.get("apiVersion", "")
     ).startswith("kubevirt.io/"):
         path = "spec.template.spec.domain" if kind == "VirtualMachine" else "spec.domain"
-        domain: Any = obj
-        for key in path.split("."):
-            domain = _dict(domain).get(key)
-        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, _dict(domain))
+        domain: Mapping[str, Any] = obj
+        keys = path.split(".")
+        for depth, key in enumerate(keys):  # each level must be a map (null: absent)
+            domain = reader.map(domain, key, ".".join(keys[:depth]))
+        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, domain)
         return Workload(
             **base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
             vm_domain_path=path,
@@ -473,6 +474,8 @@ def workload_facts(
     if workload.vm_domain_path is not None:
         vm = workload.templates[0]
         facts = virtual_machine_facts(vm.spec, vm.path)
+        if workload.invalid:
+            facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
         return WorkloadFacts(workload, (facts,), facts)
     per_template = tuple(
         pod_facts(

@@ -1,0 +1,116 @@
+"""The crashes and silent drops found by the object-shape fuzzing (tests/test_object_shapes.py),
+each kept as an explicit case: it failed before its fix."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from gpuguard import policy_set
+from gpuguard.cli import main
+from policies.cel import prepare
+from policies.cel_gpu import gpu_data
+from policies.resource_names import DEFAULT_SETTINGS
+from policies.workloads import workload_facts
+from tests.corpus import DATA, first
+from tests.test_webhook_corpus import post
+from tests.test_webhook_harness import Harness, envelope
+
+VGPU_VMI = "edge/kubevirt-vmi-vgpu-grid-a100.yaml"
+NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return policy_set.load(None, DEFAULT_SETTINGS).engine
+
+
+def team_namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name,
+                                                  "gpuguard.io/team": "a"}}}
+
+
+# --- KubeVirt vGPU: a GPU of unknown share, counted and reported, never a crash -------------
+
+
+def test_vgpu_vmi_has_a_cel_view_with_the_share_unknown_not_zero():
+    facts = workload_facts(first(VGPU_VMI))
+    view = gpu_data(facts)  # raised TypeError: float(None)
+    prepare({"gpu": view})
+    assert view["requested"] is True
+    assert view["gpus"] == {"nvidia.com/GRID_A100-4C": 1} and view["count"] == 1
+    assert view["shared"] is True and view["vendors"] == ["nvidia"]
+    # A vGPU is a share of one GPU whose size the VM does not say: no known part, and it says so.
+    assert view["equivalents"] == 0.0 and view["equivalentsKnown"] is False
+    assert view["unknown"] == ["spec.domain.devices.gpus[0]: vGPU type nvidia.com/GRID_A100-4C; "
+                               "its share of a GPU is unknown"]
+    template = view["templates"][0]
+    assert (template["requested"], template["count"], template["equivalentsKnown"]) == \
+        (True, 1, False)
+    assert facts.total.gpu_equivalents is None  # the JSON's gpu_equivalents: null, not 0
+
+
+def test_vgpu_between_passthrough_gpus_keeps_every_known_part():
+    vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
+          "spec": {"template": {"spec": {"domain": {"devices": {"gpus": [
+              {"name": "a", "deviceName": "nvidia.com/GA102GL_A10"},
+              {"name": "v", "deviceName": "nvidia.com/GRID_T4-1Q"},
+              {"name": "b", "deviceName": "nvidia.com/TU104GL_Tesla_T4"}]}}}}}}
+    view = gpu_data(workload_facts(vm))
+    # Before: the vGPU reset the running sum, so the first A10 was lost (1.0).
+    assert view["equivalents"] == 2.0 and view["equivalentsKnown"] is False
+    assert view["maxPerPod"] == {"count": 3, "equivalents": 2.0}
+
+
+def test_vgpu_vmi_is_checked_without_a_traceback(capsys):
+    code = main(["check", "-f", str(DATA / VGPU_VMI), "--namespace-labels", "gpuguard.io/team=a",
+                 "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    [entry] = out["results"]
+    assert entry["kind"] == "VirtualMachineInstance" and entry["allowed"] is True
+    assert not [r for r in entry["results"] if r["outcome"] == "error"]
+
+
+@pytest.mark.asyncio
+async def test_vgpu_vmi_is_admitted_by_the_webhook_not_denied_by_its_fallback(aiohttp_client):
+    harness = Harness(None, namespaces={"team-a": team_namespace("team-a")})
+    try:
+        client = await aiohttp_client(harness.app)
+        vmi = first(VGPU_VMI)
+        body = envelope({"uid": "vmi-1", "operation": "CREATE", "namespace": "team-a",
+                         "kind": {"group": "kubevirt.io", "version": "v1",
+                                  "kind": "VirtualMachineInstance"},
+                         "resource": {"group": "kubevirt.io", "version": "v1",
+                                      "resource": "virtualmachineinstances"},
+                         "userInfo": {"username": "alice", "groups": ["gpu-users"]},
+                         "object": vmi})
+        for endpoint in ("validate", "mutate"):
+            status, answer = await post(client, endpoint, body)
+            assert status == 200
+            assert answer["response"]["allowed"] is True, answer["response"]
+    finally:
+        harness.close()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda vm: vm["spec"].__setitem__("domain", "gpu"),
+     "spec.domain: expected a map, got str"),
+    (lambda vm: vm["spec"]["domain"].__setitem__("devices", ["gpu"]),
+     "spec.domain.devices: expected a map, got list"),
+    (lambda vm: vm["spec"]["domain"]["devices"].__setitem__("gpus", {"deviceName": "x"}),
+     "spec.domain.devices.gpus: expected a list, got dict"),
+    (lambda vm: vm["spec"]["domain"]["devices"]["gpus"].__setitem__(0, "nvidia.com/GRID_A100-4C"),
+     "spec.domain.devices.gpus[0]: expected a device map, got str"),
+    (lambda vm: vm["spec"]["domain"]["devices"]["gpus"][0].__setitem__("deviceName", 7),
+     "spec.domain.devices.gpus[0].deviceName: expected a resource name, got 7"),
+])
+def test_a_malformed_vm_is_reported_naming_the_field(edit, message):
+    vm = first(VGPU_VMI)
+    edit(vm)
+    facts = workload_facts(vm)
+    assert message in facts.total.invalid  # before: silently no GPU (or the label ignored)
+    gpu_data(facts)
