@@ -3,16 +3,22 @@ each kept as an explicit case: it failed before its fix."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 
 import pytest
 
+from audit.scanner import scan
+from audit.settings import AuditSettings
 from gpuguard import policy_set
 from gpuguard.cli import main
 from policies.cel import prepare
 from policies.cel_gpu import gpu_data
+from policies.mutation import diff
 from policies.resource_names import DEFAULT_SETTINGS
+from policies.review import from_object
+from policies.sources import Document
 from policies.workloads import workload_facts
 from tests.corpus import DATA, first
 from tests.test_webhook_corpus import post
@@ -31,6 +37,11 @@ def team_namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name,
                                                   "gpuguard.io/team": "a"}}}
+
+
+def no_internal_errors(verdict) -> None:
+    assert not [r for r in verdict.results if r.rule == "internal"
+                or "could not be computed" in r.message]
 
 
 # --- KubeVirt vGPU: a GPU of unknown share, counted and reported, never a crash -------------
@@ -114,3 +125,52 @@ def test_a_malformed_vm_is_reported_naming_the_field(edit, message):
     facts = workload_facts(vm)
     assert message in facts.total.invalid  # before: silently no GPU (or the label ignored)
     gpu_data(facts)
+
+
+# --- YAML values JSON cannot hold: timestamps, binary, keys that are not strings ------------
+
+
+def dated_pod() -> dict:
+    pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
+    pod["metadata"]["annotations"] = {"expires": datetime.date(2026, 12, 31),  # unquoted date
+                                      "built": datetime.datetime(2026, 1, 2, 3, 4, 5,
+                                                                 tzinfo=datetime.UTC)}
+    pod["metadata"]["labels"] = {1: "x"}
+    pod["spec"].pop("tolerations", None)
+    return pod
+
+
+def test_a_yaml_date_in_the_object_gives_a_json_patch(engine):
+    pod = dated_pod()
+    verdict = engine.evaluate(from_object(pod, namespace_object=team_namespace("default"),
+                                          now=NOW))  # raised TypeError in jsonpatch
+    assert any(op["path"] == "/spec/tolerations" for op in verdict.patch)
+    json.dumps(list(verdict.patch))
+    no_internal_errors(verdict)
+
+
+def test_diff_of_yaml_values_writes_them_as_the_api_would():
+    original = {"metadata": {"annotations": {"expires": datetime.date(2026, 12, 31)},
+                             "labels": {True: "yes"}}, "data": {"raw": b"\x00\xff"}}
+    final = copy.deepcopy(original)
+    final["metadata"]["annotations"]["expires"] = datetime.date(2027, 1, 1)
+    final["data"]["raw"] = b"\x01"
+    final["spec"] = {"when": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)}
+    patch = diff(original, final)
+    json.dumps(patch)
+    assert {"op": "replace", "path": "/metadata/annotations/expires",
+            "value": "2027-01-01"} in patch
+    assert {"op": "replace", "path": "/data/raw", "value": "AQ=="} in patch
+    assert {"op": "add", "path": "/spec", "value": {"when": "2026-01-02T03:04:05Z"}} in patch
+    assert not [op for op in patch if op["path"].startswith("/metadata/labels")]
+
+
+def test_the_audit_evaluates_an_object_holding_a_yaml_date(engine):
+    pod = dated_pod()
+    pod["metadata"]["namespace"] = "default"
+    report = scan([Document("pods.yaml", 0, None, pod)], AuditSettings(now=NOW), engine)
+    # Before: "cannot be audited: TypeError: Object of type date is not JSON serializable",
+    # and the pod had no policy results at all.
+    assert report["errors"] == []
+    assert report["summary"]["evaluated_workloads"] == 1
+    assert any(f["policy"] == "add-gpu-toleration-and-runtimeclass" for f in report["findings"])
