@@ -14,20 +14,33 @@ Must not read files, evaluate policies or compute GPU facts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True, slots=True)
 class ObjectKey:
     """An object's identity: ``namespace`` is None for cluster-scoped objects, ``group`` ``""``
-    for the core API."""
+    for the core API.
+
+    Keys sort by namespace (cluster-scoped ones first), group, kind, name: a snapshot mixing
+    namespaced and cluster-scoped (or namespace-less) objects sorts like any other.
+    """
 
     namespace: str | None
     group: str
     kind: str
     name: str
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, ObjectKey):
+            return NotImplemented
+        return (self.namespace is not None, self.namespace or "", self.group, self.kind,
+                self.name) < (other.namespace is not None, other.namespace or "", other.group,
+                              other.kind, other.name)
 
     def __str__(self) -> str:
         """``Kind/namespace/name`` (``Kind/name`` when cluster-scoped)."""

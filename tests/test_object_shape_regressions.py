@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from audit.ownership import ObjectKey
 from audit.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
@@ -174,3 +175,23 @@ def test_the_audit_evaluates_an_object_holding_a_yaml_date(engine):
     assert report["errors"] == []
     assert report["summary"]["evaluated_workloads"] == 1
     assert any(f["policy"] == "add-gpu-toleration-and-runtimeclass" for f in report["findings"])
+
+
+# --- the audit of a snapshot mixing namespaced and namespace-less objects --------------------
+
+
+def test_object_keys_sort_with_and_without_a_namespace():
+    keys = [ObjectKey("b", "", "Pod", "x"), ObjectKey(None, "", "Pod", "n"),
+            ObjectKey("a", "apps", "Deployment", "d")]
+    assert sorted(keys) == [keys[1], keys[2], keys[0]]  # TypeError before
+
+
+def test_the_audit_of_a_mixed_namespace_snapshot_completes(engine):
+    items = [Document(f"{name}.yaml", 0, None, body) for name, body in (
+        ("namespaced", first("manifests/vllm__mistral-7b-nvidia-deployment.yaml")),
+        ("bare", first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")))]
+    assert items[0].body["metadata"].get("namespace") and \
+        not items[1].body["metadata"].get("namespace")
+    report = scan(items, AuditSettings(now=NOW), engine)  # TypeError before
+    assert report["summary"]["evaluated_workloads"] == 2
+    assert [w["namespace"] for w in report["workloads"]] == [None, "default"]
