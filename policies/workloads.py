@@ -373,6 +373,9 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
             reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
             value = None
         names[key] = value or None
+    if kind != "Pod":  # a Pod's labels and annotations are its template's: pod_facts reads them
+        for key in ("labels", "annotations"):  # queue labels, KAI annotations live here too
+            reader.map(metadata, key, "metadata")
     base = {
         "kind": kind,
         "api_version": str(obj.get("apiVersion", "")),
@@ -451,9 +454,11 @@ def claim_templates_of(
             "resource.k8s.io/"
         ):
             metadata = _dict(obj.get("metadata"))
-            index[(metadata.get("namespace"), str(metadata.get("name")))] = claim_template_devices(
-                obj
-            )
+            namespace, name = metadata.get("namespace"), metadata.get("name")
+            if not isinstance(name, str) or not name:
+                continue  # no pod can name it; a claim naming it is reported as not found
+            index[(namespace if isinstance(namespace, str) and namespace else None, name)] = \
+                claim_template_devices(obj)
     return index
 
 
@@ -493,5 +498,5 @@ def workload_facts(
         for t, f in zip(workload.templates, per_template, strict=True)
     )
     if workload.invalid:
-        total = GPUFacts(**{**total.__dict__, "invalid": total.invalid + workload.invalid})
+        total = replace(total, invalid=tuple(dict.fromkeys(total.invalid + workload.invalid)))
     return WorkloadFacts(workload, per_template, total)

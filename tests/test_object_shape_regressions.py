@@ -20,7 +20,7 @@ from policies.mutation import diff
 from policies.resource_names import DEFAULT_SETTINGS
 from policies.review import from_object
 from policies.sources import Document
-from policies.workloads import workload_facts
+from policies.workloads import claim_templates_of, workload_facts
 from tests.corpus import DATA, first
 from tests.test_webhook_corpus import post
 from tests.test_webhook_harness import Harness, envelope
@@ -119,6 +119,8 @@ async def test_vgpu_vmi_is_admitted_by_the_webhook_not_denied_by_its_fallback(ai
      "spec.domain.devices.gpus[0]: expected a device map, got str"),
     (lambda vm: vm["spec"]["domain"]["devices"]["gpus"][0].__setitem__("deviceName", 7),
      "spec.domain.devices.gpus[0].deviceName: expected a resource name, got 7"),
+    (lambda vm: vm["metadata"].__setitem__("labels", ["special"]),
+     "metadata.labels: expected a map, got list"),
 ])
 def test_a_malformed_vm_is_reported_naming_the_field(edit, message):
     vm = first(VGPU_VMI)
@@ -195,3 +197,59 @@ def test_the_audit_of_a_mixed_namespace_snapshot_completes(engine):
     report = scan(items, AuditSettings(now=NOW), engine)  # TypeError before
     assert report["summary"]["evaluated_workloads"] == 2
     assert [w["namespace"] for w in report["workloads"]] == [None, "default"]
+
+
+# --- fields of the wrong type: reported naming the field, never a crash or a silent skip ------
+
+
+def test_a_claim_template_with_a_list_namespace_is_not_a_crash():
+    template = first("manifests/dradriver__pod-two-gpus-resourceclaimtemplate.yaml",
+                     "ResourceClaimTemplate")
+    template["metadata"]["namespace"] = ["gpu-test1"]
+    assert claim_templates_of([template]) == {(None, "double-gpu"): ("gpu.nvidia.com", 2)}
+    del template["metadata"]["name"]
+    assert claim_templates_of([template]) == {}  # before: keyed by the text "None"
+
+
+POD = "manifests/gpuop__cuda-vector-add-legacy-pod.yaml"
+DEPLOYMENT = "manifests/vllm__mistral-7b-nvidia-deployment.yaml"
+
+
+@pytest.mark.parametrize(("source", "edit", "message"), [
+    (POD, lambda p: p["spec"].__setitem__("nodeSelector", []),
+     "spec.nodeSelector: expected a map, got list"),
+    (POD, lambda p: p["spec"].__setitem__("affinity", ""),
+     "spec.affinity: expected a map, got str"),
+    (POD, lambda p: p["metadata"].__setitem__("labels", ["team"]),
+     "metadata.labels: expected a map, got list"),
+    (DEPLOYMENT, lambda d: d["spec"]["template"]["metadata"].__setitem__("labels", "q"),
+     "spec.template.metadata.labels: expected a map, got str"),
+    (DEPLOYMENT, lambda d: d["metadata"].__setitem__("annotations", ["a"]),
+     "metadata.annotations: expected a map, got list"),
+    (POD, lambda p: p["spec"]["containers"][0].__setitem__("env",
+                                                           ["NVIDIA_VISIBLE_DEVICES=all"]),
+     "spec.containers[0].env[0]: expected a map, got str"),
+    (POD, lambda p: p["spec"]["containers"][0].__setitem__("volumeMounts", [None]),
+     "spec.containers[0].volumeMounts[0]: expected a map, got NoneType"),
+    (POD, lambda p: p["spec"].__setitem__("volumes", [{"name": "d", "hostPath": "/dev"}]),
+     "spec.volumes[0].hostPath: expected a map, got str"),
+    (POD, lambda p: p["spec"].__setitem__("volumes", ["dev"]),
+     "spec.volumes[0]: expected a map, got str"),
+    (POD, lambda p: p["spec"].__setitem__("resourceClaims", ["gpu"]),
+     "spec.resourceClaims[0]: expected a map, got str"),
+    (POD, lambda p: p["spec"]["containers"][0]["resources"].__setitem__("claims", [1]),
+     "spec.containers[0].resources.claims[0]: expected a map, got int"),
+])
+def test_wrong_typed_gpu_fields_are_reported(source, edit, message):
+    obj = first(source)
+    edit(obj)
+    assert message in workload_facts(obj).total.invalid
+
+
+def test_a_claim_entry_that_is_not_a_map_is_not_counted_as_a_gpu_claim():
+    pod = first(POD)
+    pod["spec"]["resourceClaims"] = ["gpu"]
+    facts = workload_facts(pod).total
+    assert facts.dra_claims == ()  # before: a claim named '' with an unknown count
+    assert facts.gpus == {"nvidia.com/gpu": 1}
+
