@@ -32,6 +32,7 @@ from typing import Any
 from audit.ownership import ObjectKey, Ownership
 from audit.settings import AuditSettings
 from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, PASS, Engine
+from policies.json_data import to_json_data
 from policies.model import AUDIT, DENY, WARN
 from policies.review import from_object
 
@@ -98,7 +99,11 @@ def _pack(obj: Mapping[str, Any]) -> bytes:
         obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
     if "status" in obj:
         obj = {k: v for k, v in obj.items() if k != "status"}
-    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 1)
+    try:
+        text = json.dumps(obj, separators=(",", ":"))
+    except TypeError:  # YAML timestamps, binary, non-string keys: JSON them as the API would
+        text = json.dumps(to_json_data(obj), separators=(",", ":"))
+    return zlib.compress(text.encode(), 1)
 
 
 # --- evaluation, in this process or in a worker -------------------------------------------------

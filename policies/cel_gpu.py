@@ -29,8 +29,9 @@ functions. Every name is documented in ``docs/cel.md`` with an example.
                           written (``'not set'`` when absent)
 ``replicas``              int: pods the object makes (``-1``: one per node)
 ``templates``             list of {path, specPath, role, replicas, minReplicas, maxReplicas
-                          (-1: no autoscaling bounds), requested, count,
-                          equivalents, migProfiles, gpus, metadata {labels, annotations}, spec}
+                          (-1: no autoscaling bounds), requested, count, equivalents,
+                          equivalentsKnown, migProfiles, gpus, metadata {labels, annotations},
+                          spec}
                           per pod template (``spec`` holds the PodSpec's scheduling fields:
                           nodeSelector, affinity, tolerations, runtimeClassName, schedulerName,
                           ...; not the containers, which ``object`` has)
@@ -81,12 +82,17 @@ def _string_map(value: Any) -> dict[str, Any]:
 
 
 def _summary(facts: GPUFacts) -> dict[str, Any]:
+    """The figures every level has (the object, each template): ``equivalents`` is the known
+    part, ``equivalentsKnown`` False when some part's size is unknown (``unknown`` says which)."""
+    known = facts.equivalents_known
     return {
         "requested": facts.requested,
         "count": sum(facts.gpus.values()),
         "gpus": dict(facts.gpus),
         "migProfiles": dict(facts.mig),
-        "equivalents": float(facts.equivalents_known),
+        # None is "unknown", never 0 silently: no known part, and equivalentsKnown is False.
+        "equivalents": 0.0 if known is None else float(known),
+        "equivalentsKnown": known is not None and not facts.unknown,
     }
 
 
@@ -120,7 +126,6 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
     return {
         **_summary(total),
         "effectiveRequests": dict(total.effective_requests),
-        "equivalentsKnown": not total.unknown,
         "approximate": total.approximate,
         "shared": total.shared,
         "memoryMiB": total.gpu_memory_mib or 0,
@@ -151,7 +156,7 @@ def empty_gpu_data() -> dict[str, Any]:
 def gpu_data_from_totals(facts: GPUFacts) -> dict[str, Any]:
     """``gpu`` for bare facts without a workload (no templates)."""
     return {
-        **_summary(facts), "effectiveRequests": {}, "equivalentsKnown": True,
+        **_summary(facts), "effectiveRequests": {},
         "approximate": False, "shared": False, "memoryMiB": 0, "vendors": [], "migSingle": {},
         "kai": {}, "hami": {}, "dra": {}, "unrequestedAccess": [], "privileged": [],
         "invalid": [], "resourceProblems": [], "warnings": [], "unknown": [], "unrecognized": [],

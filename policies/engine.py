@@ -281,9 +281,9 @@ class Engine:
         becomes an error text every applicable policy reports under its failurePolicy."""
         try:
             facts = self._facts(subject)
-        except Exception as exc:  # a bug here must not crash admission
+            return facts, self._base(base, current, facts)
+        except Exception as exc:  # a bug here (facts or their CEL view) must not crash admission
             return None, f"the GPU facts of the object could not be computed: {_describe(exc)}"
-        return facts, self._base(base, current, facts)
 
     def evaluate(
         self,

@@ -40,6 +40,7 @@ from policies.resource_names import (
     classify,
     vendor_of,
 )
+from policies.sources import shortened
 
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
@@ -434,6 +435,21 @@ def _as_list(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list) else []
 
 
+def _entries(parent: Mapping[str, Any], key: str, path: str,
+             out: _Collector) -> list[tuple[int, Mapping[str, Any]]]:
+    """``(index, entry)`` of the list ``parent[key]`` whose entries must be maps (env,
+    volumeMounts, volumes, resourceClaims, ...); a wrong-typed list or entry is recorded in
+    ``invalid`` and skipped, so a malformed entry never hides or fakes a finding silently."""
+    found = []
+    for index, entry in enumerate(_seq(parent, key, path, out)):
+        if type(entry) is dict or isinstance(entry, Mapping):
+            found.append((index, entry))
+        else:
+            out.invalid.append(f"{path}.{key}[{index}]: expected a map, got "
+                               f"{type(entry).__name__}")
+    return found
+
+
 _INT64 = 2**63
 
 
@@ -714,14 +730,15 @@ def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
 
 def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Placement:
     """What node selection tells about the GPU: model, MIG single profile, sharing."""
-    if not spec.get("nodeSelector") and not spec.get("affinity"):
+    selector = _map(spec, "nodeSelector", spec_path, out)  # an empty list is a wrong type too
+    affinity = _map(spec, "affinity", spec_path, out)
+    if not selector and not affinity:
         return _Placement()
-    selector = _map(spec, "nodeSelector", spec_path, out)
     for key, value in selector.items():
         if not isinstance(value, str):
             out.invalid.append(f"{spec_path}.nodeSelector[{key}]: expected a string, got "
                                f"{type(value).__name__}")
-    _map(_map(spec, "affinity", spec_path, out), "nodeAffinity", f"{spec_path}.affinity", out)
+    _map(affinity, "nodeAffinity", f"{spec_path}.affinity", out)
     model = mig_profile = None
     excluded = shared = False
     replicas = None
@@ -832,8 +849,7 @@ def _dra(
 ) -> tuple[DraClaim, ...]:
     """Pod-level ResourceClaims that ask for GPUs, with device counts when the template is known."""
     claims = []
-    for index, entry in enumerate(_seq(spec, "resourceClaims", spec_path, out)):
-        entry = _as_dict(entry)
+    for index, entry in _entries(spec, "resourceClaims", spec_path, out):
         name = str(entry.get("name", ""))
         template = entry.get("resourceClaimTemplateName")
         source = _as_dict(entry.get("source"))  # pre-1.31 shape
@@ -889,16 +905,15 @@ def _access(
                   "add", f"{container.path}.securityContext.capabilities", out)]
     if "SYS_ADMIN" in added:
         note(privileged, "securityContext.capabilities.add", "adds capability SYS_ADMIN")
-    env_list = _seq(container_spec, "env", container.path, out)
-    mounts = _seq(container_spec, "volumeMounts", container.path, out)
+    env_list = _entries(container_spec, "env", container.path, out)
+    mounts = _entries(container_spec, "volumeMounts", container.path, out)
     if container.asks_gpu:
         return reach, privileged
     reach.extend(
         replace(p, reason=f"{p.reason}: sees every device on the node without requesting a GPU")
         for p in privileged
     )
-    for index, env in enumerate(env_list):
-        env = _as_dict(env)
+    for index, env in env_list:
         name = env.get("name")
         if name not in _DEVICE_ENV:
             continue
@@ -909,8 +924,8 @@ def _access(
         value = str(env.get("value") or "").strip()
         if value.lower() not in _NO_DEVICE_VALUES:
             note(reach, f"env[{index}]", f"{name}={value} without requesting a GPU")
-    for index, mount in enumerate(mounts):
-        host_path = volumes.get(str(_as_dict(mount).get("name")))
+    for index, mount in mounts:
+        host_path = volumes.get(str(mount.get("name")))
         if host_path is None:
             continue
         normalised = "/" + host_path.strip("/")
@@ -928,9 +943,8 @@ def _metadata_path(spec_path: str) -> str:
 
 def _host_path_volumes(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> dict[str, str]:
     volumes = {}
-    for volume in _seq(spec, "volumes", spec_path, out):
-        volume = _as_dict(volume)
-        host = _as_dict(volume.get("hostPath"))
+    for index, volume in _entries(spec, "volumes", spec_path, out):
+        host = _map(volume, "hostPath", f"{spec_path}.volumes[{index}]", out)
         if isinstance(host.get("path"), str):
             volumes[str(volume.get("name"))] = host["path"]
     return volumes
@@ -985,13 +999,15 @@ def pod_facts(
             )
             resources = _map(raw, "resources", path, out)
             container.claims = frozenset(
-                str(_as_dict(c).get("name")) for c in _as_list(resources.get("claims"))
+                str(c.get("name")) for _, c in _entries(resources, "claims", f"{path}.resources",
+                                                        out)
             )
             if ctype != "ephemeralContainers":
                 _container_asks(container, resources, placement, settings, out)
             containers.append((container, raw))
     plain = [c for c, _ in containers]
     annotations = _map(metadata, "annotations", _metadata_path(spec_path), out)
+    _map(metadata, "labels", _metadata_path(spec_path), out)  # queue labels: policies read them
     kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
     claims = _dra(spec, spec_path, namespace, claim_templates or {}, plain, out)
 
@@ -1075,21 +1091,32 @@ _PASSTHROUGH_DOMAINS = ("nvidia.com/", "amd.com/", "intel.com/", "gpu.intel.com/
 def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
     """GPU facts of a KubeVirt VM from ``domain.devices.gpus`` and ``hostDevices``.
 
-    Each entry is one device of the resource named by ``deviceName``; vGPU types are shared with an
-    unknown share, passthrough GPUs are whole. ``hostDevices`` entries count only when their name is
-    a GPU vendor's resource.
+    Each entry is one device of the resource named by ``deviceName``; passthrough GPUs are whole
+    (one GPU-equivalent each). vGPU types (``nvidia.com/GRID_A100-4C``: a framebuffer share of
+    one GPU) are shared, with a share that is unknown from the VM alone: they are counted as
+    devices, their GPU-equivalents are left out of ``equivalents_known`` and named in
+    ``unknown`` — never valued as zero without a word. ``hostDevices`` entries count only when
+    their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
+    ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
+
+    Args:
+        domain: the VM's ``domain`` (already a map; its own type is checked by the caller).
+        path: its field path (``spec.domain``; ``spec.template.spec.domain`` for a VM).
     """
-    devices = _as_dict(_as_dict(domain).get("devices"))
     out = _Collector()
+    devices = _map(_as_dict(domain), "devices", path, out)
     counts: dict[str, int] = {}
-    equivalents: Fraction | None = ZERO
+    equivalents = ZERO
     for key in ("gpus", "hostDevices"):
-        for index, entry in enumerate(_as_list(devices.get(key))):
-            entry = _as_dict(entry)
-            name = entry.get("deviceName")
+        for index, entry in enumerate(_seq(devices, key, f"{path}.devices", out)):
             where = f"{path}.devices.{key}[{index}]"
+            if not isinstance(entry, Mapping):
+                out.invalid.append(f"{where}: expected a device map, got {type(entry).__name__}")
+                continue
+            name = entry.get("deviceName")
             if not isinstance(name, str) or not name:
-                out.invalid.append(f"{where}.deviceName: expected a resource name")
+                out.invalid.append(f"{where}.deviceName: expected a resource name, got "
+                                   f"{shortened(repr(name))}")
                 continue
             if key == "hostDevices" and not name.startswith(_PASSTHROUGH_DOMAINS) \
                     and classify(name) is ResourceKind.OTHER:
@@ -1100,9 +1127,8 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
             if key == "gpus" and _VGPU_NAME.search(name.split("/", 1)[-1]):
                 out.shared = True
                 out.unknown.append(f"{where}: vGPU type {name}; its share of a GPU is unknown")
-                equivalents = None
             else:
-                equivalents = _add(equivalents, Fraction(1))
+                equivalents += 1
     return GPUFacts(
         gpus=counts, effective_requests=counts, equivalents_known=equivalents,
         unknown=tuple(out.unknown), shared=out.shared,

@@ -13,6 +13,7 @@ Must not decide whether a mutation runs (that is the engine) or do I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
+from policies.json_data import to_json_data
 from policies.workloads import WorkloadFacts
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
@@ -110,7 +112,14 @@ def diff(original: Mapping[str, Any] | None, final: Mapping[str, Any] | None) ->
     """The RFC 6902 patch turning ``original`` into ``final`` (``[]`` when they are equal)."""
     if original is None or final is None or original == final:
         return []
-    return jsonpatch.make_patch(original, final).patch
+    try:
+        patch = jsonpatch.make_patch(original, final).patch
+        json.dumps(patch)  # small; what the response carries
+        return patch
+    except (TypeError, ValueError):
+        # YAML input (``gpuguard check``, the audit) may hold what JSON cannot: timestamps,
+        # binary, keys that are not strings. The patch is a JSON document: diff the JSON forms.
+        return jsonpatch.make_patch(to_json_data(original), to_json_data(final)).patch
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")

@@ -12,7 +12,7 @@ Must not decide GPU semantics (that is :mod:`policies.gpu`) or read files.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
@@ -373,6 +373,9 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
             reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
             value = None
         names[key] = value or None
+    if kind != "Pod":  # a Pod's labels and annotations are its template's: pod_facts reads them
+        for key in ("labels", "annotations"):  # queue labels, KAI annotations live here too
+            reader.map(metadata, key, "metadata")
     base = {
         "kind": kind,
         "api_version": str(obj.get("apiVersion", "")),
@@ -383,10 +386,11 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         obj.get("apiVersion", "")
     ).startswith("kubevirt.io/"):
         path = "spec.template.spec.domain" if kind == "VirtualMachine" else "spec.domain"
-        domain: Any = obj
-        for key in path.split("."):
-            domain = _dict(domain).get(key)
-        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, _dict(domain))
+        domain: Mapping[str, Any] = obj
+        keys = path.split(".")
+        for depth, key in enumerate(keys):  # each level must be a map (null: absent)
+            domain = reader.map(domain, key, ".".join(keys[:depth]))
+        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, domain)
         return Workload(
             **base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
             vm_domain_path=path,
@@ -450,9 +454,11 @@ def claim_templates_of(
             "resource.k8s.io/"
         ):
             metadata = _dict(obj.get("metadata"))
-            index[(metadata.get("namespace"), str(metadata.get("name")))] = claim_template_devices(
-                obj
-            )
+            namespace, name = metadata.get("namespace"), metadata.get("name")
+            if not isinstance(name, str) or not name:
+                continue  # no pod can name it; a claim naming it is reported as not found
+            index[(namespace if isinstance(namespace, str) and namespace else None, name)] = \
+                claim_template_devices(obj)
     return index
 
 
@@ -473,6 +479,8 @@ def workload_facts(
     if workload.vm_domain_path is not None:
         vm = workload.templates[0]
         facts = virtual_machine_facts(vm.spec, vm.path)
+        if workload.invalid:
+            facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
         return WorkloadFacts(workload, (facts,), facts)
     per_template = tuple(
         pod_facts(
@@ -490,5 +498,5 @@ def workload_facts(
         for t, f in zip(workload.templates, per_template, strict=True)
     )
     if workload.invalid:
-        total = GPUFacts(**{**total.__dict__, "invalid": total.invalid + workload.invalid})
+        total = replace(total, invalid=tuple(dict.fromkeys(total.invalid + workload.invalid)))
     return WorkloadFacts(workload, per_template, total)
