@@ -34,11 +34,10 @@ from audit.settings import AuditSettings
 from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, PASS, Engine
 from policies.json_data import to_json_data
 from policies.model import AUDIT, DENY, WARN
-from policies.review import from_object
+from policies.review import from_object, namespace_stub
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
 _BATCH = 16
-_NAME_LABEL = "kubernetes.io/metadata.name"
 
 ResultTuple = tuple[str, str, str, str, str, tuple[str, ...]]  # policy, rule, path, outcome, ...
 
@@ -83,12 +82,6 @@ def severity_of(outcome: str, actions: tuple[str, ...]) -> str | None:
         if action in actions:
             return severity
     return "audit"
-
-
-def namespace_stub(name: str) -> dict[str, Any]:
-    """A Namespace carrying only the label the API server sets on every namespace."""
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {_NAME_LABEL: name}}}
 
 
 def _pack(obj: Mapping[str, Any]) -> bytes:
@@ -176,10 +169,9 @@ class Compliance:
         """A Namespace of the snapshot: roots waiting for it are evaluated."""
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
         labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
-        self._namespaces[name] = {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {**labels, _NAME_LABEL: name},
-                         "annotations": dict(metadata.get("annotations") or {})}}
+        annotations = metadata.get("annotations")
+        self._namespaces[name] = namespace_stub(
+            name, labels, annotations if isinstance(annotations, Mapping) else {})
         for key, blob in self._waiting.pop(name, []):
             self._submit(key, key, blob)
 

@@ -35,7 +35,14 @@ from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
 from policies.engine import Engine, Verdict
 from policies.resource_names import GPUSettings
-from policies.review import ReviewError, ReviewInput, UserInfo, from_object, from_request
+from policies.review import (
+    ReviewError,
+    ReviewInput,
+    UserInfo,
+    from_object,
+    from_request,
+    namespace_stub,
+)
 from policies.sources import Document, printable, read_documents
 
 
@@ -54,11 +61,6 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def _namespace_object(name: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}}}
-
-
 def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, str],
             now: datetime.datetime, snapshot: Snapshot | None = None) -> ReviewInput:
     def labels_of(namespace: str) -> Mapping[str, str]:
@@ -70,14 +72,14 @@ def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, s
         review = from_request(body.get("request"), now=now)
         namespace = review.namespace or args.namespace
         return ReviewInput(**{**review.__dict__,
-                              "namespace_object": _namespace_object(namespace,
+                              "namespace_object": namespace_stub(namespace,
                                                                     labels_of(namespace))})
     metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
     namespace = str(metadata.get("namespace") or args.namespace)
     labels = labels_of(namespace)
     user = UserInfo(username=args.user, groups=tuple(args.group))
     review = from_object(body, user=user, now=now,
-                         namespace_object=_namespace_object(namespace, labels))
+                         namespace_object=namespace_stub(namespace, labels))
     return ReviewInput(**{**review.__dict__, "namespace": review.namespace or namespace})
 
 

@@ -32,9 +32,9 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from kube.list_watch import run_list_watch, watch_stream
+from policies.review import NAMESPACE_NAME_LABEL, namespace_stub
 from policies.sources import LoadError, parse_text
 
-NAME_LABEL = "kubernetes.io/metadata.name"
 _LOG = logging.getLogger("gpuguard.kube.namespaces")
 
 
@@ -42,18 +42,12 @@ class NamespaceFileError(ValueError):
     """A namespace-labels file that cannot be used; the message names the file and the entry."""
 
 
-def namespace_stub(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A Namespace object with ``labels`` plus the ``kubernetes.io/metadata.name`` label."""
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {**(labels or {}), NAME_LABEL: name}}}
-
-
 def _trim(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A Namespace as CEL sees it: without managedFields, with the name label present."""
     metadata = dict(obj.get("metadata") or {})
     metadata.pop("managedFields", None)
     name = str(metadata.get("name") or "")
-    metadata["labels"] = {**(metadata.get("labels") or {}), NAME_LABEL: name}
+    metadata["labels"] = {**(metadata.get("labels") or {}), NAMESPACE_NAME_LABEL: name}
     return {"apiVersion": "v1", "kind": "Namespace", **{k: v for k, v in obj.items()
                                                          if k in ("spec", "status")},
             "metadata": metadata}

@@ -20,6 +20,25 @@ from policies.workload_kinds import PLURALS
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label kube-apiserver sets on every Namespace to its name (immutable, and it wins over any
+value written for it: Kubernetes API reference, "Well-Known Labels")."""
+
+
+def namespace_stub(name: str, labels: Mapping[str, Any] | None = None,
+                   annotations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Namespace object ``namespaceObject`` is for ``name``: ``labels`` (and
+    ``annotations``) plus :data:`NAMESPACE_NAME_LABEL`, which always wins, as on the API server."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {**{str(k): str(v) for k, v in (labels or {}).items()},
+                   NAMESPACE_NAME_LABEL: name},
+    }
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
 class ReviewError(ValueError):
     """An AdmissionRequest that cannot be evaluated.
 

@@ -56,6 +56,7 @@ from policies.review import (
     UserInfo,
     from_object,
     from_request,
+    namespace_stub,
 )
 from policies.sources import Document, LoadError, iter_paths, parse_text, read_text
 
@@ -255,13 +256,6 @@ def _load_input(context: _Context, where: str, spec: Any, case: Mapping[str, Any
 # --- building the review ---------------------------------------------------------------------
 
 
-def namespace_object(name: str, labels: Mapping[str, Any]) -> dict[str, Any]:
-    """The Namespace object a case's ``namespace`` and ``namespaceLabels`` describe."""
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name,
-                                                  **{str(k): str(v) for k, v in labels.items()}}}}
-
-
 def _user(context: _Context, where: str, value: Any) -> UserInfo:
     if not isinstance(value, Mapping):
         raise SuiteError(context.error(where, "expected a mapping {username, groups, uid}"))
@@ -345,7 +339,7 @@ def _build_review(context: _Context, where: str, case: Mapping[str, Any]) -> Rev
         request_map["namespace"] = namespace
     review = replace(review, namespace=namespace, request=request_map,
                      namespace_object=None if namespace is None else
-                     namespace_object(namespace, labels))
+                     namespace_stub(namespace, labels))
     point = case.get("point", "admission")
     if point not in ("admission", "audit"):
         raise SuiteError(context.error(f"{where}.point", f"{point!r} is not admission or audit"))

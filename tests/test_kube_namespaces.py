@@ -12,13 +12,13 @@ from kubernetes import client as k8s_client
 
 from kube.config import ClusterConfigError, detect
 from kube.namespaces import (
-    NAME_LABEL,
     NamespaceFileError,
     NamespaceWatch,
     StaticNamespaces,
-    namespace_stub,
     read_namespace_file,
 )
+from policies.review import NAMESPACE_NAME_LABEL as NAME_LABEL
+from policies.review import namespace_stub
 from tests.test_webhook_harness import JSON, Harness, bug_review, gpu_policy, write_policies
 
 ROOT = Path(__file__).resolve().parent.parent

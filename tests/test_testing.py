@@ -409,3 +409,29 @@ def test_the_suite_runner_sees_what_the_engine_ran_on_delete(tmp_path: Path) -> 
     assert case.status == "fail"
     assert case.differences == ("results: expected {policy: on-delete, rule: deleting, "
                                 "outcome: skip}, got: no results",)
+
+
+def test_namespace_labels_cannot_override_the_name_label(tmp_path: Path) -> None:
+    # kube-apiserver sets kubernetes.io/metadata.name to the namespace's name whatever is
+    # written: one Namespace stub (policies.review.namespace_stub) for suites, check and audit.
+    from policies.review import namespace_stub
+
+    stub = namespace_stub("team-a", {"kubernetes.io/metadata.name": "kube-system", "x": "y"})
+    assert stub["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team-a", "x": "y"}
+    policy = write(tmp_path, "ns.yaml", """\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: not-system}
+spec:
+  validations:
+  - expression: namespaceObject.metadata.labels['kubernetes.io/metadata.name'] != 'kube-system'
+    message: spoofed
+""")
+    path = suite(tmp_path, f"""\
+- name: a spoofed name label is not believed
+  resource: {VLLM}
+  namespace: team-a
+  namespaceLabels: {{kubernetes.io/metadata.name: kube-system}}
+  expect: {{allowed: true}}
+""", policies=f"[{policy}]")
+    assert only_case(path).status == "pass"
