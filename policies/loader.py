@@ -43,6 +43,7 @@ from policies.model import (
     Rule,
     Subject,
 )
+from policies.mutation import SHORTCUTS
 from policies.quota import QUOTA_KIND, Quota, parse_quota
 from policies.sources import (
     Document,
@@ -241,8 +242,7 @@ def _mutations(items: Any, builder: _Builder, base: str) -> tuple[Mutation, ...]
                 result.append(Mutation(name, f"{where}.expression", expression=compiled,
                                        condition=condition))
             continue
-        for key in ("addToleration", "setRuntimeClassName", "setSchedulerName", "setLabel",
-                    "setAnnotation", "setNodeSelector"):
+        for key in SHORTCUTS:
             if key in item:
                 result.append(Mutation(name, f"{where}.{key}", shortcut=(key, item[key]),
                                        condition=condition))

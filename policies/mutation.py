@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 import jsonpatch
 import jsonpointer
@@ -163,6 +163,45 @@ def _tolerates(existing: Any, wanted: Mapping[str, Any]) -> bool:
     return existing.get("value") == wanted.get("value") and wanted.get("operator") != "Exists"
 
 
+def _add_toleration(spec: dict[str, Any], toleration: Any) -> bool:
+    tolerations = spec.get("tolerations")
+    changed = False
+    if not isinstance(tolerations, list):
+        tolerations = spec["tolerations"] = []
+        changed = True
+    if not any(_tolerates(t, toleration) for t in tolerations):
+        tolerations.append(dict(toleration))
+        changed = True
+    return changed
+
+
+def _setter(field: str) -> Callable[[dict[str, Any], Any], bool]:
+    def set_field(spec: dict[str, Any], value: Any) -> bool:
+        changed = spec.get(field) != value
+        spec[field] = value
+        return changed
+    return set_field
+
+
+def _set_node_selector(spec: dict[str, Any], argument: Any) -> bool:
+    return _set_key(spec, "nodeSelector", argument["key"], argument["value"])
+
+
+# The declarative shortcuts, by what they change: a pod template's spec, or metadata (of the
+# object, or of its pod templates). The schema (data/gpupolicy.schema.json, "mutation") lists
+# the same names; tests/test_mutation_shortcuts.py keeps them equal.
+_POD_SPEC_SHORTCUTS: Final[Mapping[str, Callable[[dict[str, Any], Any], bool]]] = {
+    "addToleration": _add_toleration,
+    "setRuntimeClassName": _setter("runtimeClassName"),
+    "setSchedulerName": _setter("schedulerName"),
+    "setNodeSelector": _set_node_selector,
+}
+_METADATA_SHORTCUTS: Final[Mapping[str, str]] = {"setLabel": "labels",
+                                                 "setAnnotation": "annotations"}
+SHORTCUTS: Final[tuple[str, ...]] = (*_POD_SPEC_SHORTCUTS, *_METADATA_SHORTCUTS)
+"""Every declarative mutation shortcut a GPUPolicy may use, in schema order."""
+
+
 def apply_shortcut(
     obj: dict[str, Any], shortcut: tuple[str, Any], facts: WorkloadFacts | None,
 ) -> bool:
@@ -176,41 +215,28 @@ def apply_shortcut(
         MutationError: the object's metadata is not a map.
     """
     name, argument = shortcut
-    if name in ("setLabel", "setAnnotation") and argument.get("target", "object") == "object":
+    field = _METADATA_SHORTCUTS.get(name)
+    if field is not None and argument.get("target", "object") == "object":
         if not isinstance(obj.get("metadata"), dict):
             raise MutationError(f"{name}: the object's metadata is "
                                 f"{type(obj.get('metadata')).__name__}, not a map")
-        return _set_key(obj["metadata"], "labels" if name == "setLabel" else "annotations",
-                        argument["key"], argument["value"])
+        return _set_key(obj["metadata"], field, argument["key"], argument["value"])
     changed = False
     for spec_path, metadata_path in _pod_targets(obj, facts):
         spec = _at(obj, spec_path)
         if spec is None:
             continue
-        if name == "addToleration":
-            tolerations = spec.get("tolerations")
-            if not isinstance(tolerations, list):
-                tolerations = spec["tolerations"] = []
-                changed = True
-            if not any(_tolerates(t, argument) for t in tolerations):
-                tolerations.append(dict(argument))
-                changed = True
-        elif name in ("setRuntimeClassName", "setSchedulerName"):
-            field = "runtimeClassName" if name == "setRuntimeClassName" else "schedulerName"
-            changed = spec.get(field) != argument or changed
-            spec[field] = argument
-        elif name == "setNodeSelector":
-            changed = _set_key(spec, "nodeSelector", argument["key"], argument["value"]) or changed
-        elif name in ("setLabel", "setAnnotation"):
-            parent_path, _, key = metadata_path.rpartition(".")
-            parent = _at(obj, parent_path)
-            if parent is None:
-                continue
-            if not isinstance(parent.get(key), dict):
-                parent[key] = {}
-                changed = True
-            field = "labels" if name == "setLabel" else "annotations"
-            changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
+        if field is None:
+            changed = _POD_SPEC_SHORTCUTS[name](spec, argument) or changed
+            continue
+        parent_path, _, key = metadata_path.rpartition(".")
+        parent = _at(obj, parent_path)
+        if parent is None:
+            continue
+        if not isinstance(parent.get(key), dict):
+            parent[key] = {}
+            changed = True
+        changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
     return changed
 
 

@@ -17,7 +17,7 @@ from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
 from policies.engine import ERROR, Engine, Verdict
 from policies.loader import load_policies
-from policies.review import UserInfo, from_object, from_request
+from policies.review import UserInfo, from_object, from_request, namespace_stub
 from policies.sources import library_path, read_documents
 from tests.corpus import DATA, bug_input, first
 
@@ -53,7 +53,7 @@ def _engine() -> Engine:
 
 
 def _namespace(name: str, **labels: str) -> dict:
-    return testing.namespace_object(name, labels)
+    return namespace_stub(name, labels)
 
 
 def _verdict(obj: dict, namespace: str = "default", user: UserInfo | None = None,
