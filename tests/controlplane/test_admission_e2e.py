@@ -10,11 +10,8 @@ so the API server must deliver exactly what the engine decided.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +22,6 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from gpuguard import cli
 from tests.controlplane.cluster import ControlPlane, wait_until
 from tests.controlplane.webhook_process import (
     REPO,
@@ -62,20 +58,12 @@ MALLORY = ("mallory", ("system:authenticated",))  # what kubectl --as mallory se
 
 def checked(manifest: dict[str, Any], user: tuple[str, tuple[str, ...]] = ADMIN
             ) -> dict[str, Any]:
-    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server.
-
-    In-process (``gpuguard.cli.main``): the same command, without a Python start-up per call.
-    """
+    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server."""
     groups = [arg for group in user[1] for arg in ("--group", group)]
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "manifest.json"
-        path.write_text(json.dumps(manifest))
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = cli.main(["check", "-f", str(path), *POLICY_ARGS, "--user", user[0],
-                             *groups, "-o", "json"])
-    assert code in (0, 1), out.getvalue()
-    return json.loads(out.getvalue())["results"][0]
+    done = gpuguard("check", "-f", "-", *POLICY_ARGS, "--user", user[0], *groups, "-o", "json",
+                    input=json.dumps(manifest))
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)["results"][0]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@ matchConditions, timeouts); only the address changes, as a Service becomes a URL
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
 import ssl
@@ -39,14 +41,25 @@ VALIDATING = "gpuguard-validating"
 MUTATING = "gpuguard-mutating"
 
 
-def gpuguard(*args: str, input: str | None = None,
-             timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run the gpuguard CLI of this checkout (``python -m gpuguard``); never raises on exit."""
-    from tests.controlplane.cluster import child_environment
+def gpuguard(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a gpuguard CLI command of this checkout in this process; never raises on exit.
 
-    return subprocess.run([sys.executable, "-m", "gpuguard", *args], input=input,
-                          capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
-                          env=child_environment(), check=False)
+    In-process (``gpuguard.cli.main`` with stdin, stdout and stderr swapped) rather than a
+    subprocess: the same code path, without a Python start-up per call. ``serve`` is the one
+    command that needs its own process (:class:`GpuguardServer`).
+    """
+    from gpuguard import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_stdin = sys.stdin
+    sys.stdin = io.StringIO(input or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(list(args))
+    finally:
+        sys.stdin = saved_stdin
+    return subprocess.CompletedProcess(["gpuguard", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def generate_certs(out: Path) -> Path:
