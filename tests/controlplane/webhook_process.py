@@ -92,7 +92,7 @@ class GpuguardServer:
         self.url = f"https://127.0.0.1:{self.port}"
         argv = [sys.executable, "-m", "gpuguard", "serve", "--cert", str(certs / "tls.crt"),
                 "--key", str(certs / "tls.key"), "--host", "127.0.0.1", "--port",
-                str(self.port), "--shutdown-delay-s", "0", *args]
+                str(self.port), "--shutdown-delay-s", "0", "--drain-timeout-s", "5", *args]
         if kubeconfig is not None:
             argv += ["--kubeconfig", str(kubeconfig)]
         self.process = Process("gpuguard serve", argv, log)
