@@ -25,7 +25,7 @@ NAME = "gpuguard-validating"
 @pytest.fixture
 def configuration(control_plane: ControlPlane, tmp_path: Path) -> Path:
     """deploy/base/webhooks.yaml's ValidatingWebhookConfiguration, applied (no caBundle yet)."""
-    validating = [d for d in loopback_webhooks("https://127.0.0.1:1")
+    validating = [d for d in loopback_webhooks("https://127.0.0.1:1", control_plane)
                   if d["kind"] == "ValidatingWebhookConfiguration"]
     path = tmp_path / "validating.yaml"
     path.write_text(yaml.safe_dump_all(validating))

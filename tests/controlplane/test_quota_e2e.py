@@ -71,7 +71,7 @@ def replicas(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
         for server in servers:
             server.wait_ready()
         with RoundRobinProxy([s.port for s in servers]) as proxy:
-            configs = loopback_webhooks(f"https://127.0.0.1:{proxy.port}")
+            configs = loopback_webhooks(f"https://127.0.0.1:{proxy.port}", control_plane)
             path = work / "webhooks.yaml"
             path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": configs}))
             applied = control_plane.kubectl("apply", "-f", str(path))

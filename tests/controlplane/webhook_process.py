@@ -36,7 +36,8 @@ import yaml
 from tests.controlplane.cluster import ControlPlane, Process, free_port, tail, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-WEBHOOKS_FILE = REPO / "deploy" / "base" / "webhooks.yaml"
+DEPLOY_BASE = REPO / "deploy" / "base"
+WEBHOOKS_FILE = DEPLOY_BASE / "webhooks.yaml"
 VALIDATING = "gpuguard-validating"
 MUTATING = "gpuguard-mutating"
 
@@ -163,13 +164,23 @@ class GpuguardServer:
         self.process.stop(timeout_s=10)
 
 
-def loopback_webhooks(url: str, source: Path = WEBHOOKS_FILE) -> list[dict[str, Any]]:
-    """The webhook configurations of ``source`` with each Service reference made ``url + path``.
+def deployed_webhooks(cluster: ControlPlane) -> list[dict[str, Any]]:
+    """The webhook configurations ``deploy/base`` renders to (``kubectl kustomize``, with the
+    generated matchConditions patch applied), as a platform team would apply them."""
+    rendered = cluster.kubectl("kustomize", str(DEPLOY_BASE))
+    assert rendered.returncode == 0, rendered.stderr
+    return [d for d in yaml.safe_load_all(rendered.stdout)
+            if d and d.get("kind") in ("ValidatingWebhookConfiguration",
+                                       "MutatingWebhookConfiguration")]
+
+
+def loopback_webhooks(url: str, cluster: ControlPlane) -> list[dict[str, Any]]:
+    """:func:`deployed_webhooks` with each Service reference made ``url + path``.
 
     Raises:
         AssertionError: a webhook whose clientConfig is neither a Service nor a URL.
     """
-    documents = [d for d in yaml.safe_load_all(source.read_text(encoding="utf-8")) if d]
+    documents = deployed_webhooks(cluster)
     for document in documents:
         for webhook in document.get("webhooks") or []:
             client = webhook["clientConfig"]
@@ -187,7 +198,7 @@ def register_webhooks(cluster: ControlPlane, server: GpuguardServer, workdir: Pa
         The YAML file applied (its caBundles set by ``certs inject`` too).
     """
     path = workdir / "webhooks.loopback.yaml"
-    path.write_text(yaml.safe_dump_all(loopback_webhooks(server.url)), encoding="utf-8")
+    path.write_text(yaml.safe_dump_all(loopback_webhooks(server.url, cluster)), encoding="utf-8")
     applied = cluster.kubectl("apply", "-f", str(path))
     assert applied.returncode == 0, applied.stderr
     injected = gpuguard("certs", "inject", "--ca", str(server.certs / "ca.crt"), str(path),
