@@ -514,7 +514,7 @@ def read_policy_files(paths: Sequence[str]) -> Snapshot:
     Directories are walked skipping hidden entries, so that a mounted ConfigMap yields each key
     once (:func:`policies.sources.iter_paths`). Load it with :func:`load_snapshot`.
     """
-    return read_snapshot(paths, skip_hidden=True)
+    return read_snapshot(paths)
 
 
 def load_policies(

@@ -216,10 +216,10 @@ def _os_error(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def _walk(root: str, *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
+def _walk(root: str) -> Iterator[str | LoadError]:
     """Manifest files under a directory, sorted; unreadable directories and broken links are
-    reported, never skipped silently. ``skip_hidden``: leave out entries whose name starts with
-    ``.`` (see :func:`iter_paths`)."""
+    reported, never skipped silently; hidden entries (``.`` first) are left out (see
+    :func:`iter_paths`)."""
     errors: list[LoadError] = []
     found: list[str] = []
 
@@ -227,12 +227,10 @@ def _walk(root: str, *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
         errors.append(LoadError(exc.filename or root, None, f"cannot read: {_os_error(exc)}"))
 
     for directory, dirs, files in os.walk(root, onerror=report):
-        if skip_hidden:
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
             child = os.path.join(directory, name)
-            if not name.lower().removesuffix(".gz").endswith(_SUFFIXES) or \
-                    (skip_hidden and name.startswith(".")):
+            if not name.lower().removesuffix(".gz").endswith(_SUFFIXES) or name.startswith("."):
                 continue
             if os.path.islink(child) and not os.path.exists(child):
                 errors.append(LoadError(child, None, "broken symbolic link (its target is "
@@ -243,15 +241,15 @@ def _walk(root: str, *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
     yield from errors
 
 
-def iter_paths(paths: Sequence[str], *, skip_hidden: bool = False) -> Iterator[str | LoadError]:
-    """Expand files and directories into the files to read, in a stable (sorted) order.
+def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
+    """Expand files and directories into the files to read, in a stable (sorted) order: the one
+    directory walker of every command and the server.
 
-    Args:
-        skip_hidden: in directories, leave out files and directories whose name starts with
-            ``.``. A ConfigMap volume holds each key twice: the visible ``name`` (a symlink
-            through ``..data``) and the kubelet's ``..<timestamp>/name`` copy; policy paths are
-            read this way, so that each key is read once. A path given explicitly is read
-            whatever its name.
+    In directories, files and directories whose name starts with ``.`` are left out: a ConfigMap
+    or Secret volume holds each key twice, the visible ``name`` (a symlink through ``..data``)
+    and the kubelet's ``..<timestamp>/name`` copy, and each key must be read once. A path given
+    explicitly is read whatever its name. Files count when they end in ``.yaml``, ``.yml`` or
+    ``.json``, optionally followed by ``.gz``.
 
     Yields:
         Each file path (``-`` passes through), or a LoadError for a path that cannot be read
@@ -270,7 +268,7 @@ def iter_paths(paths: Sequence[str], *, skip_hidden: bool = False) -> Iterator[s
             yield LoadError(raw, None, _os_error(exc).lower())
             continue
         if stat.S_ISDIR(mode):
-            yield from _walk(raw, skip_hidden=skip_hidden)
+            yield from _walk(raw)
         elif stat.S_ISREG(mode):
             yield raw
         else:
@@ -383,13 +381,11 @@ class Snapshot:
         return f"sha256:{digest.hexdigest()}"
 
 
-def read_snapshot(paths: Sequence[str], stdin: BinaryIO | TextIO | None = None, *,
-                  skip_hidden: bool = False) -> Snapshot:
+def read_snapshot(paths: Sequence[str], stdin: BinaryIO | TextIO | None = None) -> Snapshot:
     """Read every file under ``paths`` (:func:`iter_paths`) into memory, once each.
 
     Args:
         stdin: stream read for ``-`` (defaults to ``sys.stdin``).
-        skip_hidden: see :func:`iter_paths`.
 
     Returns:
         The snapshot; a path that cannot be read is a LoadError in ``errors``, never skipped.
@@ -397,7 +393,7 @@ def read_snapshot(paths: Sequence[str], stdin: BinaryIO | TextIO | None = None, 
     files: list[SourceFile] = []
     errors: list[LoadError] = []
     for root in paths:
-        for entry in iter_paths([root], skip_hidden=skip_hidden):
+        for entry in iter_paths([root]):
             if isinstance(entry, LoadError):
                 errors.append(entry)
                 continue
