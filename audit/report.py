@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 API_VERSION = "gpuguard.io/v1alpha1"
 KIND = "AuditReport"
-NO_TEAM = None
 
 
 def ref(key: ObjectKey) -> dict[str, Any]:

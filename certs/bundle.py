@@ -8,10 +8,8 @@ cannot be a trust anchor. Must not read or edit webhook configuration files (``c
 from __future__ import annotations
 
 import base64
-import binascii
 
 from certs.material import (
-    CertificateError,
     check_is_ca,
     check_validity,
     parse_certificates,
@@ -43,17 +41,3 @@ def ca_bundle(ca_pem: bytes, source: str) -> str:
         check_is_ca(cert, source)
         check_validity(cert, source, now)
     return base64.b64encode(to_pem(certs)).decode("ascii")
-
-
-def decode_ca_bundle(value: str, source: str) -> bytes:
-    """The PEM bytes of a caBundle value.
-
-    Raises:
-        CertificateError: ``"<source>: caBundle is not base64"`` or not PEM certificates.
-    """
-    try:
-        pem = base64.b64decode(value.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        raise CertificateError(f"{source}: caBundle is not base64") from None
-    parse_certificates(pem, source)
-    return pem

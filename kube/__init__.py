@@ -1,6 +1,6 @@
-"""Kubernetes API access (to be filled by the webhook and auditor issues).
+"""Kubernetes API access: the only importer of the official ``kubernetes`` client.
 
-Will be the only importer of the official ``kubernetes`` client: configuration (in-cluster or
-kubeconfig), paginated lists, watch caches (namespaces, pod usage), writing PolicyReports and
-SubjectAccessReviews. Must not know about HTTP serving or policy semantics.
+Owns configuration (in-cluster service account or kubeconfig), paginated lists, the watch caches
+the webhook keeps (namespaces, pod usage for quota), the quota ledger, writing PolicyReports, Node
+annotations and webhook caBundles. Must not know about HTTP serving or policy semantics.
 """

@@ -51,7 +51,6 @@ from policies.cel_library import FunctionSpec, OverloadSpec
 from policies.gpu import Access, GPUFacts, ResourceProblem
 from policies.workloads import WorkloadFacts
 
-NO_GPU: dict[str, Any] = {}
 # The PodSpec fields exposed per template: where and how the pod is scheduled and run. Containers
 # are left out (they are large, and their GPU facts are already summarised); policies that need
 # them read ``object``.

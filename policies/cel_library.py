@@ -19,10 +19,9 @@ errors by raising: ``TypeError`` for "no such overload" (arrives as ``INVALID_AR
 are refused with an error (``isSorted()`` works); lists of ``uint`` arrive as Python ints and their
 sums come back as ``int``.
 
-Regex functions use Python's ``re`` (backtracking), not RE2: constructs RE2 lacks (look-around,
-backreferences, conditionals, atomic groups, possessive quantifiers) and POSIX classes are refused,
-so accepted patterns mean the same in both, but Python may take exponential time on pathological
-patterns; CEL's built-in ``matches()`` is RE2 (linear time) and is preferred for plain tests.
+Regex functions (``find``, ``findAll``) use RE2 (``google-re2``), as Kubernetes CEL does: linear
+time, so a policy's pattern cannot hang the webhook on a hostile value, and patterns RE2 refuses
+(backreferences, look-around) are refused here too.
 
 Must not import the CEL runtime (only ``policies/cel.py`` may) and must not do I/O.
 """

@@ -31,7 +31,6 @@ from policies.gpu import pinned_product
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.workloads import workload_facts
 
-QUOTA_API = "gpuguard.io/v1alpha1"
 QUOTA_KIND = "GPUQuota"
 FAIL, IGNORE = "Fail", "Ignore"
 MIB_PER_GIB = 1024
