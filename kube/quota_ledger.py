@@ -37,7 +37,6 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from policies.quota import (
-    FAIL,
     Charge,
     Quota,
     QuotaStatus,
@@ -48,6 +47,7 @@ from policies.quota import (
     request_charge,
 )
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.vocabulary import FailurePolicy
 
 _LOG = logging.getLogger("gpuguard.quota")
 LEDGER_PREFIX = "gpuguard-quota-"
@@ -446,7 +446,7 @@ class QuotaAdmission:
                                              dry_run=dry_run)
             except LedgerUnavailable as exc:
                 text = f"GPUQuota {quota.name}: usage could not be checked ({exc})"
-                if quota.failure_policy == FAIL:
+                if quota.failure_policy == FailurePolicy.FAIL:
                     denials.append(f"{text}; failurePolicy Fail")
                     break
                 warnings.append(f"{text}; admitted (failurePolicy Ignore)")

@@ -15,7 +15,7 @@ from gpuguard.cli import main
 from policies import testing
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import ERROR, Engine, Verdict
+from policies.engine import Engine, RuleOutcome, Verdict
 from policies.loader import load_policies
 from policies.review import UserInfo, from_object, from_request
 from policies.sources import library_path, read_documents
@@ -154,7 +154,7 @@ def test_no_policy_errors_on_any_corpus_manifest(labels: dict[str, str]) -> None
         namespace = (obj.get("metadata") or {}).get("namespace") or "default"
         for user in (None, UserInfo("alice", groups=("gpu-interns",))):
             verdict = _verdict(obj, namespace, user, **labels)
-            errors = [r for r in verdict.results if r.outcome == ERROR]
+            errors = [r for r in verdict.results if r.outcome == RuleOutcome.ERROR]
             assert errors == [], (document.location, errors)
 
 

@@ -52,22 +52,32 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, EvaluationExpired, Verdict
+from policies.engine import EvaluationExpired, RuleOutcome, Verdict
 from policies.matching import applicability
-from policies.model import FAIL, Policy
+from policies.model import Policy
 from policies.quota import Quota
 from policies.review import ReviewError, ReviewInput, from_request
+from policies.vocabulary import FailurePolicy
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
 from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
 from webhook.wire import Envelope, WireError, bad_request
 
-VALIDATE, MUTATE_ENDPOINT = "validate", "mutate"
-ENDPOINTS = (VALIDATE, MUTATE_ENDPOINT)
+
+class Endpoint(StrEnum):
+    """The webhook's two admission paths (``POST /validate``, ``POST /mutate``); the value is
+    the path segment and the ``endpoint`` label of the metrics and log lines."""
+
+    VALIDATE = "validate"
+    MUTATE = "mutate"
+
+
+ENDPOINTS = tuple(Endpoint)
 NOT_EVALUATED_SUBRESOURCES = frozenset({"status"})
 ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
 DEADLINE, EXCEPTION = "deadline", "exception"
@@ -95,7 +105,7 @@ class NamespaceSource(Protocol):
 class Recorder(Protocol):
     """Side effects of an admitted request (never called for dryRun requests)."""
 
-    def record(self, review: ReviewInput, verdict: Verdict, endpoint: str) -> None:
+    def record(self, review: ReviewInput, verdict: Verdict, endpoint: Endpoint) -> None:
         """Record an allowed, non-dryRun request."""
         ...
 
@@ -139,10 +149,10 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
     """``(policy, decision)`` pairs of one verdict, each once, in result order."""
     seen: dict[tuple[str, str], None] = {}
     for result in verdict.results:
-        if result.outcome == FAILED:
+        if result.outcome == RuleOutcome.FAIL:
             for action in result.actions:
                 seen[(result.policy, action.lower())] = None
-        elif result.outcome in (ERROR, MUTATE, EXEMPT):
+        elif result.outcome in (RuleOutcome.ERROR, RuleOutcome.MUTATE, RuleOutcome.EXEMPT):
             seen[(result.policy, result.outcome)] = None
     return tuple(seen)
 
@@ -163,14 +173,14 @@ def _namespace_of(request: Mapping[str, Any]) -> str | None:
     return str(namespace) if namespace else None
 
 
-def _relevant(policy: Policy, endpoint: str) -> bool:
-    if endpoint == MUTATE_ENDPOINT:
+def _relevant(policy: Policy, endpoint: Endpoint) -> bool:
+    if endpoint == Endpoint.MUTATE:
         return bool(policy.mutations)
     return bool(policy.validations or policy.audit_annotations or policy.param_missing)
 
 
 def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
-                         endpoint: str) -> tuple[list[str], int]:
+                         endpoint: Endpoint) -> tuple[list[str], int]:
     """Names of the matching policies with ``failurePolicy: Fail``, and how many matched.
 
     Only policies this endpoint would run, that match the request and that no exception
@@ -187,7 +197,7 @@ def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
             applies = True
         if applies:
             matched += 1
-            if policy.failure_policy == FAIL:
+            if policy.failure_policy == FailurePolicy.FAIL:
                 failing.append(policy.name)
     return failing, matched
 
@@ -256,7 +266,7 @@ class Admitter:
             review = dataclasses.replace(review, namespace_object=None)
         return review
 
-    async def admit(self, envelope: Envelope, endpoint: str) -> Decision:
+    async def admit(self, envelope: Envelope, endpoint: Endpoint) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
 
         Raises:
@@ -271,7 +281,7 @@ class Admitter:
         if snapshot is None:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
-        mutate = endpoint == MUTATE_ENDPOINT
+        mutate = endpoint == Endpoint.MUTATE
         now = asyncio.get_running_loop().time()
         deadline_at = now + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
@@ -316,14 +326,14 @@ class Admitter:
             return self.quota.unavailable(quotas, request, f"the quota check failed "
                                           f"({type(exc).__name__}: {exc})")
 
-    async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+    async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
                         deadline_at: float, inline: bool, **quota: Any) -> Decision:
         """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable).
 
         ``inline``: evaluate on the event loop (small bodies, see module docstring), else in
         the thread pool.
         """
-        mutate = endpoint == MUTATE_ENDPOINT
+        mutate = endpoint == Endpoint.MUTATE
         loop_time = asyncio.get_running_loop().time  # a clock any thread may read
 
         def expired() -> bool:
@@ -390,7 +400,7 @@ class Admitter:
                 "why": "an evaluation outlasted --inline-slice-ms on the event loop"}})
         self._inline_paused_until = loop_time + INLINE_PAUSE_S
 
-    def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+    def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
                   cause: str, what: str) -> Decision:
         """The failurePolicy answer when the evaluation cannot be used (see module docstring)."""
         self.metrics.fallbacks.labels(endpoint, cause).inc()
@@ -400,7 +410,7 @@ class Admitter:
                        f"failurePolicy Fail: {', '.join(failing)}")
             return Decision(allowed=False, decision=DENIED, message=message,
                             reason="Forbidden", denied_by=tuple(failing),
-                            policy_outcomes=tuple((name, "error") for name in failing),
+                            policy_outcomes=tuple((name, RuleOutcome.ERROR) for name in failing),
                             fallback=cause, review=review, policy_set=snapshot)
         scope = "the matching policies have failurePolicy Ignore" if matched else \
             "no policy with failurePolicy Fail matches it"
