@@ -103,27 +103,61 @@ class RuleResult:
 
 
 @dataclass(frozen=True)
+class Violation:
+    """One failed (or failed-to-evaluate) rule that denied the request or warned about it.
+
+    ``policy`` and ``rule`` name it (``rule`` as in :attr:`RuleResult.rule`), ``message`` is the
+    rule's message (or the error), ``reason`` the HTTP status reason it gives a denial
+    (``Forbidden`` unless the validation says otherwise). What users read is :attr:`text`.
+    """
+
+    policy: str
+    rule: str
+    message: str
+    reason: str = "Forbidden"
+
+    @property
+    def text(self) -> str:
+        """``policy: message``: one part of the AdmissionResponse message, or one warning."""
+        return f"{self.policy}: {self.message}"
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What the engine decided for one request.
 
-    ``denials`` and ``warnings`` read ``policy: message``; ``patch`` is RFC 6902 (empty when
-    nothing changed) and ``final_object`` the mutated object; ``reason`` is the HTTP status reason
-    of the first denial (``Forbidden`` unless a validation says otherwise).
+    ``denials`` are the violations that deny (a ``Deny`` action, or an error under
+    ``failurePolicy: Fail``), ``warnings`` those with a ``Warn`` action, in evaluation order;
+    ``patch`` is RFC 6902 (empty when nothing changed) and ``final_object`` the mutated object.
     """
 
     allowed: bool
     results: tuple[RuleResult, ...] = ()
-    denials: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
+    denials: tuple[Violation, ...] = ()
+    warnings: tuple[Violation, ...] = ()
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     patch: tuple[dict[str, Any], ...] = ()
     final_object: Mapping[str, Any] | None = None
-    reason: str = "Forbidden"
 
     @property
     def message(self) -> str:
-        """The denial message: every failed rule, each with its policy name."""
-        return "; ".join(self.denials)
+        """The denial message: every denying rule's message, each with its policy name."""
+        return "; ".join(denial.text for denial in self.denials)
+
+    @property
+    def reason(self) -> str:
+        """The HTTP status reason of the first denial (``Forbidden`` when none says otherwise)."""
+        return self.denials[0].reason if self.denials else "Forbidden"
+
+    @property
+    def warning_texts(self) -> tuple[str, ...]:
+        """The warnings as the AdmissionResponse lists them, ``policy: message`` each."""
+        return tuple(warning.text for warning in self.warnings)
+
+    @property
+    def denied_by(self) -> tuple[str, ...]:
+        """Names of the policies that denied, each once, in evaluation order."""
+        return tuple(dict.fromkeys(denial.policy for denial in self.denials))
 
 
 def audit_key(policy: str, suffix: str = "") -> str:
@@ -156,11 +190,10 @@ class _Run:
     def __init__(self, expired: Callable[[], bool] | None = None) -> None:
         self.expired = expired
         self.results: list[RuleResult] = []
-        self.denials: list[str] = []
-        self.warnings: list[str] = []
+        self.denials: list[Violation] = []
+        self.warnings: list[Violation] = []
         self.audit: dict[str, str] = {}
         self.failures: dict[str, list[dict[str, str]]] = {}  # audit key -> failed rules
-        self.reason: str | None = None
 
     def check_deadline(self) -> None:
         """Raise :class:`EvaluationExpired` when the caller's deadline has passed."""
@@ -182,11 +215,11 @@ class _Run:
         self.add(RuleResult(policy.name, rule, path, outcome, message, actions))
         if point == EvaluationPoint.AUDIT:
             return
+        violation = Violation(policy.name, rule, message, reason)
         if ValidationAction.DENY in actions:
-            self.denials.append(f"{policy.name}: {message}")
-            self.reason = self.reason or reason
+            self.denials.append(violation)
         if ValidationAction.WARN in actions:
-            self.warnings.append(f"{policy.name}: {message}")
+            self.warnings.append(violation)
         if ValidationAction.AUDIT in actions:
             key = audit_key(policy.name, "validation-failure")
             failures = self.failures.setdefault(key, [])
@@ -393,7 +426,7 @@ class Engine:
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
-            final_object=current, reason=run.reason or "Forbidden",
+            final_object=current,
         )
 
     def _validate_rules(self, policy: Policy, prepared: PreparedData | str,

@@ -57,7 +57,14 @@ from policies.review import (
     from_object,
     from_request,
 )
-from policies.sources import Document, LoadError, iter_paths, parse_text, read_text
+from policies.sources import (
+    Document,
+    LoadError,
+    iter_paths,
+    parse_text,
+    printable,
+    read_text,
+)
 from policies.vocabulary import EvaluationPoint
 
 API_VERSION: Final = "gpuguard.io/v1alpha1"
@@ -184,11 +191,10 @@ def _parse_file(path: str) -> tuple[list[tuple[int, Any, dict[str, int] | None]]
     documents = []
     for parsed in parse_text(path, text, with_lines=True):
         if isinstance(parsed, LoadError):
-            problem = str(replace(parsed, line=None)).removeprefix(f"{path}: ")
-            if parsed.line is not None:  # a duplicate key: "document N: line L: ..."
-                head, _, rest = problem.partition(": ")
-                problem = f"{head}: line {parsed.line}: {rest}"
-            return [], problem
+            # "document N: [line L: ]message", from the error's fields (the suite names the file)
+            parts = [f"document {parsed.index}"] if parsed.index is not None else []
+            parts += [f"line {parsed.line}"] if parsed.line is not None else []
+            return [], ": ".join([*parts, printable(parsed.message)])
         documents.append(parsed)
     return documents, None
 
@@ -425,12 +431,13 @@ def compare(expect: Mapping[str, Any], verdict: Verdict) -> list[str]:
                                f"message, got {verdict.message!r}")
     if "warnings" in expect:
         warnings = _as_list(expect["warnings"])
-        if not warnings and verdict.warnings:
-            differences.append(f"warnings: expected none, got {list(verdict.warnings)}")
+        texts = list(verdict.warning_texts)
+        if not warnings and texts:
+            differences.append(f"warnings: expected none, got {texts}")
         for part in warnings:
-            if not any(str(part) in warning for warning in verdict.warnings):
+            if not any(str(part) in warning for warning in texts):
                 differences.append(f"warnings: expected a warning containing {str(part)!r}, "
-                                   f"got {list(verdict.warnings) or 'none'}")
+                                   f"got {texts or 'none'}")
     if "patch" in expect:
         want = expect["patch"] or []
         if list(want) != list(verdict.patch):

@@ -266,7 +266,7 @@ def test_message_init_and_app_container_problems_are_joined() -> None:
 
 def test_message_privileged_mpijob() -> None:
     nccl = first("manifests/mpiop__nccl-tests-mpijob.yaml")
-    assert _verdict(nccl, "team-a").denials == (
+    assert tuple(d.text for d in _verdict(nccl, "team-a").denials) == (
         "no-privileged-gpu: container 'nccl' "
         "(spec.mpiReplicaSpecs.Worker.template.spec.containers[0].securityContext.privileged): "
         "privileged container, in a pod that requests GPUs. A privileged or SYS_ADMIN container "
@@ -302,7 +302,7 @@ def test_message_mig_profile_not_allowed_for_team() -> None:
     pod = first("manifests/hami__static-mig-3g.20gb.yaml")
     verdict = _verdict(pod, "serving", **{"gpuguard.io/team": "inference"})
     # In a team namespace require-queue-label also asks for a queue label: look at this policy.
-    assert [d for d in verdict.denials if d.startswith("mig-profile-allowed:")] == [(
+    assert [d.text for d in verdict.denials if d.policy == "mig-profile-allowed"] == [(
         "mig-profile-allowed: MIG profile 3g.20gb is not allowed for team 'inference' "
         "(namespace 'serving', label gpuguard.io/team=inference); allowed: 1g.5gb, 1g.10gb, "
         "1g.12gb, 2g.10gb, 2g.20gb, 2g.24gb. Ask for one of these profiles (resource "

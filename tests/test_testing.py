@@ -409,3 +409,18 @@ def test_the_suite_runner_sees_what_the_engine_ran_on_delete(tmp_path: Path) -> 
     assert case.status == "fail"
     assert case.differences == ("results: expected {policy: on-delete, rule: deleting, "
                                 "outcome: skip}, got: no results",)
+
+
+def test_a_duplicate_key_in_a_suite_file_names_document_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "dup.yaml", """\
+        apiVersion: gpuguard.io/v1alpha1
+        kind: GPUPolicyTest
+        metadata: {name: demo}
+        ---
+        apiVersion: gpuguard.io/v1alpha1
+        kind: GPUPolicyTest
+        kind: GPUPolicyTest
+        """)
+    [result] = testing.run_paths([str(path)])
+    assert result.errors == (
+        f"{path}: document 1: line 7: duplicate key 'kind' (first at line 6)",)

@@ -5,7 +5,7 @@ import json
 
 import yaml
 
-from policies.engine import RuleOutcome
+from policies.engine import RuleOutcome, Violation
 from policies.quota import parse_quota
 from policies.review import from_object
 from policies.vocabulary import EvaluationPoint, FailurePolicy, ValidationAction
@@ -46,3 +46,17 @@ def test_rule_results_write_the_same_json_and_yaml_as_plain_strings():
 def test_endpoints_are_the_url_paths():
     assert [f"/{endpoint}" for endpoint in ENDPOINTS] == ["/validate", "/mutate"]
     assert Endpoint("mutate") is Endpoint.MUTATE
+
+
+def test_denials_and_warnings_are_records_and_read_as_before():
+    deny = gpu_policy("no-big", {"validations": [
+        {"name": "count", "expression": "gpu.maxPerPod.count <= 4", "reason": "Invalid",
+         "messageExpression": "'asks: ' + string(gpu.maxPerPod.count)"}]})
+    lws = first("manifests/lws__vllm-gpu-leaderworkerset.yaml")
+    verdict = engine_for(deny + "---\n" + WARN_AUDIT).evaluate(from_object(lws, now=NOW))
+    assert verdict.denials == (Violation("no-big", "count", "asks: 8", "Invalid"),)
+    assert verdict.warnings == (Violation("max-two", "validations[0]", "too many GPUs"),)
+    # What users read is unchanged: "policy: message", joined by "; ".
+    assert verdict.message == "no-big: asks: 8"
+    assert verdict.warning_texts == ("max-two: too many GPUs",)
+    assert verdict.reason == "Invalid" and verdict.denied_by == ("no-big",)

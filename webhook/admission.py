@@ -49,7 +49,6 @@ import concurrent.futures
 import dataclasses
 import datetime
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -87,7 +86,6 @@ INLINE_PAUSE_S = 30.0
 seconds, how long every evaluation goes to the thread pool instead: policies that slow stay slow,
 and the loop must keep answering health probes and reading other requests."""
 INLINE_OVERRUNS = 3
-_QUOTA_NAME = re.compile(r"GPUQuota ([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)")
 
 
 class NamespaceSource(Protocol):
@@ -155,10 +153,6 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
         elif result.outcome in (RuleOutcome.ERROR, RuleOutcome.MUTATE, RuleOutcome.EXEMPT):
             seen[(result.policy, result.outcome)] = None
     return tuple(seen)
-
-
-def _denied_by(verdict: Verdict) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(d.split(": ", 1)[0] for d in verdict.denials))
 
 
 def _namespace_of(request: Mapping[str, Any]) -> str | None:
@@ -294,7 +288,7 @@ class Admitter:
         request = envelope.request
         quota = await self._quota_step(quotas, request, deadline_at)
         if not quota.allowed:
-            names = tuple(dict.fromkeys(_QUOTA_NAME.findall(" ".join(quota.denials))))
+            names = tuple(dict.fromkeys(quota.denied_by))
             return Decision(allowed=False, decision=DENIED, message="; ".join(quota.denials),
                             reason="Forbidden", warnings=quota.warnings,
                             denied_by=tuple(f"GPUQuota/{n}" for n in names),
@@ -377,9 +371,9 @@ class Admitter:
             self.recorder.record(review, verdict, endpoint)
         return Decision(
             allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
-            message=verdict.message, reason=verdict.reason, warnings=verdict.warnings,
+            message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
             audit_annotations=verdict.audit_annotations,
-            patch=verdict.patch if mutate else (), denied_by=_denied_by(verdict),
+            patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
             policy_outcomes=outcomes, review=review, policy_set=snapshot,
         )
 

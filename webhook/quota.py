@@ -101,7 +101,7 @@ class QuotaGate:
         if failing:
             return QuotaDecision(False, tuple(
                 f"GPUQuota {name}: usage could not be checked ({what}); failurePolicy Fail"
-                for name in failing))
+                for name in failing), denied_by=tuple(failing))
         return QuotaDecision(True, warnings=tuple(
             f"GPUQuota {q.name}: usage could not be checked ({what}); admitted "
             "(failurePolicy Ignore)" for q in scoped))
