@@ -10,6 +10,10 @@ own):
   own count; opt in with ``GPUGUARD_HYPOTHESIS_PROFILE=explore``. A failure prints the blob that
   reproduces it (``@reproduce_failure``).
 
+``closed_port``: a loopback port no server can answer on for the test's length (bound by the
+test, never listening), for "API server unreachable" cases, instead of a well-known port that
+something on the machine might serve.
+
 A test that configures logging (``webhook.logs.configure``, a CLI command run in-process) changes
 process-wide loggers; every logger but the root (pytest's capture lives there) gets its level,
 handlers and propagation back after each test, so that no test depends on which ran before it.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -44,3 +49,10 @@ def _loggers_restored() -> Iterator[None]:
         logger.handlers[:] = handlers
         logger.propagate = propagate
         logger.disabled = disabled
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        yield sock.getsockname()[1]

@@ -277,9 +277,9 @@ async def test_watched_labels_drive_namespace_selectors(aiohttp_server, aiohttp_
 
 
 @pytest.mark.asyncio
-async def test_unreachable_api_is_not_ready_and_retried():
+async def test_unreachable_api_is_not_ready_and_retried(closed_port):
     watch = NamespaceWatch(k8s_client.ApiClient(
-        k8s_client.Configuration(host="http://127.0.0.1:9")), max_backoff_s=0.05)
+        k8s_client.Configuration(host=f"http://127.0.0.1:{closed_port}")), max_backoff_s=0.05)
     watch.start(asyncio.get_running_loop())
     try:
         await within(watch.wait_for(lambda: "listing" not in watch.status()[1]),
