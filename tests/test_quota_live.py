@@ -36,7 +36,8 @@ def test_two_replicas_1000_concurrent_creates_never_exceed_the_limit(tmp_path) -
             cluster.api_client.configuration.connection_pool_maxsize = 32
             # A generous client timeout: a slow answer on a loaded machine is no failure here.
             store = ConfigMapLedgerStore(cluster.api_client, "gpuguard", timeout_s=WAIT_S)
-            ledger = QuotaLedger(store, index, clock=clock, max_attempts=500, settle_s=5)
+            # Attempts enough that no admission gives up however the threads are scheduled.
+            ledger = QuotaLedger(store, index, clock=clock, max_attempts=100_000, settle_s=5)
             replicas.append(QuotaAdmission([team], ledger, index.namespace_labels))
         barrier = threading.Barrier(32)
         local = threading.local()
