@@ -67,6 +67,7 @@ from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
 from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
+from webhook.timer import MonotonicTimer, Timer
 from webhook.wire import Envelope, WireError, bad_request
 
 
@@ -209,6 +210,8 @@ class Admitter:
         executor: threads evaluating the policies of bodies over
             ``settings.inline_max_bytes`` (the deadline abandons a stuck one).
         clock: the time requests are evaluated at (exception expiry); default UTC now.
+        timer: the monotonic clock deadlines and inline slices are measured on (see
+            :mod:`webhook.timer`); default the process's.
         recorder: side effects of admitted non-dryRun requests; default none.
         quota: the quota step (see module docstring); None: GPUQuota documents are not
             enforced.
@@ -225,6 +228,7 @@ class Admitter:
         executor: concurrent.futures.Executor,
         *,
         clock: Callable[[], datetime.datetime] = _utcnow,
+        timer: Timer | None = None,
         recorder: Recorder | None = None,
         quota: QuotaGate | None = None,
         quota_executor: concurrent.futures.Executor | None = None,
@@ -237,8 +241,9 @@ class Admitter:
         self.metrics = metrics
         self.executor = executor
         self.clock = clock
+        self.timer: Timer = timer if timer is not None else MonotonicTimer()
         self.recorder = recorder
-        # Loop time until which every evaluation goes to the thread pool: set when one overran
+        # Timer time until which every evaluation goes to the thread pool: set when one overran
         # its slice on the loop (see module docstring).
         self._inline_paused_until = 0.0
         self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
@@ -278,7 +283,7 @@ class Admitter:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == Endpoint.MUTATE
-        now = asyncio.get_running_loop().time()
+        now = self.timer.now()
         deadline_at = now + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
         # 0: every request in the thread pool; so too for a while after one was too slow here.
@@ -312,7 +317,7 @@ class Admitter:
         assert self.quota is not None
         future = self.quota_executor.submit(self.quota.admit, quotas, request)
         try:
-            async with asyncio.timeout_at(deadline_at):
+            async with self.timer.timeout_at(deadline_at):
                 return await asyncio.wrap_future(future)
         except TimeoutError:
             if not future.cancel():  # running: what it reserves is for a pod now refused
@@ -344,32 +349,32 @@ class Admitter:
         the thread pool.
         """
         mutate = endpoint == Endpoint.MUTATE
-        loop_time = asyncio.get_running_loop().time  # a clock any thread may read
+        now = self.timer.now  # any thread may read it
 
         def expired() -> bool:
-            return loop_time() >= deadline_at
+            return now() >= deadline_at
 
         try:
             verdict = None
             if inline:
-                slice_end = min(deadline_at, loop_time() + self.settings.inline_slice_s)
+                slice_end = min(deadline_at, now() + self.settings.inline_slice_s)
                 try:
                     verdict = snapshot.engine.evaluate(
                         review, mutate=mutate, validate=not mutate,
-                        expired=lambda: loop_time() >= slice_end, **quota)
+                        expired=lambda: now() >= slice_end, **quota)
                 except EvaluationExpired:
-                    self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
+                    self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
                     if expired():
                         raise
                     self.metrics.inline_handoffs.inc()  # too slow for the loop: the pool's
                 else:
-                    if loop_time() > slice_end:  # finished, but held the loop too long
-                        self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
+                    if now() > slice_end:  # finished, but held the loop too long
+                        self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
             if verdict is None:
                 future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
                                               validate=not mutate, expired=expired, **quota)
                 try:
-                    async with asyncio.timeout_at(deadline_at):
+                    async with self.timer.timeout_at(deadline_at):
                         verdict = await asyncio.wrap_future(future)
                 except TimeoutError:
                     # Drops it if still queued; a running one stops at its next policy.
@@ -398,7 +403,7 @@ class Admitter:
         ``INLINE_OVERRUNS``-th within ``INLINE_PAUSE_S``, send evaluations to the thread pool for
         ``INLINE_PAUSE_S`` (one CEL evaluation cannot be interrupted, and its iterations are
         bounded but not their cost: ``contains`` over a 30 KB string, say)."""
-        loop_time = asyncio.get_running_loop().time()
+        loop_time = self.timer.now()
         self._overruns.append(loop_time)
         if len(self._overruns) < INLINE_OVERRUNS or \
                 loop_time - self._overruns[0] > INLINE_PAUSE_S:
