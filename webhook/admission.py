@@ -262,8 +262,12 @@ class Admitter:
             review = dataclasses.replace(review, namespace_object=None)
         return review
 
-    async def admit(self, envelope: Envelope, endpoint: str) -> Decision:
+    async def admit(self, envelope: Envelope, endpoint: str, *,
+                    started_at: float | None = None) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
+
+        ``started_at``: the event loop time the request arrived (its deadline counts from
+        there: reading, decoding and waiting for a turn included); default now.
 
         Raises:
             WireError: 400 for an AdmissionRequest that cannot be evaluated; 503 when no
@@ -279,7 +283,7 @@ class Admitter:
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == MUTATE_ENDPOINT
         now = asyncio.get_running_loop().time()
-        deadline_at = now + self.settings.deadline_s
+        deadline_at = (now if started_at is None else started_at) + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
         # 0: every request in the thread pool; so too for a while after one was too slow here.
         inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until
