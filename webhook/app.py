@@ -68,15 +68,14 @@ class ClientDisconnected(Exception):
 
 
 class _Body:
-    """A request body as it is read: its chunks, size, when reading began, whether it ended."""
+    """A request body as it is read: its chunks, their size, when reading began."""
 
-    __slots__ = ("chunks", "complete", "size", "started_at")
+    __slots__ = ("chunks", "size", "started_at")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
         self.started_at: float | None = None
-        self.complete = False
 
     def data(self) -> bytes:
         """The bytes read (one copy at most); the chunks are released."""
@@ -205,7 +204,6 @@ class AdmissionHandlers:
             raise ClientDisconnected from None
         except (web.RequestPayloadError, HttpProcessingError) as exc:
             raise wire.bad_request(f"the request body is malformed: {exc}") from None
-        body.complete = True
         return True
 
     def _headers(self, request: web.Request) -> str | None:
@@ -245,10 +243,9 @@ class AdmissionHandlers:
         waited = asyncio.get_running_loop().time() - started_at
         if waited < self.settings.deadline_s:
             return
-        body.chunks.clear()
-        # Raised here, not returned: a caller that held the error in a local would make a
-        # reference cycle (its frame, the error, its traceback) keeping the body alive until
-        # the garbage collector's next full pass.
+        body.chunks.clear()  # the error's traceback holds the caller's frame, and so the body
+        # (Raised here, not returned for the caller to raise: a frame holding the error in a
+        # local is a reference cycle, which lives until the garbage collector's next full pass.)
         raise wire.WireError(
             429, "TooManyRequests",
             f"this request waited {round(waited * 1000)} ms for its turn behind other large "

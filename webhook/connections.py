@@ -114,17 +114,19 @@ class ConnectionGuard:
             self.metrics.connections_open.dec()
 
     def _eviction_candidate(self, new: GuardedRequestHandler) -> GuardedRequestHandler | None:
-        pending: GuardedRequestHandler | None = None
-        idle: GuardedRequestHandler | None = None
+        pending: tuple[float, GuardedRequestHandler] | None = None  # stuck longest first
+        idle: tuple[float, GuardedRequestHandler] | None = None  # idle longest first
         for connection in self._open:
             if connection is new or connection.busy:
                 continue
-            if connection.header_since is not None:
-                if pending is None or connection.header_since < pending.header_since:  # type: ignore[operator]
-                    pending = connection
-            elif idle is None or connection.last_active < idle.last_active:
-                idle = connection
-        return pending or idle
+            since = connection.header_since
+            if since is not None:
+                if pending is None or since < pending[0]:
+                    pending = (since, connection)
+            elif idle is None or connection.last_active < idle[0]:
+                idle = (connection.last_active, connection)
+        chosen = pending or idle
+        return chosen[1] if chosen is not None else None
 
     def close(self, connection: GuardedRequestHandler, reason: str, detail: str) -> None:
         """Abort ``connection`` now (no TLS close_notify wait), count and log it."""
