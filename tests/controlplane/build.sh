@@ -22,7 +22,7 @@ export CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 start=$SECONDS
 (cd "$here/etcd" && go build -ldflags='-s -w' -o "$bin/etcd" .) >&2
 (cd "$here/kube" && go build -ldflags='-s -w' -o "$bin/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) >&2
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./celoracle) >&2
 echo "built $key in $((SECONDS - start)) s" >&2
 touch "$bin/.complete"
 echo "$bin"
