@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.controlplane import cel_expressions
@@ -33,8 +33,10 @@ KNOWN = load_known()
 CASES = load_cases()
 GENERATED_BATCHES = 24
 BATCH_SIZE = 40
+# Derandomized (the seed comes from the test function), no example database, no shrinking: a
+# failing batch already lists every disagreement in it, and shrinking 40 expressions is slow.
 DETERMINISTIC = settings(max_examples=GENERATED_BATCHES, derandomize=True, database=None,
-                         deadline=None, print_blob=True,
+                         deadline=None, phases=[Phase.explicit, Phase.generate],
                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                 HealthCheck.function_scoped_fixture])
 
@@ -67,7 +69,7 @@ def test_oracle_is_the_kubernetes_environment(oracle: CelOracle) -> None:
             "username": "alice"}}}},
     ])
     assert (plain.kind, plain.value) == ("value", True)
-    assert bad_regex.kind == "compile" and "missing closing )" in bad_regex.message
+    assert bad_regex.kind == "compile" and "invalid matches argument" in bad_regex.message
     assert no_math.kind == "compile" and "undeclared reference to 'math'" in no_math.message
     assert (typed.kind, typed.value, typed.type_name) == ("value", "alice", "string")
 
@@ -148,19 +150,20 @@ def test_generated_expressions_differ_only_as_known(oracle: CelOracle,
     @given(st.lists(cel_expressions.requests, min_size=BATCH_SIZE, max_size=BATCH_SIZE))
     def run(batch: list[dict[str, Any]]) -> None:
         nonlocal total
-        differences = _generated_differences(oracle, batch)
-        unexplained = [d for d in differences if KNOWN.pattern_for(d) is None]
-        assert not unexplained, (
-            "disagreements no entry of known-differences.yaml (generated) explains:\n" +
-            "\n".join(d.describe() for d in unexplained))
         total += len(batch)
-        seen.extend(differences)
+        seen.extend(_generated_differences(oracle, batch))
 
-    run()
+    run()  # every batch first, so that the failure below lists every unexplained disagreement
     _report(capsys, "gpuguard vs Kubernetes 1.37 on generated expressions", total, seen)
+    assert total == GENERATED_BATCHES * BATCH_SIZE
+    unexplained = [d for d in seen if KNOWN.pattern_for(d) is None]
+    assert not unexplained, (
+        "disagreements no entry of known-differences.yaml (generated) explains:\n" +
+        "\n".join(d.describe() for d in unexplained))
 
 
-@pytest.mark.parametrize("pattern", KNOWN.generated, ids=lambda p: p.match.pattern[:40])
+@pytest.mark.parametrize("pattern", KNOWN.generated,
+                         ids=[f"{n}-{p.category}" for n, p in enumerate(KNOWN.generated)])
 def test_each_known_generated_difference_still_differs(oracle: CelOracle, pattern: Any) -> None:
     """A pattern's example must still differ in its category: once gpuguard agrees, the entry
     goes."""
