@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +126,48 @@ async def test_a_policy_denial_gives_the_reservation_back(aiohttp_client, tmp_pa
     setup.harness.executor.shutdown(wait=True)  # the release ran on the quota executor
     quota = setup.harness.store.current.engine.policies.quotas[0]
     assert setup.ledger.reservations(quota) == {}
+
+
+class SlowStore(MemoryLedgerStore):
+    """A ledger whose writes wait for ``go``: the only way to make the quota step miss the
+    deadline on demand (in a cluster: a loaded API server, many replicas racing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.writing = threading.Event()
+        self.writes = 0
+
+    def write(self, *args: Any) -> str:
+        self.writing.set()
+        assert self.go.wait(10)
+        version = super().write(*args)
+        self.writes += 1
+        return version
+
+
+async def test_a_reservation_written_after_the_deadline_is_given_back(aiohttp_client,
+                                                                      tmp_path):
+    """Found by tests/controlplane/test_quota_e2e.py: 500 creates through kube-apiserver
+    admitted 37 of a 40-GPU quota, the other 3 held by reservations of requests already
+    answered 'did not finish within the deadline'."""
+    store = SlowStore()
+    setup = Setup(tmp_path, gpu_quota(), HEADROOM, store=store)
+    setup.harness.admitter.settings = dataclasses.replace(setup.harness.settings,
+                                                          deadline_ms=50)
+    client = await aiohttp_client(setup.harness.app)
+    answer = await validate(client, pod_review("late", 1))
+    assert answer["allowed"] is False
+    assert "did not finish within the 50 ms deadline" in answer["status"]["message"]
+    assert store.writing.is_set()  # the quota step was past its read, writing
+    store.go.set()  # the write lands after the answer ...
+    quota = setup.harness.store.current.engine.policies.quotas[0]
+    end = time.monotonic() + 10
+    while not (store.writes >= 2 and setup.ledger.reservations(quota) == {}):
+        assert time.monotonic() < end, (store.writes, setup.ledger.reservations(quota))
+        await asyncio.sleep(0.01)
+    # ... and is given back: the reservation, then the release
+    setup.harness.close()
 
 
 @pytest.mark.parametrize(("policy", "allowed"), [("Fail", False), ("Ignore", True)])

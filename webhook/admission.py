@@ -36,7 +36,8 @@ reserved against every quota it counts against (:class:`webhook.quota.QuotaGate`
 loop under the same deadline). Over quota: denied with the quota's message, the engine is not run.
 Otherwise the quota figures reach CEL as ``quota`` and the quota's warnings join the engine's; a
 request the policies then deny gives its reservations back. A quota step that cannot finish (the
-ledger unreachable, the deadline) follows each quota's failurePolicy.
+ledger unreachable, the deadline) follows each quota's failurePolicy; a step that missed the
+deadline and still reserves gives the reservation back when it finishes.
 
 Must not evaluate policy logic itself (that is :mod:`policies.engine`) or know about HTTP.
 """
@@ -46,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -315,12 +317,26 @@ class Admitter:
             async with asyncio.timeout_at(deadline_at):
                 return await asyncio.wrap_future(future)
         except TimeoutError:
-            future.cancel()
+            if not future.cancel():  # running: what it reserves is for a pod now refused
+                future.add_done_callback(lambda done: self._release_late(done, quotas, request))
             return self.quota.unavailable(quotas, request, f"the quota check did not finish "
                                           f"within the {self.settings.deadline_ms} ms deadline")
         except Exception as exc:  # a bug in the quota step: the quotas' failurePolicy decides
             return self.quota.unavailable(quotas, request, f"the quota check failed "
                                           f"({type(exc).__name__}: {exc})")
+
+    def _release_late(self, done: concurrent.futures.Future[QuotaDecision],
+                      quotas: Sequence[Quota], request: Mapping[str, Any]) -> None:
+        """Give back what a quota step that missed the deadline reserved after all (it was
+        answered as refused), on the quota executor; without it the reservation of a pod that
+        will not exist would count until its TTL.
+        """
+        if done.cancelled() or done.exception() is not None or self.quota is None:
+            return
+        reserved = done.result().reserved
+        if reserved:
+            with contextlib.suppress(RuntimeError):  # executor shut down: the TTL applies
+                self.quota_executor.submit(self.quota.release, quotas, reserved, request)
 
     async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
                         deadline_at: float, inline: bool, **quota: Any) -> Decision:

@@ -302,15 +302,6 @@ class ControlPlane:
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def restart_apiserver(self) -> None:
-        """Stop kube-apiserver and start it again on the same port and etcd (a rolling update)."""
-        assert self._apiserver is not None, "not started"
-        self._apiserver.stop()
-        argv = self._apiserver.popen.args
-        self._apiserver = Process("kube-apiserver", argv, self.apiserver_log)  # type: ignore[arg-type]
-        wait_until(lambda: self.get_raw("/readyz")[0] == 200, "kube-apiserver /readyz after a "
-                   "restart", deadline_s=START_DEADLINE_S, interval_s=0.2, logs=self.logs)
-
     # --- clients ------------------------------------------------------------------------------
 
     def _write_kubeconfig(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -73,10 +74,9 @@ def make_namespace(control_plane: ControlPlane, request: pytest.FixtureRequest
     There is no namespace controller, so a deleted namespace would stay Terminating: names are
     unique per test instead and namespaces stay until the control plane goes.
     """
-    stem = request.node.name.lower().replace("_", "-")[:30].strip("-")
-
     def make(prefix: str | None = None, labels: dict[str, str] | None = None) -> str:
-        name = f"{(prefix or stem)[:40]}-{next(_NAMES)}"
+        stem = re.sub(r"[^a-z0-9-]+", "-", (prefix or request.node.name).lower())
+        name = f"{stem[:40].strip('-')}-{next(_NAMES)}"
         arguments = ["create", "namespace", name]
         created = control_plane.kubectl(*arguments)
         assert created.returncode == 0, created.stderr
