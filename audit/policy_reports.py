@@ -4,8 +4,9 @@ Owns the mapping from the audit report to the report objects tools such as Polic
 the Kyverno UI read: **one** ``PolicyReport`` named ``gpuguard-audit`` per namespace that has
 evaluated workloads — never one object per resource — holding a result per finding and per
 exception, with the namespace's pass / fail / warn / error / skip counts in ``summary``; and one
-``ClusterPolicyReport`` named ``gpuguard-audit`` for the cluster-scoped placement problems of nodes
-(stranded GPUs, broken MIG layouts, GFD label inconsistencies).
+``ClusterPolicyReport`` named ``gpuguard-audit`` for the findings of workloads without a namespace
+and the cluster-scoped placement problems of nodes (stranded GPUs, broken MIG layouts, GFD label
+inconsistencies): no finding is left out of the reports.
 
 Mapping: ``deny`` → result ``fail``, severity ``high``; ``warn`` → ``warn`` / ``medium``;
 ``audit`` → ``fail`` / ``low``; ``error`` → ``error`` / ``medium``; an exception → ``skip`` /
@@ -79,38 +80,53 @@ def _finish(obj: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any
     return obj
 
 
-def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One ``PolicyReport`` per namespace with evaluated workloads."""
-    stamp = _timestamp(report)
-    by_namespace: dict[str, list[dict[str, Any]]] = {}
-    for finding in report["findings"]:
-        mapped = _RESULT.get(finding["severity"])
-        namespace = finding["workload"]["namespace"]
-        if mapped is None or not namespace:
-            continue
-        result, severity = mapped
-        properties = {"evaluated": _ref_text(finding["evaluated"]),
-                      "actions": ",".join(finding["actions"]) or "none"}
-        if finding["path"]:
-            properties["path"] = finding["path"]
-        if finding.get("team"):
-            properties["team"] = str(finding["team"])
-        by_namespace.setdefault(namespace, []).append({
-            "source": SOURCE, "policy": finding["policy"], "rule": finding["rule"],
+def _finding_result(finding: Mapping[str, Any], stamp: Mapping[str, int]) -> dict[str, Any] | None:
+    """The report result of one finding (None for ``info``: mutations are not results)."""
+    mapped = _RESULT.get(finding["severity"])
+    if mapped is None:
+        return None
+    result, severity = mapped
+    properties = {"evaluated": _ref_text(finding["evaluated"]),
+                  "actions": ",".join(finding["actions"]) or "none"}
+    if finding["path"]:
+        properties["path"] = finding["path"]
+    if finding.get("team"):
+        properties["team"] = str(finding["team"])
+    return {"source": SOURCE, "policy": finding["policy"], "rule": finding["rule"],
             "category": "GPU compliance", "severity": severity, "result": result,
             "scored": True, "timestamp": stamp, "message": finding["message"],
-            "resources": [_resource(finding["workload"])], "properties": properties})
-    for exception in report["exceptions"]:
-        namespace = exception["workload"]["namespace"]
-        if not namespace:
-            continue
-        by_namespace.setdefault(namespace, []).append({
-            "source": SOURCE, "policy": exception["policy"], "rule": "exceptions",
+            "resources": [_resource(finding["workload"])], "properties": properties}
+
+
+def _exception_result(exception: Mapping[str, Any], stamp: Mapping[str, int]) -> dict[str, Any]:
+    return {"source": SOURCE, "policy": exception["policy"], "rule": "exceptions",
             "category": "GPU compliance", "severity": "info", "result": "skip",
             "scored": False, "timestamp": stamp,
             "message": f"exempt: {exception['reason']}",
             "resources": [_resource(exception["workload"])],
-            "properties": {"exception": exception["reason"]}})
+            "properties": {"exception": exception["reason"]}}
+
+
+def _compliance_results(report: Mapping[str, Any], stamp: Mapping[str, int]
+                        ) -> dict[str | None, list[dict[str, Any]]]:
+    """Findings and exceptions as results, by the workload's namespace (None: the workload is
+    cluster-scoped or its manifest names no namespace; those go to the ClusterPolicyReport, so
+    no finding is ever left out of the reports)."""
+    by_namespace: dict[str | None, list[dict[str, Any]]] = {}
+    for finding in report["findings"]:
+        result = _finding_result(finding, stamp)
+        if result is not None:
+            by_namespace.setdefault(finding["workload"]["namespace"] or None, []).append(result)
+    for exception in report["exceptions"]:
+        by_namespace.setdefault(exception["workload"]["namespace"] or None, []).append(
+            _exception_result(exception, stamp))
+    return by_namespace
+
+
+def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``PolicyReport`` per namespace with evaluated workloads."""
+    stamp = _timestamp(report)
+    by_namespace = _compliance_results(report, stamp)
     reports = []
     for entry in report["namespaces"]:
         namespace = entry["namespace"]
@@ -130,7 +146,8 @@ def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``ClusterPolicyReport``: placement problems of nodes."""
+    """The ``ClusterPolicyReport``: the findings of workloads without a namespace (cluster-scoped,
+    or a manifest that names none), then the placement problems of nodes."""
     stamp = _timestamp(report)
     results = []
     for node in report["nodes"]:
@@ -153,9 +170,14 @@ def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
                 "category": "GPU placement", "severity": "low", "result": "warn",
                 "scored": False, "timestamp": stamp, "message": warning,
                 "resources": resource})
+    compliance = _compliance_results(report, stamp).get(None, [])
+    counts = {kind: sum(1 for r in compliance if r["result"] == kind)
+              for kind in ("fail", "warn", "error", "skip")}
     summary = {"pass": sum(1 for n in report["nodes"] if not n.get("stranded")
                            and not n["warnings"]),
-               "fail": 0, "warn": len(results), "error": 0, "skip": 0}
+               "fail": counts["fail"], "warn": len(results) + counts["warn"],
+               "error": counts["error"], "skip": counts["skip"]}
+    results = [*compliance, *results]
     obj = {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
            "metadata": {"name": REPORT_NAME, "labels": dict(_LABELS)}, "summary": summary}
     return _finish(obj, results)

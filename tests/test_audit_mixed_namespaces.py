@@ -96,3 +96,22 @@ def test_mixed_snapshot_in_worker_processes_gives_the_same_report(capsys):
     assert code == 0
     assert parallel["findings"] == inline["findings"]
     assert parallel["workloads"] == inline["workloads"]
+
+
+def test_findings_of_workloads_without_a_namespace_are_in_the_cluster_report(capsys):
+    # Found by a fresh-context trial: a deny on a manifest that names no namespace was in the
+    # report (and made --fail-on deny exit 1) but in no PolicyReport at all.
+    from audit.policy_reports import build
+
+    _, report = audit_json(capsys, "-f", str(MIXED))
+    cluster = [obj for obj in build(report) if obj["kind"] == "ClusterPolicyReport"]
+    assert len(cluster) == 1
+    denied = {(r["policy"], r["resources"][0]["name"]) for r in cluster[0]["results"]
+              if r["result"] == "fail"}
+    expected = {(f["policy"], f["workload"]["name"]) for f in report["findings"]
+                if f["severity"] == "deny" and not f["workload"]["namespace"]}
+    assert expected and denied == expected
+    assert cluster[0]["summary"]["fail"] == len(expected)
+    namespaced = [obj for obj in build(report) if obj["kind"] == "PolicyReport"]
+    assert sum(o["summary"]["fail"] for o in namespaced) == sum(
+        1 for f in report["findings"] if f["severity"] == "deny" and f["workload"]["namespace"])
