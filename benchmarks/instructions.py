@@ -218,12 +218,13 @@ class Admission:
         from kube.namespaces import StaticNamespaces
         from policies.resource_names import GPUSettings
         from webhook import wire
-        from webhook.admission import VALIDATE, Admitter, fail_closed_policies
+        from webhook.admission import Admitter, Endpoint, fail_closed_policies
         from webhook.metrics import Metrics
         from webhook.policy_store import PolicyStore
         from webhook.settings import ServerSettings
 
-        self.wire, self.endpoint, self.fail_closed_policies = wire, VALIDATE, fail_closed_policies
+        self.wire, self.endpoint, self.fail_closed_policies = (
+            wire, Endpoint.VALIDATE, fail_closed_policies)
         self.settings = ServerSettings(deadline_ms=HOUR_MS, inline_slice_ms=HOUR_MS)
         self.store = PolicyStore(paths, functools.partial(policy_set.load, settings=GPUSettings()))
         result = self.store.load()
