@@ -541,7 +541,9 @@ class Engine:
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
-                    updated = working if owned else copy.deepcopy(dict(working))
+                    # Once owned, ``working`` is the private dict made below or by a patch.
+                    updated = working if owned and isinstance(working, dict) else \
+                        copy.deepcopy(dict(working))
                     changed = apply_shortcut(updated, mutation.shortcut, facts)
                     change = f"{mutation.shortcut[0]} {json.dumps(mutation.shortcut[1])}"
                 check_identity(updated, current)

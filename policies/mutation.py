@@ -58,7 +58,8 @@ def validate_operations(value: Any) -> list[dict[str, Any]]:
     return operations
 
 
-def apply_operations(target: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+def apply_operations(target: Mapping[str, Any],
+                     operations: list[dict[str, Any]]) -> dict[str, Any]:
     """Apply RFC 6902 operations to a copy of ``target`` and return it.
 
     Raises:

@@ -123,9 +123,9 @@ class AdmissionHandlers:
             ADMISSION_LOG.exception("admission handler failed", extra={"fields": {
                 "endpoint": endpoint, "uid": envelope.uid if envelope else None}})
             self.metrics.observe(endpoint, "internal_error", time.perf_counter() - start)
-            error = wire.WireError(500, "InternalError", "gpuguard failed to handle the "
-                                   "request; see its log")
-            return _json_response(wire.error_body(error), error.status)
+            failure = wire.WireError(500, "InternalError", "gpuguard failed to handle the "
+                                     "request; see its log")
+            return _json_response(wire.error_body(failure), failure.status)
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
