@@ -413,7 +413,7 @@ class Engine:
     def _together_program(self, group: Sequence[Policy]) -> CompiledExpression | None:
         """The program listing ``group``'s fused programs (None: it does not compile)."""
         key = tuple(id(p) for p in group)
-        program = self._together.get(key, _NOT_EVALUATED)
+        program: CompiledExpression | None = self._together.get(key, _NOT_EVALUATED)
         if program is _NOT_EVALUATED:
             source = "[" + ",\n".join(self._fused[id(p)].expression.expression
                                        for p in group) + "]"

@@ -83,7 +83,7 @@ def duplicate_key_message(key: Any, first_line: int) -> str:
     return f"duplicate key {shortened(printable(str(key)))!r} (first at line {first_line})"
 
 
-class _StrictLoader(_Loader):
+class _StrictLoader(_Loader):  # type: ignore[misc]  # a base picked at import: libyaml's or not
     """The safe loader, refusing a mapping that gives a key twice (:class:`DuplicateKeyError`).
 
     Keys brought in by a YAML merge (``<<: *base``) may be overridden, as YAML merge keys
