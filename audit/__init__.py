@@ -10,9 +10,11 @@ Owns, module by module:
   takes), :mod:`audit.node_capacity` (what one node offers, per resource and in
   GPU-equivalents), :mod:`audit.placement` (allocation, free, fragmented, stranded, MIG and pending
   GPUs, with :mod:`audit.scheduling` for the scheduler's filters) and :mod:`audit.compliance` (the
-  policy set at the audit point, once per workload, as findings with a severity);
+  policy set at the audit point, once per workload, as findings with a severity), handing what
+  it found over as one typed :class:`audit.scan_result.ScanResult`;
 - :mod:`audit.utilization`: DCGM exporter metrics and allocated-but-idle GPUs;
-- :mod:`audit.report`: the report (a JSON-ready dict, documented in ``docs/audit-report.md``), and
+- :mod:`audit.report`: the report of a scan result (a JSON-ready dict, documented in
+  ``docs/audit-report.md``; it never imports the scanner), and
   its renderers :mod:`audit.render_terminal`, :mod:`audit.render_markdown`,
   :mod:`audit.render_html` (with :mod:`audit.svg_charts`; the three share
   :mod:`audit.report_tables`) and :mod:`audit.policy_reports` (``wgpolicyk8s.io/v1alpha2``);

@@ -31,11 +31,11 @@ from typing import Any
 
 from audit.ownership import ObjectKey, Ownership
 from audit.settings import AuditSettings
-from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, PASS, Engine
+from policies.engine import Engine, RuleOutcome
 from policies.json_data import to_json_data
 from policies.json_fields import mapping_at
-from policies.model import AUDIT, DENY, WARN
 from policies.review import from_object, namespace_stub
+from policies.vocabulary import EvaluationPoint, ValidationAction
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
 _BATCH = 16
@@ -73,13 +73,14 @@ class Exemption:
 
 def severity_of(outcome: str, actions: tuple[str, ...]) -> str | None:
     """The finding severity of a rule result; None for pass / skip / exempt."""
-    if outcome == MUTATE:
+    if outcome == RuleOutcome.MUTATE:
         return "info"
-    if outcome == ERROR:
-        return "deny" if DENY in actions else "error"
-    if outcome != FAILED:
+    if outcome == RuleOutcome.ERROR:
+        return "deny" if ValidationAction.DENY in actions else "error"
+    if outcome != RuleOutcome.FAIL:
         return None
-    for action, severity in ((DENY, "deny"), (WARN, "warn"), (AUDIT, "audit")):
+    for action, severity in ((ValidationAction.DENY, "deny"), (ValidationAction.WARN, "warn"),
+                             (ValidationAction.AUDIT, "audit")):
         if action in actions:
             return severity
     return "audit"
@@ -115,12 +116,14 @@ def _evaluate(engine: Engine, settings: AuditSettings, blob: bytes,
     obj = json.loads(zlib.decompress(blob))
     try:
         verdict = engine.evaluate(from_object(obj, namespace_object=namespace, now=settings.now),
-                                  point="audit")
+                                  point=EvaluationPoint.AUDIT)
     except Exception as exc:  # the engine promises not to raise; a bug must not stop the audit
-        return (("gpuguard", "evaluation", "", ERROR,
+        return (("gpuguard", "evaluation", "", RuleOutcome.ERROR,
                  f"evaluation failed: {type(exc).__name__}: {exc}", ()),)
-    return tuple((r.policy, r.rule, r.path, r.outcome, r.message, tuple(r.actions))
-                 for r in verdict.results)
+    # Plain strings from here: rows cross to the parent process and end in YAML reports,
+    # which YAML's safe dumper cannot write as enum members.
+    return tuple((r.policy, r.rule, r.path, str(r.outcome), r.message,
+                  tuple(str(action) for action in r.actions)) for r in verdict.results)
 
 
 def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any, Any, Any]]:
@@ -285,11 +288,11 @@ def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...
     for root in sorted(results):
         evaluated, rows = results[root]
         for policy, rule, path, outcome, message, actions in rows:
-            if outcome == EXEMPT:
+            if outcome == RuleOutcome.EXEMPT:
                 exemptions.append(Exemption(root, policy, message))
                 by_policy[policy]["exempt"] += 1
                 continue
-            if outcome == PASS:
+            if outcome == RuleOutcome.PASS:
                 by_policy[policy]["pass"] += 1
                 passes[root] += 1
                 continue

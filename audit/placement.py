@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -79,6 +79,59 @@ class OwnerTally:
     gpu_requested: bool = False
 
 
+@dataclass(frozen=True)
+class NodeFigures:
+    """The GPU-equivalents of one node as the cluster totals and fragmentation sum them.
+
+    Attributes:
+        allocatable: the node's GPU-equivalents (exact), None when its units are unknown.
+        allocated: what its running pods take (rounded to 9 places: float sums).
+        free: allocatable - allocated, at least 0 (rounded to 9 places), None when allocatable is.
+    """
+
+    allocatable: Fraction | None
+    allocated: float
+    free: float | None
+
+
+@dataclass(frozen=True)
+class PlacementFigures:
+    """Everything the report takes from placement, computed once by :meth:`Placement.figures`.
+
+    The report sections are JSON-ready (shapes in docs/audit-report.md); the per-owner values are
+    keyed by owner (a controller, or a bare pod) and are not changed after the scan.
+
+    Attributes:
+        nodes: the ``nodes`` section (GPU nodes, by name).
+        other_nodes: how many nodes offer no GPU.
+        pods_on_missing_nodes: node name -> running GPU pods bound to a node absent from the
+            snapshot.
+        cluster, fragmentation, stranded, mig, pending, thresholds: those report sections.
+        tallies: pod counts per owner.
+        owner_usage: allocation per owner, valued on the nodes.
+        node_count: Nodes in the snapshot (GPU or not).
+        pods_seen: pods counted (each once), finished ones included.
+        finished_pods: pods in a finished phase.
+        skipped_reservation: pods of KAI's reservation namespace, not counted.
+    """
+
+    nodes: Sequence[Mapping[str, Any]]
+    other_nodes: int
+    pods_on_missing_nodes: Mapping[str, int]
+    cluster: Mapping[str, Any]
+    fragmentation: Mapping[str, Any]
+    stranded: Sequence[Mapping[str, Any]]
+    mig: Mapping[str, Any]
+    pending: Sequence[Mapping[str, Any]]
+    thresholds: Mapping[str, Any]
+    tallies: Mapping[ObjectKey, OwnerTally]
+    owner_usage: Mapping[ObjectKey, OwnerUsage]
+    node_count: int
+    pods_seen: int
+    finished_pods: int
+    skipped_reservation: int
+
+
 @dataclass
 class NodeUsage:
     """Allocation on one node, valued (see :meth:`Placement.node_usage`)."""
@@ -94,7 +147,7 @@ class NodeUsage:
 
 
 class Placement:
-    """Collects nodes and pods while the snapshot streams; :meth:`report` computes the figures."""
+    """Collects nodes and pods while the snapshot streams; :meth:`figures` computes the figures."""
 
     def __init__(self, settings: AuditSettings) -> None:
         self.settings = settings
@@ -117,8 +170,6 @@ class Placement:
         self.pods_seen = 0
         self.finished = 0
         self.skipped_reservation = 0
-        # node name -> (allocatable, allocated, free) GPU-equivalents, filled by report()
-        self._figures: dict[str, tuple[Fraction | None, float, float | None]] = {}
 
     # --- streaming ---------------------------------------------------------------------------
 
@@ -263,16 +314,16 @@ class Placement:
         """Allocation per owner key (controllers and bare pods), valued on the nodes."""
         return self._valuate()[1]
 
-    # --- the report ----------------------------------------------------------------------------
+    # --- the figures ---------------------------------------------------------------------------
 
     def min_requests(self) -> tuple[int, int]:
         """(millicores, bytes) the smallest GPU pod of the snapshot asks for (floors apply)."""
         return (self._min_cpu or DEFAULT_MIN_CPU_MILLICORES,
                 self._min_memory or DEFAULT_MIN_MEMORY_BYTES)
 
-    def report(self, team_of: Callable[[ObjectKey], str | None],
-               workload_of: Callable[[ObjectKey], ObjectKey]) -> dict[str, Any]:
-        """The placement sections of the audit report (documented in docs/audit-report.md).
+    def figures(self, team_of: Callable[[ObjectKey], str | None],
+                workload_of: Callable[[ObjectKey], ObjectKey]) -> PlacementFigures:
+        """The placement figures of the audit (sections documented in docs/audit-report.md).
 
         Args:
             team_of: the team of an owner key (from its namespace's team label).
@@ -280,28 +331,36 @@ class Placement:
         """
         usage = self.node_usage()
         min_cpu, min_memory = self.min_requests()
-        self._figures = {}
-        nodes = [self._node_entry(node, usage.get(node.name), min_cpu, min_memory)
-                 for node in sorted(self.nodes.values(), key=lambda n: n.name)]
-        gpu_nodes = [n for n in nodes if n["gpu_node"]]
+        entries = [self._node_entry(node, usage.get(node.name), min_cpu, min_memory)
+                   for node in sorted(self.nodes.values(), key=lambda n: n.name)]
+        gpu_nodes = [entry for entry, _ in entries if entry["gpu_node"]]
+        # GPU-equivalents by node name, as computed for the node entries (not re-read from them:
+        # the entries hold the rounded values)
+        equivalents = {entry["name"]: figures for entry, figures in entries}
         orphans = sorted(name for name in usage if name not in self.nodes
                          and usage[name].gpu_pods)
-        return {
-            "nodes": gpu_nodes,
-            "other_nodes": len(nodes) - len(gpu_nodes),
-            "pods_on_missing_nodes": {name: usage[name].gpu_pods for name in orphans},
-            "cluster": self._cluster(gpu_nodes),
-            "fragmentation": self._fragmentation(gpu_nodes),
-            "stranded": [{"node": n["name"], "reasons": n["stranded"]["reasons"],
-                          "gpu_equivalents": n["stranded"]["gpu_equivalents"],
-                          "whole_gpus": n["stranded"]["whole_gpus"],
-                          "resources": n["stranded"]["resources"]}
-                         for n in gpu_nodes if n["stranded"]],
-            "mig": self._mig(gpu_nodes),
-            "pending": self._pending(team_of, workload_of, usage),
-            "thresholds": {"min_gpu_pod_cpu_millicores": min_cpu,
-                           "min_gpu_pod_memory_mib": round(min_memory / 2**20, 1)},
-        }
+        return PlacementFigures(
+            nodes=gpu_nodes,
+            other_nodes=len(entries) - len(gpu_nodes),
+            pods_on_missing_nodes={name: usage[name].gpu_pods for name in orphans},
+            cluster=self._cluster(gpu_nodes, equivalents),
+            fragmentation=self._fragmentation(gpu_nodes, equivalents),
+            stranded=[{"node": n["name"], "reasons": n["stranded"]["reasons"],
+                       "gpu_equivalents": n["stranded"]["gpu_equivalents"],
+                       "whole_gpus": n["stranded"]["whole_gpus"],
+                       "resources": n["stranded"]["resources"]}
+                      for n in gpu_nodes if n["stranded"]],
+            mig=self._mig(gpu_nodes),
+            pending=self._pending(team_of, workload_of, usage),
+            thresholds={"min_gpu_pod_cpu_millicores": min_cpu,
+                        "min_gpu_pod_memory_mib": round(min_memory / 2**20, 1)},
+            tallies=dict(self.tallies),
+            owner_usage=self.owner_usage(),
+            node_count=len(self.nodes),
+            pods_seen=self.pods_seen,
+            finished_pods=self.finished,
+            skipped_reservation=self.skipped_reservation,
+        )
 
     def _stranded_reasons(self, node: NodeCapacity, free_cpu: int | None,
                           free_memory: int | None, min_cpu: int, min_memory: int) -> list[str]:
@@ -325,7 +384,8 @@ class Placement:
         return reasons
 
     def _node_entry(self, node: NodeCapacity, use: NodeUsage | None, min_cpu: int,
-                    min_memory: int) -> dict[str, Any]:
+                    min_memory: int) -> tuple[dict[str, Any], NodeFigures]:
+        """The ``nodes`` entry of ``node`` and its unrounded GPU-equivalents."""
         use = use or NodeUsage(Counter(), 0.0, 0, 0, 0, 0, 0, 0)
         resources = {}
         free_whole = 0
@@ -351,7 +411,6 @@ class Placement:
         used_eq = round(use.equivalents, 9)
         free_eq = None if allocatable_eq is None else max(
             0.0, round(float(allocatable_eq) - used_eq, 9))
-        self._figures[node.name] = (allocatable_eq, used_eq, free_eq)
         free_cpu = None if node.cpu_millicores is None else node.cpu_millicores - \
             use.cpu_millicores
         free_memory = None if node.memory_bytes is None else node.memory_bytes - \
@@ -401,9 +460,10 @@ class Placement:
             "stranded": stranded,
             "usable": not reasons,
             "warnings": list(facts.warnings),
-        }
+        }, NodeFigures(allocatable_eq, used_eq, free_eq)
 
-    def _cluster(self, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    def _cluster(self, nodes: list[dict[str, Any]],
+                 equivalents: Mapping[str, NodeFigures]) -> dict[str, Any]:
         resources: dict[str, dict[str, int]] = {}
         # Fractions until a node's float figure is added (Fraction + float is a float).
         totals: dict[str, Fraction | float] = {
@@ -420,14 +480,14 @@ class Placement:
                 for key in ("capacity", "allocatable", "allocated"):
                     entry[key] += values[key]
                 entry["stranded" if node["stranded"] else "free"] += values["free"]
-            allocatable, allocated, free = self._figures[node["name"]]
-            if allocatable is None:
+            figures = equivalents[node["name"]]
+            if figures.allocatable is None:
                 unknown_nodes.append(node["name"])
             else:
-                totals["allocatable"] += allocatable
-            totals["allocated"] += allocated
-            if free is not None:
-                totals["stranded" if node["stranded"] else "free"] += free
+                totals["allocatable"] += figures.allocatable
+            totals["allocated"] += figures.allocated
+            if figures.free is not None:
+                totals["stranded" if node["stranded"] else "free"] += figures.free
             if node["physical_gpus"] is None:
                 physical_unknown += 1
             else:
@@ -446,7 +506,8 @@ class Placement:
             "resources": dict(sorted(resources.items())),
         }
 
-    def _fragmentation(self, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    def _fragmentation(self, nodes: list[dict[str, Any]],
+                       equivalents: Mapping[str, NodeFigures]) -> dict[str, Any]:
         usable = [n for n in nodes if n["usable"]]
         by_resource: dict[str, list[int]] = defaultdict(list)
         for node in usable:
@@ -471,7 +532,7 @@ class Placement:
                 "message": message,
             })
         eq_free = [free for n in usable
-                   if (free := self._figures[n["name"]][2]) is not None]
+                   if (free := equivalents[n["name"]].free) is not None]
         total_eq = sum(eq_free, Fraction(0))
         largest_eq = max(eq_free, default=Fraction(0))
         return {

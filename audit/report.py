@@ -1,30 +1,28 @@
 """The audit report: one JSON-ready dict with a stable, documented shape.
 
-Owns assembling the scan's parts — placement figures, compliance findings, utilization — into the
-report every renderer reads (terminal, JSON, Markdown, HTML, PolicyReports) and history stores. The
-shape is documented field by field in ``docs/audit-report.md``; ``apiVersion`` changes when a field
-changes meaning or disappears (new fields may be added).
+Owns assembling what a scan found (an :class:`audit.scan_result.ScanResult`: placement figures,
+compliance findings, utilization, quotas) into the report every renderer reads (terminal, JSON,
+Markdown, HTML, PolicyReports) and history stores: workloads and teams rolled up, findings sorted,
+the summary counted. The shape is documented field by field in ``docs/audit-report.md``;
+``apiVersion`` changes when a field changes meaning or disappears (new fields may be added).
 
-Must not read input, evaluate policies or render.
+Must not read input, evaluate policies, render, or import :mod:`audit.scanner` (the scan result is
+the whole hand-over; an import-linter contract).
 """
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from audit.compliance import SEVERITIES, ComplianceResult, Finding
+from audit.compliance import SEVERITIES, Finding
 from audit.ownership import ObjectKey, namespace_order
 from audit.placement import as_float
-from audit.settings import AuditSettings
+from audit.scan_result import ScanResult
 from policies.quota import QuotaStatus
-
-if TYPE_CHECKING:
-    from audit.scanner import Scanner
 
 API_VERSION = "gpuguard.io/v1alpha1"
 KIND = "AuditReport"
@@ -45,7 +43,8 @@ def finding_dict(finding: Finding, team: str | None) -> dict[str, Any]:
     }
 
 
-def quota_entry(status: QuotaStatus, team_of: Any) -> dict[str, Any]:
+def quota_entry(status: QuotaStatus,
+                team_of: Callable[[str | None], str | None]) -> dict[str, Any]:
     """One entry of ``quotas``: a GPUQuota's usage against its limits (docs/audit-report.md)."""
     quota = status.quota
     scope = quota.scope
@@ -68,53 +67,18 @@ def _severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
 
 
-def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Scanner,
-             placement: dict[str, Any], compliance: ComplianceResult,
-             utilization: dict[str, Any] | None, errors: list[str],
-             generated: datetime.datetime,
-             quotas: list[QuotaStatus] | None = None) -> dict[str, Any]:
-    """Build the report (see module docstring)."""
-    root = scanner.ownership.root
-    team_of = scanner.team_of_namespace
+def assemble(result: ScanResult) -> dict[str, Any]:
+    """The report of one scan (docs/audit-report.md), with ``changes`` None (the history fills it).
 
-    # --- workloads -----------------------------------------------------------------------------
-    workloads: dict[ObjectKey, dict[str, Any]] = {}
+    Args:
+        result: what the scan found (:meth:`audit.scanner.Scanner.finish`).
 
-    def workload(key: ObjectKey) -> dict[str, Any]:
-        entry = workloads.get(key)
-        if entry is None:
-            entry = workloads[key] = {
-                **ref(key), "team": team_of(key.namespace), "present": False, "gpu": False,
-                "pods": Counter(), "gpu_pods": Counter(), "allocated": Fraction(0),
-                "allocated_unknown_pods": 0, "pending": Fraction(0), "pending_unknown_pods": 0,
-                "resources": Counter(), "findings": Counter(), "evaluated": None}
-        return entry
-
-    for key, gpu in scanner.present.items():
-        entry = workload(root(key))
-        entry["gpu"] = entry["gpu"] or gpu
-        entry["present"] = entry["present"] or root(key) == key
-    for owner, tally in scanner.placement.tallies.items():
-        entry = workload(root(owner))
-        entry["gpu"] = entry["gpu"] or tally.gpu_requested
-        entry["pods"].update(running=tally.running, pending=tally.pending,
-                             finished=tally.finished)
-        entry["gpu_pods"].update(running=tally.gpu_running, pending=tally.gpu_pending)
-        entry["pending"] += tally.pending_eq
-        entry["pending_unknown_pods"] += tally.pending_unknown
-        if owner == root(owner) and owner.kind == "Pod" and not owner.group:
-            entry["present"] = True
-    for owner, usage in scanner.placement.owner_usage().items():
-        entry = workload(root(owner))
-        entry["allocated"] += usage.equivalents
-        entry["allocated_unknown_pods"] += usage.unknown_pods
-        entry["resources"].update(usage.resources)
-    for key, evaluated in compliance.evaluated.items():
-        workload(key)["evaluated"] = ref(evaluated)
-    for finding in compliance.findings:
-        workload(finding.workload)["findings"][finding.severity] += 1
-
-    # --- findings, exceptions ------------------------------------------------------------------
+    Returns:
+        The JSON-ready report: plain dicts, lists, strings, numbers, booleans and None.
+    """
+    workloads = _workloads(result)
+    compliance = result.compliance
+    team_of = result.team_of
     findings = sorted(
         (finding_dict(f, team_of(f.workload.namespace)) for f in compliance.findings),
         key=lambda f: (_severity_rank(f["severity"]), namespace_order(f["workload"]["namespace"]),
@@ -125,11 +89,98 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
     by_policy = [{"policy": policy, **{s: counts.get(s, 0) for s in SEVERITIES},
                   "pass": counts.get("pass", 0), "exempt": counts.get("exempt", 0)}
                  for policy, counts in compliance.by_policy.items()]
+    quota_list = [quota_entry(status, team_of) for status in result.quotas]
+    placement = result.placement
+    policy_set = result.policy_set
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "generated": result.generated.isoformat(),
+        "source": dict(result.source),
+        "policy_set": {"hash": policy_set.digest, "policies": list(policy_set.policies)}
+        if policy_set is not None else None,
+        "settings": {"team_label": result.settings.team_label,
+                     "idle_below": result.settings.idle_below},
+        "summary": _summary(result, workloads, exceptions, quota_list),
+        "cluster": placement.cluster,
+        "nodes": placement.nodes,
+        "teams": _teams(result, workloads),
+        "quotas": quota_list,
+        "fragmentation": placement.fragmentation,
+        "stranded": placement.stranded,
+        "mig": placement.mig,
+        "pending": placement.pending,
+        "utilization": result.utilization,
+        "workloads": _workload_list(result, workloads),
+        "findings": findings,
+        "exceptions": exceptions,
+        "policies": by_policy,
+        "namespaces": _namespaces(result, workloads),
+        "thresholds": placement.thresholds,
+        "ignored": dict(sorted(result.ignored.items())),
+        "changes": None,
+        "warnings": list(result.warnings),
+        "errors": list(result.errors),
+        "inventory": result.inventory,
+    }
 
-    # --- teams ---------------------------------------------------------------------------------
+
+def _workloads(result: ScanResult) -> dict[ObjectKey, dict[str, Any]]:
+    """Every workload (root owner) the scan saw: its pods, allocation and finding counts."""
+    workloads: dict[ObjectKey, dict[str, Any]] = {}
+    root = result.workload_of
+
+    def workload(key: ObjectKey) -> dict[str, Any]:
+        entry = workloads.get(key)
+        if entry is None:
+            entry = workloads[key] = {
+                **ref(key), "team": result.team_of(key.namespace), "present": False,
+                "gpu": False, "pods": Counter(), "gpu_pods": Counter(), "allocated": Fraction(0),
+                "allocated_unknown_pods": 0, "pending": Fraction(0), "pending_unknown_pods": 0,
+                "resources": Counter(), "findings": Counter(), "evaluated": None}
+        return entry
+
+    for key, gpu in result.present.items():
+        entry = workload(root(key))
+        entry["gpu"] = entry["gpu"] or gpu
+        entry["present"] = entry["present"] or root(key) == key
+    for owner, tally in result.placement.tallies.items():
+        entry = workload(root(owner))
+        entry["gpu"] = entry["gpu"] or tally.gpu_requested
+        entry["pods"].update(running=tally.running, pending=tally.pending,
+                             finished=tally.finished)
+        entry["gpu_pods"].update(running=tally.gpu_running, pending=tally.gpu_pending)
+        entry["pending"] += tally.pending_eq
+        entry["pending_unknown_pods"] += tally.pending_unknown
+        if owner == root(owner) and owner.kind == "Pod" and not owner.group:
+            entry["present"] = True
+    for owner, usage in result.placement.owner_usage.items():
+        entry = workload(root(owner))
+        entry["allocated"] += usage.equivalents
+        entry["allocated_unknown_pods"] += usage.unknown_pods
+        entry["resources"].update(usage.resources)
+    for key, evaluated in result.compliance.evaluated.items():
+        workload(key)["evaluated"] = ref(evaluated)
+    for finding in result.compliance.findings:
+        workload(finding.workload)["findings"][finding.severity] += 1
+    return workloads
+
+
+def _listed(entry: dict[str, Any]) -> bool:
+    """Whether a workload is reported: it asks for GPUs or has a finding."""
+    return bool(entry["gpu"] or entry["findings"])
+
+
+def _allocatable(result: ScanResult) -> float:
+    return result.placement.cluster["gpu_equivalents"]["allocatable"] or 0.0
+
+
+def _teams(result: ScanResult,
+           workloads: dict[ObjectKey, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``teams`` section: reported workloads summed per team, unlabelled (None) last."""
     teams: dict[str | None, dict[str, Any]] = {}
     for entry in workloads.values():
-        if not (entry["gpu"] or entry["findings"]):
+        if not _listed(entry):
             continue
         team = teams.setdefault(entry["team"], {
             "team": entry["team"], "namespaces": set(), "workloads": 0,
@@ -146,8 +197,8 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         team["pending_unknown_pods"] += entry["pending_unknown_pods"]
         team["resources"].update(entry["resources"])
         team["findings"].update(entry["findings"])
-    idle_by_team = {t["team"]: t for t in (utilization or {}).get("teams", [])}
-    allocatable = placement["cluster"]["gpu_equivalents"]["allocatable"] or 0.0
+    idle_by_team = {t["team"]: t for t in (result.utilization or {}).get("teams", [])}
+    allocatable = _allocatable(result)
     team_list = []
     for team in sorted(teams.values(), key=lambda t: (t["team"] is None, t["team"] or "")):
         idle = idle_by_team.get(team["team"])
@@ -168,12 +219,16 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
             "resources": dict(sorted(team["resources"].items())),
             "findings": {s: team["findings"].get(s, 0) for s in SEVERITIES},
         })
+    return team_list
 
-    # --- workloads list --------------------------------------------------------------------------
+
+def _workload_list(result: ScanResult,
+                   workloads: dict[ObjectKey, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``workloads`` section: workloads asking for GPUs or with findings, by key."""
     workload_list = []
     for key in sorted(workloads):
         entry = workloads[key]
-        if not (entry["gpu"] or entry["findings"]):
+        if not _listed(entry):
             continue
         workload_list.append({
             "kind": entry["kind"], "group": entry["group"], "namespace": entry["namespace"],
@@ -187,46 +242,52 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
                                 + entry["pending_unknown_pods"]},
             "resources": dict(sorted(entry["resources"].items())),
             "evaluated": entry["evaluated"],
-            "passed_rules": compliance.passes.get(key, 0),
+            "passed_rules": result.compliance.passes.get(key, 0),
             "findings": {s: entry["findings"].get(s, 0) for s in SEVERITIES},
         })
+    return workload_list
 
-    # --- namespaces (PolicyReport summaries) ---------------------------------------------------
+
+def _namespaces(result: ScanResult,
+                workloads: dict[ObjectKey, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``namespaces`` section (the PolicyReport summaries), cluster scope first."""
+    compliance = result.compliance
     namespaces: dict[str | None, dict[str, Any]] = {}
     for key in compliance.evaluated:
         entry = namespaces.setdefault(key.namespace, {
-            "namespace": key.namespace, "team": team_of(key.namespace), "evaluated_workloads": 0,
-            "passed_rules": 0, "findings": Counter(), "exceptions": 0})
+            "namespace": key.namespace, "team": result.team_of(key.namespace),
+            "evaluated_workloads": 0, "passed_rules": 0, "findings": Counter(), "exceptions": 0})
         entry["evaluated_workloads"] += 1
         entry["passed_rules"] += compliance.passes.get(key, 0)
         entry["findings"].update(workloads[key]["findings"] if key in workloads else {})
     for exemption in compliance.exemptions:
         if exemption.workload.namespace in namespaces:
             namespaces[exemption.workload.namespace]["exceptions"] += 1
-    namespace_list = [{**entry, "findings": {s: entry["findings"].get(s, 0) for s in SEVERITIES}}
-                      for _, entry in sorted(namespaces.items(),
-                                             key=lambda e: namespace_order(e[0]))]
+    return [{**entry, "findings": {s: entry["findings"].get(s, 0) for s in SEVERITIES}}
+            for _, entry in sorted(namespaces.items(), key=lambda e: namespace_order(e[0]))]
 
-    # --- quotas --------------------------------------------------------------------------------
-    quota_list = [quota_entry(status, team_of) for status in quotas or ()]
 
-    # --- summary -------------------------------------------------------------------------------
-    cluster = placement["cluster"]
+def _summary(result: ScanResult, workloads: dict[ObjectKey, dict[str, Any]],
+             exceptions: list[dict[str, Any]],
+             quota_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``summary`` section: the counts a dashboard shows first."""
+    placement = result.placement
+    cluster = placement.cluster
+    utilization = result.utilization
+    allocatable = _allocatable(result)
     pending_eq = sum((w["pending"] for w in workloads.values()), Fraction(0))
-    gpu_running = sum(t.gpu_running for t in scanner.placement.tallies.values())
-    gpu_pending = sum(t.gpu_pending for t in scanner.placement.tallies.values())
-    severities = Counter(f.severity for f in compliance.findings)
-    warnings = [*scanner.warnings, *(utilization or {}).get("warnings", [])]
-    summary = {
-        "nodes": len(scanner.placement.nodes),
+    severities = Counter(f.severity for f in result.compliance.findings)
+    return {
+        "nodes": placement.node_count,
         "gpu_nodes": cluster["gpu_nodes"],
-        "objects": scanner.objects,
-        "pods": scanner.placement.pods_seen,
-        "finished_pods": scanner.placement.finished,
-        "gpu_pods": {"running": gpu_running, "pending": gpu_pending},
+        "objects": result.objects,
+        "pods": placement.pods_seen,
+        "finished_pods": placement.finished_pods,
+        "gpu_pods": {"running": sum(t.gpu_running for t in placement.tallies.values()),
+                     "pending": sum(t.gpu_pending for t in placement.tallies.values())},
         "workloads": len(workloads),
         "gpu_workloads": sum(1 for w in workloads.values() if w["gpu"]),
-        "evaluated_workloads": len(compliance.evaluated),
+        "evaluated_workloads": len(result.compliance.evaluated),
         "physical_gpus": cluster["physical_gpus"],
         "whole_gpus": cluster["whole_gpus"],
         "gpu_equivalents": {
@@ -241,38 +302,7 @@ def assemble(*, settings: AuditSettings, source: Mapping[str, Any], scanner: Sca
         "exceptions": len(exceptions),
         "quotas": {state: sorted(e["name"] for e in quota_list if e["state"] == state)
                    for state in ("over", "near", "ok")},
-        "stranded_nodes": len(placement["stranded"]),
-        "errors": len(errors),
-        "warnings": len(warnings),
+        "stranded_nodes": len(placement.stranded),
+        "errors": len(result.errors),
+        "warnings": len(result.warnings),
     }
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "generated": generated.isoformat(),
-        "source": dict(source),
-        "policy_set": {"hash": scanner.policy_set.digest or None,
-                       "policies": list(scanner.policy_set.names())}
-        if scanner.policy_set is not None else None,
-        "settings": {"team_label": settings.team_label, "idle_below": settings.idle_below},
-        "summary": summary,
-        "cluster": cluster,
-        "nodes": placement["nodes"],
-        "teams": team_list,
-        "quotas": quota_list,
-        "fragmentation": placement["fragmentation"],
-        "stranded": placement["stranded"],
-        "mig": placement["mig"],
-        "pending": placement["pending"],
-        "utilization": utilization,
-        "workloads": workload_list,
-        "findings": findings,
-        "exceptions": exceptions,
-        "policies": by_policy,
-        "namespaces": namespace_list,
-        "thresholds": placement["thresholds"],
-        "ignored": dict(sorted(scanner.ignored.items())),
-        "changes": None,
-        "warnings": warnings,
-        "errors": errors,
-    }
-

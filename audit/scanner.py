@@ -1,19 +1,21 @@
-"""The scan: one pass over a snapshot's objects, then the audit report.
+"""The scan: one pass over a snapshot's objects, then its figures as one typed value.
 
 Owns the order of work. Each object is looked at once, as it streams in (from files or the
 cluster), and handed to the parts that need it — Namespaces (teams, policies' ``namespaceObject``),
 Nodes (:mod:`audit.node_capacity`), Pods (:mod:`audit.pods` then :mod:`audit.placement`), workload
 controllers (:mod:`audit.ownership`, GPU templates) — and to :mod:`audit.compliance`. Nothing is
-kept per pod except what placement aggregates. At the end the parts are asked for their figures
-and :mod:`audit.report` assembles the report.
+kept per pod except what placement aggregates. At the end the parts are asked for their figures,
+which :meth:`Scanner.finish` hands over as one :class:`audit.scan_result.ScanResult`;
+:func:`audit.report.assemble` turns that into the report.
 
-Must not read files or the cluster itself (callers pass an iterable of documents), or render.
+Must not read files or the cluster itself (callers pass an iterable of documents), build the
+report (it must not import :mod:`audit.report`: an import-linter contract) or render.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from audit.compliance import Compliance
@@ -21,7 +23,7 @@ from audit.node_capacity import node_capacity
 from audit.ownership import ObjectKey, Ownership, controller_of, key_of
 from audit.placement import Placement
 from audit.pods import PodReader
-from audit.report import assemble
+from audit.scan_result import PolicySetInfo, ScanResult
 from audit.settings import AuditSettings
 from audit.utilization import Metrics, utilization_report
 from policies.engine import Engine
@@ -36,7 +38,7 @@ _NOT_WORKLOADS = frozenset({"Service", "ConfigMap", "Secret", "Endpoints", "Endp
 
 
 class Scanner:
-    """Consumes documents one at a time (:meth:`feed`) and builds the report (:meth:`finish`).
+    """Consumes documents one at a time (:meth:`feed`); :meth:`finish` returns what it found.
 
     Args:
         settings: the audit settings.
@@ -181,49 +183,79 @@ class Scanner:
             statuses.append(QuotaStatus(quota, used))
         return statuses
 
-    def finish(self, source: Mapping[str, Any],
-               policy_errors: Iterable[str] = ()) -> dict[str, Any]:
-        """Evaluate what is left, compute every figure and assemble the report."""
+    def close(self) -> None:
+        """Stop the policy workers of a scan that is abandoned (no :meth:`finish`)."""
+        self.compliance.close()
+
+    def finish(self, source: Mapping[str, Any], policy_errors: Iterable[str] = (), *,
+               inventory: Mapping[str, Any] | None = None,
+               warnings: Sequence[str] = ()) -> ScanResult:
+        """Evaluate what is left and compute every figure, once.
+
+        Args:
+            source: what was audited (the report's ``source``).
+            policy_errors: input errors found outside the scan (listed before the scan's own).
+            inventory: the ``inventory`` section, when ``--inventory`` was given.
+            warnings: warnings found outside the scan (listed after the scan's own).
+        """
         compliance = self.compliance.finish()
         root = self.ownership.root
-        placement = self.placement.report(
+        placement = self.placement.figures(
             team_of=lambda key: self.team_of_namespace(key.namespace), workload_of=root)
         utilization = None
         if self.metrics is not None:
             utilization = utilization_report(self.metrics, self.settings.idle_below,
                                              self._pod_refs, root, self.team_of_namespace)
         errors = [*policy_errors, *self.errors]
-        if placement["pods_on_missing_nodes"]:
+        missing = placement.pods_on_missing_nodes
+        if missing:
             self.warnings.append(
-                f"{sum(placement['pods_on_missing_nodes'].values())} GPU pod(s) run on node(s) "
-                "missing from the snapshot (" + ", ".join(placement["pods_on_missing_nodes"])
-                + "); their GPUs are valued from the pods alone")
+                f"{sum(missing.values())} GPU pod(s) run on node(s) missing from the snapshot ("
+                + ", ".join(missing) + "); their GPUs are valued from the pods alone")
         if self.duplicate_pods:
             self.warnings.append(f"{self.duplicate_pods} pod(s) appeared more than once in the "
                                  "input; each was counted once (the first copy)")
-        if self.placement.skipped_reservation:
+        if placement.skipped_reservation:
             self.warnings.append(
-                f"{self.placement.skipped_reservation} pod(s) in the KAI reservation namespace "
+                f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
                 "were not counted: the fractional pods they hold GPUs for are")
-        return assemble(
-            settings=self.settings, source=source, scanner=self, placement=placement,
-            compliance=compliance, utilization=utilization, errors=errors,
-            quotas=self.quota_statuses(),
+        label = self.settings.team_label
+        policy_set = None if self.policy_set is None else PolicySetInfo(
+            self.policy_set.digest or None, tuple(self.policy_set.names()))
+        return ScanResult(
+            settings=self.settings,
             generated=self.settings.now if self.settings.now.year > 1970
-            else datetime.datetime.now(datetime.UTC))
+            else datetime.datetime.now(datetime.UTC),
+            source=dict(source),
+            policy_set=policy_set,
+            objects=self.objects,
+            ignored=dict(sorted(self.ignored.items())),
+            teams={namespace: team for namespace, labels in self.namespaces.items()
+                   if (team := labels.get(label))},
+            workloads={key: root(key) for key in (*self.present, *placement.tallies)},
+            present=dict(self.present),
+            placement=placement,
+            compliance=compliance,
+            utilization=utilization,
+            quotas=tuple(self.quota_statuses()),
+            inventory=inventory,
+            warnings=(*self.warnings, *(utilization or {}).get("warnings", []), *warnings),
+            errors=tuple(errors),
+        )
 
 
 def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine: Engine | None,
          *, metrics: Metrics | None = None, source: Mapping[str, Any] | None = None,
          policy_errors: Iterable[str] = (),
          progress: Callable[[int], None] | None = None,
-         quotas: Iterable[Quota] = ()) -> dict[str, Any]:
-    """Audit ``items`` and return the report (see docs/audit-report.md)."""
+         quotas: Iterable[Quota] = ()) -> ScanResult:
+    """Audit ``items`` and return what the scan found (:func:`audit.report.assemble` makes the
+    report of it, docs/audit-report.md)."""
     scanner = Scanner(settings, engine, metrics, progress, quotas)
     try:
         for item in items:
             scanner.feed(item)
     except BaseException:
-        scanner.compliance.close()
+        scanner.close()
         raise
     return scanner.finish(source or {}, policy_errors)

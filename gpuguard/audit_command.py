@@ -36,6 +36,7 @@ from audit import history as audit_history
 from audit import policy_reports, render_html, render_markdown, render_terminal
 from audit.file_source import iter_snapshot
 from audit.inventory_audit import InventoryAudit
+from audit.report import assemble
 from audit.scanner import Scanner
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.utilization import Metrics, MetricsError, read_metrics
@@ -302,25 +303,25 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
                 if inventory is not None:
                     inventory.feed(item)
     except BaseException:
-        scanner.compliance.close()
+        scanner.close()
         raise
     if scan_state is not None and scan_state.unreachable is not None:
-        scanner.compliance.close()
+        scanner.close()
         _error(f"error: {scan_state.unreachable}")
         _error("error: the API server cannot be reached: the scan is incomplete, no report "
                "written")
         return EXIT_ENVIRONMENT
     empty = coverage.nothing_named()
     if empty or scanner.objects == 0:
-        scanner.compliance.close()
+        scanner.close()
         why = "a path names no object" if empty else \
             "nothing could be read" if scanner.errors else "the cluster listed no object"
         return _refuse([*scanner.errors, *empty], why)
-    report = scanner.finish(source, inventory.errors if inventory else [])
-    report["inventory"] = inventory.section() if inventory is not None else None
-    report["warnings"] = [*report["warnings"], *(inventory.warnings() if inventory else []),
-                          *notes]
-    report["summary"]["warnings"] = len(report["warnings"])
+    result = scanner.finish(
+        source, inventory.errors if inventory else [],
+        inventory=inventory.section() if inventory is not None else None,
+        warnings=[*(inventory.warnings() if inventory else []), *notes])
+    report = assemble(result)
     for line in report["errors"]:
         _error(line)
 
@@ -340,13 +341,13 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     if args.write_reports and cluster is not None:
         from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
 
-        for result in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
-            where = f"{result.namespace}/" if result.namespace else ""
-            if result.action == "failed":
-                _error(f"error: {result.kind} {where}{result.name}: {result.message}")
+        for outcome in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
+            where = f"{outcome.namespace}/" if outcome.namespace else ""
+            if outcome.action == "failed":
+                _error(f"error: {outcome.kind} {where}{outcome.name}: {outcome.message}")
                 status = EXIT_USAGE
             else:
-                print(f"gpuguard: {result.kind} {where}{result.name} {result.action}",
+                print(f"gpuguard: {outcome.kind} {where}{outcome.name} {outcome.action}",
                       file=sys.stderr)
 
     summary = report["summary"]

@@ -8,7 +8,8 @@ Owns answering "what is the Namespace object of ``name``" (labels for ``namespac
   loop (``loop.call_soon_threadsafe``), so readers on the loop need no lock. A watch that expires
   (HTTP 410 Gone, or an ``ERROR`` event with code 410) is followed by a fresh list that replaces
   the whole cache (deletions missed meanwhile are dropped); other errors are retried with
-  back-off.
+  back-off. Code on the loop can wait for the cache to reach a state (a resourceVersion
+  applied, the first list) with :meth:`NamespaceWatch.wait_for` instead of polling.
 - :class:`StaticNamespaces`: a fixed map, e.g. read by :func:`read_namespace_file` from YAML
   (namespace name → labels map, or ``kubectl get ns -o yaml`` output).
 
@@ -181,7 +182,9 @@ class NamespaceWatch:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._response: Any = None
+        self._waiters: list[asyncio.Future[None]] = []
         self.lists = 0  # completed lists (the first, then one per relist)
+        self.resource_version = ""  # of the last list or event applied
         self.source = "cluster watch"
 
     # --- readers (event-loop thread) -----------------------------------------------------------
@@ -196,6 +199,30 @@ class NamespaceWatch:
         if self._synced:
             return True, f"{len(self._namespaces)} namespaces, watching"
         return False, f"namespace list not received yet: {self._last_error or 'listing'}"
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        """Return once ``condition()`` holds: checked now, then after each change applied on
+        the loop (a list, an event, an error). Only with a loop given to :meth:`start`; the
+        caller bounds the wait (``asyncio.timeout``), as the cluster may never get there.
+
+        E.g. ``await watch.wait_for(lambda: watch.resource_version == "200")``; a
+        resourceVersion is opaque, so compare it for equality only.
+        """
+        while not condition():
+            future = asyncio.get_running_loop().create_future()
+            self._waiters.append(future)
+            try:
+                await future
+            finally:
+                if future in self._waiters:
+                    self._waiters.remove(future)
+
+    def _changed(self) -> None:
+        """Wake :meth:`wait_for` (on the loop, after a change was applied)."""
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -233,12 +260,14 @@ class NamespaceWatch:
         except RuntimeError:  # the loop is closed: the server is gone
             self._stop.set()
 
-    def _replace(self, namespaces: dict[str, dict[str, Any]]) -> None:
+    def _replace(self, namespaces: dict[str, dict[str, Any]], version: str) -> None:
         def apply() -> None:
             self._namespaces = namespaces
             self._synced = True
             self._last_error = None
             self.lists += 1
+            self.resource_version = version
+            self._changed()
         self._post(apply)
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
@@ -246,11 +275,15 @@ class NamespaceWatch:
         if not name:
             return
 
+        version = str(obj["metadata"].get("resourceVersion") or "")
+
         def apply() -> None:
             if kind == "DELETED":
                 self._namespaces.pop(name, None)
             else:
                 self._namespaces[name] = obj
+            self.resource_version = version or self.resource_version
+            self._changed()
         self._post(apply)
 
     def _list(self) -> tuple[dict[str, dict[str, Any]], str]:
@@ -282,7 +315,7 @@ class NamespaceWatch:
     def _run(self) -> None:
         def list_once() -> str:
             namespaces, version = self._list()
-            self._replace(namespaces)
+            self._replace(namespaces, version)
             _LOG.info("namespace cache listed", extra={"fields": {
                 "namespaces": len(namespaces), "resourceVersion": version}})
             return version
@@ -294,4 +327,5 @@ class NamespaceWatch:
     def _failed(self, message: str) -> None:
         def apply() -> None:
             self._last_error = message
+            self._changed()
         self._post(apply)

@@ -9,7 +9,8 @@ over pods (the admission hot path). Pending and running pods count; finished pod
 watch, in a daemon worker thread (the pattern of :class:`kube.namespaces.NamespaceWatch`). A watch
 that expires (410 Gone, or an ``ERROR`` event with code 410) is followed by a fresh list that
 replaces the index; other errors are retried with back-off. Readers may be on any thread: the
-index is guarded by a lock.
+index is guarded by a lock. A thread can wait for the cache to reach a state (a resourceVersion
+applied, a relist) with :meth:`PodCache.wait_for` instead of polling.
 
 Must not know about HTTP serving; quota semantics are :mod:`policies.quota`'s.
 """
@@ -154,7 +155,9 @@ class PodCache:
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self.synced = threading.Event()
+        self._changes = threading.Condition()
         self.lists = 0  # completed lists (the first, then one per relist)
+        self.resource_version = ""  # of the last list or event applied
         self.last_error: str | None = None
 
     def status(self) -> tuple[bool, str]:
@@ -163,6 +166,22 @@ class PodCache:
             return True, f"watching (full pod lists so far: {self.lists})"
         problem = f" (last error: {self.last_error})" if self.last_error else ""
         return False, f"waiting for the first list of the cluster's pods{problem}"
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``condition()`` holds, checked now and after each change the worker
+        applies (a list, an event, an error); False after ``timeout`` seconds without it.
+
+        E.g. ``cache.wait_for(lambda: cache.resource_version == "205", 60)``; a
+        resourceVersion is opaque, so compare it for equality only.
+        """
+        with self._changes:
+            return self._changes.wait_for(condition, timeout)
+
+    def _changed(self, version: str | None = None) -> None:
+        with self._changes:
+            if version:
+                self.resource_version = version
+            self._changes.notify_all()
 
     # UsageSource, delegated
     def usage(self, quota: Quota) -> Usage:
@@ -209,7 +228,9 @@ class PodCache:
                 self.lists += 1
                 self.last_error = None
                 self.synced.set()
-                return str(metadata.get("resourceVersion") or "")
+                version = str(metadata.get("resourceVersion") or "")
+                self._changed(version)
+                return version
 
     def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         def hold(response: Any) -> None:
@@ -224,6 +245,7 @@ class PodCache:
             self.index.delete(str(metadata.get("namespace") or ""), str(metadata.get("name")))
         elif kind in ("ADDED", "MODIFIED"):
             self.index.upsert(_trim(obj))
+        self._changed(str(metadata.get("resourceVersion") or ""))
 
     def _run(self) -> None:
         run_list_watch(what="pod", stop=self._stop, list_once=self._list, events=self._events,
@@ -231,3 +253,4 @@ class PodCache:
 
     def _failed(self, message: str) -> None:
         self.last_error = message
+        self._changed()

@@ -38,7 +38,6 @@ from kubernetes.client.exceptions import ApiException
 
 from policies.json_fields import mapping_at
 from policies.quota import (
-    FAIL,
     Charge,
     Quota,
     QuotaStatus,
@@ -49,6 +48,7 @@ from policies.quota import (
     request_charge,
 )
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.vocabulary import FailurePolicy
 
 _LOG = logging.getLogger("gpuguard.quota")
 LEDGER_PREFIX = "gpuguard-quota-"
@@ -379,8 +379,10 @@ class QuotaLedger:
 class QuotaDecision:
     """What quota says about one AdmissionRequest.
 
-    ``denials`` and ``warnings`` read ``GPUQuota <name>: message``; ``cel`` is the ``quota``
-    variable for custom policies (``Engine.evaluate(review, quota=decision.cel)``).
+    ``denials`` and ``warnings`` are the messages users read, each naming its GPUQuota;
+    ``denied_by`` the names of the quotas that denied, in order (what the decision log and
+    metrics count: never recovered from the messages); ``cel`` is the ``quota`` variable for
+    custom policies (``Engine.evaluate(review, quota=decision.cel)``).
     """
 
     allowed: bool = True
@@ -388,6 +390,7 @@ class QuotaDecision:
     warnings: tuple[str, ...] = ()
     cel: Mapping[str, Any] = field(default_factory=dict)
     reserved: tuple[str, ...] = ()  # quota names a reservation was written to
+    denied_by: tuple[str, ...] = ()
 
 
 def reservation_key(request: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -441,6 +444,7 @@ class QuotaAdmission:
             return QuotaDecision()
         dry_run = bool(request.get("dryRun"))
         denials: list[str] = []
+        denied_by: list[str] = []
         warnings: list[str] = []
         statuses: list[QuotaStatus] = []
         reserved: list[Quota] = []
@@ -450,14 +454,16 @@ class QuotaAdmission:
                                              dry_run=dry_run)
             except LedgerUnavailable as exc:
                 text = f"GPUQuota {quota.name}: usage could not be checked ({exc})"
-                if quota.failure_policy == FAIL:
+                if quota.failure_policy == FailurePolicy.FAIL:
                     denials.append(f"{text}; failurePolicy Fail")
+                    denied_by.append(quota.name)
                     break
                 warnings.append(f"{text}; admitted (failurePolicy Ignore)")
                 continue
             statuses.append(QuotaStatus(quota, result.used))
             if result.problems:
                 denials.extend(result.problems)
+                denied_by.append(quota.name)
                 break
             if not dry_run:
                 reserved.append(quota)
@@ -470,4 +476,5 @@ class QuotaAdmission:
                                  extra={"fields": {"quota": quota.name, "key": key}})
             reserved = []
         return QuotaDecision(not denials, tuple(denials), tuple(warnings),
-                             quota_variable(statuses, charge), tuple(q.name for q in reserved))
+                             quota_variable(statuses, charge), tuple(q.name for q in reserved),
+                             tuple(denied_by))

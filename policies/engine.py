@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from policies import cel_scanner
@@ -42,7 +43,7 @@ from policies.fused import build as build_fused
 from policies.fused import read as read_fused
 from policies.inlining import inline_policy
 from policies.matching import applicability
-from policies.model import AUDIT, DENY, FAIL, WARN, Policy, PolicySet, Rule
+from policies.model import Policy, PolicySet, Rule
 from policies.mutation import (
     MutationError,
     apply_operations,
@@ -54,9 +55,22 @@ from policies.mutation import (
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.review import ReviewInput
 from policies.sources import shortened
+from policies.vocabulary import EvaluationPoint, FailurePolicy, ValidationAction
 from policies.workloads import WorkloadFacts, workload_facts
 
-PASS, FAILED, ERROR, SKIP, EXEMPT, MUTATE = "pass", "fail", "error", "skip", "exempt", "mutate"
+
+class RuleOutcome(StrEnum):
+    """What happened to one rule on one request (:attr:`RuleResult.outcome`); the values are
+    the words of ``gpuguard check`` / report JSON and of test-suite ``expect.results``."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+    EXEMPT = "exempt"
+    MUTATE = "mutate"
+
+
 _NOT_EVALUATED: Any = object()  # a fused program's value not computed yet
 AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
 _AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -76,38 +90,74 @@ class RuleResult:
     policy: str
     rule: str
     path: str
-    outcome: str
+    outcome: RuleOutcome
     message: str = ""
-    actions: tuple[str, ...] = ()
+    actions: tuple[ValidationAction, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form used by ``gpuguard check`` and reports."""
+        """JSON form used by ``gpuguard check`` and reports (plain strings: YAML's safe dumper
+        cannot write an enum member)."""
         return {"policy": self.policy, "rule": self.rule, "path": self.path,
-                "outcome": self.outcome, "message": self.message, "actions": list(self.actions)}
+                "outcome": str(self.outcome), "message": self.message,
+                "actions": [str(action) for action in self.actions]}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One failed (or failed-to-evaluate) rule that denied the request or warned about it.
+
+    ``policy`` and ``rule`` name it (``rule`` as in :attr:`RuleResult.rule`), ``message`` is the
+    rule's message (or the error), ``reason`` the HTTP status reason it gives a denial
+    (``Forbidden`` unless the validation says otherwise). What users read is :attr:`text`.
+    """
+
+    policy: str
+    rule: str
+    message: str
+    reason: str = "Forbidden"
+
+    @property
+    def text(self) -> str:
+        """``policy: message``: one part of the AdmissionResponse message, or one warning."""
+        return f"{self.policy}: {self.message}"
 
 
 @dataclass(frozen=True)
 class Verdict:
     """What the engine decided for one request.
 
-    ``denials`` and ``warnings`` read ``policy: message``; ``patch`` is RFC 6902 (empty when
-    nothing changed) and ``final_object`` the mutated object; ``reason`` is the HTTP status reason
-    of the first denial (``Forbidden`` unless a validation says otherwise).
+    ``denials`` are the violations that deny (a ``Deny`` action, or an error under
+    ``failurePolicy: Fail``), ``warnings`` those with a ``Warn`` action, in evaluation order;
+    ``patch`` is RFC 6902 (empty when nothing changed) and ``final_object`` the mutated object.
     """
 
     allowed: bool
     results: tuple[RuleResult, ...] = ()
-    denials: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
+    denials: tuple[Violation, ...] = ()
+    warnings: tuple[Violation, ...] = ()
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     patch: tuple[dict[str, Any], ...] = ()
     final_object: Mapping[str, Any] | None = None
-    reason: str = "Forbidden"
 
     @property
     def message(self) -> str:
-        """The denial message: every failed rule, each with its policy name."""
-        return "; ".join(self.denials)
+        """The denial message: every denying rule's message, each with its policy name."""
+        return "; ".join(denial.text for denial in self.denials)
+
+    @property
+    def reason(self) -> str:
+        """The HTTP status reason of the first denial (``Forbidden`` when none says otherwise)."""
+        return self.denials[0].reason if self.denials else "Forbidden"
+
+    @property
+    def warning_texts(self) -> tuple[str, ...]:
+        """The warnings as the AdmissionResponse lists them, ``policy: message`` each."""
+        return tuple(warning.text for warning in self.warnings)
+
+    @property
+    def denied_by(self) -> tuple[str, ...]:
+        """Names of the policies that denied, each once, in evaluation order."""
+        return tuple(dict.fromkeys(denial.policy for denial in self.denials))
 
 
 def audit_key(policy: str, suffix: str = "") -> str:
@@ -140,11 +190,10 @@ class _Run:
     def __init__(self, expired: Callable[[], bool] | None = None) -> None:
         self.expired = expired
         self.results: list[RuleResult] = []
-        self.denials: list[str] = []
-        self.warnings: list[str] = []
+        self.denials: list[Violation] = []
+        self.warnings: list[Violation] = []
         self.audit: dict[str, str] = {}
         self.failures: dict[str, list[dict[str, str]]] = {}  # audit key -> failed rules
-        self.reason: str | None = None
 
     def check_deadline(self) -> None:
         """Raise :class:`EvaluationExpired` when the caller's deadline has passed."""
@@ -152,24 +201,26 @@ class _Run:
             raise EvaluationExpired
 
     def add(self, result: RuleResult) -> None:
-        if result.outcome == SKIP and result in self.results:
+        if result.outcome == RuleOutcome.SKIP and result in self.results:
             return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
-                error: bool = False, reason: str = "Forbidden", point: str) -> None:
+                error: bool = False, reason: str = "Forbidden",
+                point: EvaluationPoint) -> None:
         """Record a violated (or failed-to-evaluate) rule and act on it."""
         actions = policy.actions if not error else (
-            (DENY,) if policy.failure_policy == FAIL else ())
-        self.add(RuleResult(policy.name, rule, path, ERROR if error else FAILED, message, actions))
-        if point == "audit":
+            (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL else ())
+        outcome = RuleOutcome.ERROR if error else RuleOutcome.FAIL
+        self.add(RuleResult(policy.name, rule, path, outcome, message, actions))
+        if point == EvaluationPoint.AUDIT:
             return
-        if DENY in actions:
-            self.denials.append(f"{policy.name}: {message}")
-            self.reason = self.reason or reason
-        if WARN in actions:
-            self.warnings.append(f"{policy.name}: {message}")
-        if AUDIT in actions:
+        violation = Violation(policy.name, rule, message, reason)
+        if ValidationAction.DENY in actions:
+            self.denials.append(violation)
+        if ValidationAction.WARN in actions:
+            self.warnings.append(violation)
+        if ValidationAction.AUDIT in actions:
             key = audit_key(policy.name, "validation-failure")
             failures = self.failures.setdefault(key, [])
             failures.append({"rule": rule, "message": message})
@@ -289,7 +340,7 @@ class Engine:
         self,
         review: ReviewInput,
         *,
-        point: str = "admission",
+        point: EvaluationPoint = EvaluationPoint.ADMISSION,
         mutate: bool = True,
         validate: bool = True,
         quota: Mapping[str, Any] | None = None,
@@ -371,15 +422,16 @@ class Engine:
                 except Exception as exc:  # one policy's bug must not crash admission
                     run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
                                 error=True, point=point)
-        patch = tuple(diff(original, current)) if point == "admission" else ()
+        patch = tuple(diff(original, current)) if point == EvaluationPoint.ADMISSION else ()
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
-            final_object=current, reason=run.reason or "Forbidden",
+            final_object=current,
         )
 
     def _validate_rules(self, policy: Policy, prepared: PreparedData | str,
-                        shared: dict[int, RequestActivation], run: _Run, point: str) -> None:
+                        shared: dict[int, RequestActivation], run: _Run,
+                        point: EvaluationPoint) -> None:
         """The policy's validation pass rule by rule, as written (see ``_originals``): the fused
         program is the fast path, this the reference it falls back to."""
         written = self._originals.get(id(policy), policy)
@@ -427,7 +479,8 @@ class Engine:
         return program
 
     def _validate_fused(self, policy: Policy, prepared: PreparedData | str,
-                        shared: dict[int, RequestActivation], run: _Run, point: str,
+                        shared: dict[int, RequestActivation], run: _Run,
+                        point: EvaluationPoint,
                         value: Any = _NOT_EVALUATED) -> bool:
         """The policy's validation pass in one evaluation (see :mod:`policies.fused`), or from
         ``value``, its program's value when already evaluated; False when it has no fused
@@ -450,21 +503,23 @@ class Engine:
         for rule, message in zip(fused.validations, outcome.validations, strict=True):
             self._record(policy, rule, message, run, point)
         for rule, value in zip(fused.audit_annotations, outcome.annotations, strict=True):
-            if value is not None and point != "audit":  # null omits it (VAP semantics)
+            # null omits it (VAP semantics)
+            if value is not None and point != EvaluationPoint.AUDIT:
                 run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
         return True
 
     @staticmethod
-    def _record(policy: Policy, rule: Rule, failure: str | None, run: _Run, point: str) -> None:
+    def _record(policy: Policy, rule: Rule, failure: str | None, run: _Run,
+                point: EvaluationPoint) -> None:
         """A validation's result: passed (``failure`` None) or failed with that message."""
         if failure is None:
-            run.add(RuleResult(policy.name, rule.name, rule.path, PASS))
+            run.add(RuleResult(policy.name, rule.name, rule.path, RuleOutcome.PASS))
         else:
             run.failure(policy, rule.name, rule.path, failure, reason=rule.reason, point=point)
 
     def _ready(self, policy: Policy, prepared: PreparedData | str,
                shared: dict[int, RequestActivation], run: _Run,
-               point: str) -> RequestActivation | None:
+               point: EvaluationPoint) -> RequestActivation | None:
         """The policy's activation when its matchConditions hold, else None (result recorded)."""
         if isinstance(prepared, str):
             run.failure(policy, "request", "", prepared, error=True, point=point)
@@ -481,7 +536,7 @@ class Engine:
         return activation if self._conditions_hold(policy, rest, activation, run, point) \
             else None
 
-    def _applicable(self, review: ReviewInput, point: str, run: _Run,
+    def _applicable(self, review: ReviewInput, point: EvaluationPoint, run: _Run,
                     explain: bool) -> list[Policy]:
         """Policies whose match selects the request and that no exception exempts
         (:func:`policies.matching.applicability`); exemptions are ``exempt`` results, and with
@@ -492,13 +547,15 @@ class Engine:
             if reason is None:
                 result.append(policy)
             elif reason.exemption is not None:
-                run.add(RuleResult(policy.name, reason.rule, reason.path, EXEMPT, reason.message))
+                run.add(RuleResult(policy.name, reason.rule, reason.path, RuleOutcome.EXEMPT,
+                                   reason.message))
             elif explain:
-                run.add(RuleResult(policy.name, reason.rule, reason.path, SKIP, reason.message))
+                run.add(RuleResult(policy.name, reason.rule, reason.path, RuleOutcome.SKIP,
+                                   reason.message))
         return result
 
     def _conditions_hold(self, policy: Policy, conditions: Sequence[Rule],
-                         activation: RequestActivation, run: _Run, point: str) -> bool:
+                         activation: RequestActivation, run: _Run, point: EvaluationPoint) -> bool:
         for condition in conditions:
             try:
                 value = activation.evaluate(condition.expression)
@@ -519,7 +576,7 @@ class Engine:
 
     def _mutate(
         self, policy: Policy, current: Mapping[str, Any] | None, facts: WorkloadFacts | None,
-        activation: RequestActivation, run: _Run, point: str,
+        activation: RequestActivation, run: _Run, point: EvaluationPoint,
     ) -> Mapping[str, Any] | None:
         """Apply the policy's mutations in order; returns the new object (or ``current``)."""
         if not isinstance(current, Mapping):
@@ -556,14 +613,15 @@ class Engine:
             if changed:
                 # Described from the mutation itself (a diff per mutation costs more than the
                 # whole evaluation); the response patch is one diff of the whole request.
-                run.add(RuleResult(policy.name, mutation.name, mutation.path, MUTATE,
-                                   f"would {change}" if point == "audit" else change))
+                run.add(RuleResult(
+                    policy.name, mutation.name, mutation.path, RuleOutcome.MUTATE,
+                    f"would {change}" if point == EvaluationPoint.AUDIT else change))
             working, owned = updated, owned or changed or mutation.expression is None
         return working if working != current else current
 
     def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,
-                  point: str) -> None:
-        if policy.param_missing == DENY:
+                  point: EvaluationPoint) -> None:
+        if policy.param_missing == ValidationAction.DENY:
             run.failure(policy, "paramRef", "spec.paramRef",
                         "no params found for this binding (parameterNotFoundAction: Deny)",
                         error=True, point=point)
@@ -596,7 +654,7 @@ class Engine:
                 continue
             if value is None:
                 continue  # a null value omits the annotation (VAP semantics)
-            if point != "audit":
+            if point != EvaluationPoint.AUDIT:
                 run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
 
     def _message(self, rule: Rule, activation: RequestActivation) -> str:
@@ -632,7 +690,7 @@ requests differ in kind, namespace and operation, so only a few sets occur."""
 
 
 def _skipped(policy: Policy, condition: Rule) -> RuleResult:
-    return RuleResult(policy.name, condition.name, condition.path, SKIP,
+    return RuleResult(policy.name, condition.name, condition.path, RuleOutcome.SKIP,
                       f"matchCondition {condition.name!r} is false")
 
 

@@ -30,8 +30,6 @@ from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.cel_gpu import GPU_FIELDS
 from policies.json_fields import mapping_at
 from policies.model import (
-    DENY,
-    FAIL,
     Exception_,
     LabelSelector,
     Match,
@@ -54,6 +52,7 @@ from policies.sources import (
     load_package_yaml,
     read_snapshot,
 )
+from policies.vocabulary import FailurePolicy, ValidationAction, parsed
 from policies.workload_kinds import DEFAULT_RESOURCES
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
@@ -291,8 +290,8 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
         origin=Origin(document.source, document.index, document.line_of("")),
         description=str(spec.get("description") or ""),
         match=_gpupolicy_match(mapping_at(spec, "match")),
-        failure_policy=str(spec.get("failurePolicy", FAIL)),
-        actions=tuple(spec.get("validationActions") or (DENY,)),
+        failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
+        actions=_actions(spec.get("validationActions")),
         match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
         variables=builder.rules(spec.get("variables"), "spec.variables"),
         validations=builder.rules(spec.get("validations"), "spec.validations"),
@@ -412,7 +411,7 @@ def _bound_params(
     ref = (binding.body.get("spec") or {}).get("paramRef")
     if not isinstance(ref, Mapping):
         return [(None, None)]
-    action = str(ref.get("parameterNotFoundAction") or DENY)
+    action = str(ref.get("parameterNotFoundAction") or ValidationAction.DENY)
     found: list[tuple[Any, str | None]] = []
     for candidate in candidates:
         meta = mapping_at(candidate, "metadata")
@@ -485,8 +484,8 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         origin=Origin(document.source, document.index, document.line_of("")),
         description=str(annotations.get("gpuguard.io/description", "")),
         match=_native_match(spec.get("matchConstraints")),
-        failure_policy=str(spec.get("failurePolicy") or FAIL),
-        actions=(DENY,),
+        failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
+        actions=(ValidationAction.DENY,),
         match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
         variables=builder.rules(spec.get("variables"), "spec.variables"),
         validations=builder.rules(spec.get("validations"), "spec.validations"),
@@ -498,17 +497,25 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
     return policy if len(builder.errors) == before else None
 
 
+def _actions(value: Any) -> tuple[ValidationAction, ...]:
+    """``validationActions`` as given, ``(Deny,)`` when absent (the schema rejects others)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return (ValidationAction.DENY,)
+    return tuple(parsed(ValidationAction, action, ValidationAction.DENY) for action in value)
+
+
 def _bind(template: Policy, binding: Document, params: Any, missing: str | None) -> Policy:
     """One evaluation instance of a native policy: its binding's name, match and actions."""
     spec = binding.body.get("spec") or {}
     name = str((binding.body.get("metadata") or {}).get("name", ""))
-    actions = tuple(spec.get("validationActions") or (DENY,))
+    actions = _actions(spec.get("validationActions"))
     return replace(
         template,
         name=f"{template.name}/{name}",
         match=_combine(template.match, _native_match(spec.get("matchResources"))
                        if spec.get("matchResources") else None),
-        actions=actions if template.kind == "ValidatingAdmissionPolicy" else (DENY,),
+        actions=actions if template.kind == "ValidatingAdmissionPolicy" else
+        (ValidationAction.DENY,),
         params=params,
         param_missing=missing,
     )

@@ -23,6 +23,7 @@ from typing import Any
 from policies.json_fields import mapping_at
 from policies.model import Exception_, Match, Policy, ResourceRule, Subject
 from policies.review import ReviewInput
+from policies.vocabulary import EvaluationPoint
 
 AUDIT_OPERATION = "CREATE"  # at the audit point, existing objects are judged as if created
 
@@ -72,9 +73,10 @@ def subject_matches(subject: Subject, review: ReviewInput) -> bool:
     return subject.name in ("*", name) and subject.namespace in ("", "*", namespace)
 
 
-def matches(match: Match, review: ReviewInput, *, point: str = "admission") -> bool:
+def matches(match: Match, review: ReviewInput, *,
+            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
     """Whether ``match`` selects this request (every given part must hold)."""
-    operation = AUDIT_OPERATION if point == "audit" else review.operation
+    operation = AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
     if not any(rule_matches(r, review, operation) for r in match.rules):
         return False
     if match.narrowing_rules and not any(
@@ -128,7 +130,7 @@ OUT_OF_MATCH = NotApplicable("match", "spec.match", "the match leaves this reque
 
 
 def applicability(policy: Policy, review: ReviewInput, *,
-                  point: str = "admission") -> NotApplicable | None:
+                  point: EvaluationPoint = EvaluationPoint.ADMISSION) -> NotApplicable | None:
     """None when ``policy`` applies to ``review`` before its matchConditions: its match
     selects the request and no exception exempts it (an expired exception exempts nothing;
     expiry is read against ``review.now``, in UTC); else why not."""

@@ -17,12 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from policies.cel import CompiledExpression
+from policies.vocabulary import FailurePolicy, ValidationAction
 
 if TYPE_CHECKING:
     from policies.quota import Quota
-
-DENY, WARN, AUDIT = "Deny", "Warn", "Audit"
-FAIL, IGNORE = "Fail", "Ignore"
 
 
 @dataclass(frozen=True)
@@ -176,7 +174,7 @@ class Policy:
         name: policy name (``policy/binding`` for native bindings).
         kind: ``GPUPolicy``, ``ValidatingAdmissionPolicy`` or ``MutatingAdmissionPolicy``.
         origin: where it was defined.
-        failure_policy: ``Fail`` or ``Ignore``; actions: validationActions.
+        failure_policy: ``Fail`` or ``Ignore``; actions: validationActions (in file order).
         params: the params object (inline GPUPolicy params or a bound param object).
         param_missing: a binding's paramRef found nothing (with ``Deny`` action).
     """
@@ -186,8 +184,8 @@ class Policy:
     origin: Origin
     description: str
     match: Match
-    failure_policy: str
-    actions: tuple[str, ...]
+    failure_policy: FailurePolicy
+    actions: tuple[ValidationAction, ...]
     match_conditions: tuple[Rule, ...] = ()
     variables: tuple[Rule, ...] = ()
     validations: tuple[Rule, ...] = ()

@@ -30,10 +30,10 @@ from policies import mig
 from policies.gpu import pinned_product
 from policies.json_fields import mapping_at
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.vocabulary import FailurePolicy, parsed
 from policies.workloads import workload_facts
 
 QUOTA_KIND = "GPUQuota"
-FAIL, IGNORE = "Fail", "Ignore"
 MIB_PER_GIB = 1024
 FINISHED_PHASES = ("Succeeded", "Failed")
 _ZERO = Fraction(0)
@@ -304,7 +304,7 @@ class Quota:
     name: str
     scope: Scope
     limits: Limits
-    failure_policy: str = FAIL
+    failure_policy: FailurePolicy = FailurePolicy.FAIL
     unknown_size: str = "Deny"
     source: str = ""
 
@@ -380,8 +380,9 @@ def parse_quota(body: Mapping[str, Any], source: str = "",
         per_pod_gpu_equivalents=amount(per_pod.get("gpuEquivalents"),
                                        "spec.limits.perPod.gpuEquivalents"),
     )
-    quota = Quota(name, scope, limits, str(spec.get("failurePolicy", FAIL)),
-                  str(spec.get("unknownSize", "Deny")), source)
+    failure_policy = parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL)
+    quota = Quota(name, scope, limits, failure_policy, str(spec.get("unknownSize", "Deny")),
+                  source)
     return (None if errors else quota), errors
 
 

@@ -46,7 +46,7 @@ from typing import Any, Final
 
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import ERROR, Engine, RuleResult, Verdict
+from policies.engine import Engine, RuleOutcome, RuleResult, Verdict
 from policies.json_fields import mapping_at
 from policies.loader import load_policies
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
@@ -59,7 +59,15 @@ from policies.review import (
     from_request,
     namespace_stub,
 )
-from policies.sources import Document, LoadError, iter_paths, parse_text, read_text
+from policies.sources import (
+    Document,
+    LoadError,
+    iter_paths,
+    parse_text,
+    printable,
+    read_text,
+)
+from policies.vocabulary import EvaluationPoint
 
 API_VERSION: Final = "gpuguard.io/v1alpha1"
 KIND: Final = "GPUPolicyTest"
@@ -76,7 +84,7 @@ _EXPECT_FIELDS: Final = frozenset({"allowed", "results", "messageContains", "mes
                                    "warnings", "patch"})
 _RESULT_FIELDS: Final = frozenset({"policy", "rule", "outcome", "path", "message",
                                    "messageContains"})
-_OUTCOMES: Final = frozenset({"pass", "fail", "error", "skip", "exempt", "mutate"})
+_OUTCOMES: Final = frozenset(RuleOutcome)
 _SOURCES: Final = ("resource", "object", "admissionReview")
 
 
@@ -185,11 +193,10 @@ def _parse_file(path: str) -> tuple[list[tuple[int, Any, dict[str, int] | None]]
     documents = []
     for parsed in parse_text(path, text, with_lines=True):
         if isinstance(parsed, LoadError):
-            problem = str(replace(parsed, line=None)).removeprefix(f"{path}: ")
-            if parsed.line is not None:  # a duplicate key: "document N: line L: ..."
-                head, _, rest = problem.partition(": ")
-                problem = f"{head}: line {parsed.line}: {rest}"
-            return [], problem
+            # "document N: [line L: ]message", from the error's fields (the suite names the file)
+            parts = [f"document {parsed.index}"] if parsed.index is not None else []
+            parts += [f"line {parsed.line}"] if parsed.line is not None else []
+            return [], ": ".join([*parts, printable(parsed.message)])
         documents.append(parsed)
     return documents, None
 
@@ -341,8 +348,8 @@ def _build_review(context: _Context, where: str, case: Mapping[str, Any]) -> Rev
     review = replace(review, namespace=namespace, request=request_map,
                      namespace_object=None if namespace is None else
                      namespace_stub(namespace, labels))
-    point = case.get("point", "admission")
-    if point not in ("admission", "audit"):
+    point = case.get("point", EvaluationPoint.ADMISSION)
+    if point not in tuple(EvaluationPoint):
         raise SuiteError(context.error(f"{where}.point", f"{point!r} is not admission or audit"))
     return review
 
@@ -404,9 +411,9 @@ def compare(expect: Mapping[str, Any], verdict: Verdict) -> list[str]:
         if not any(_result_matches(entry, result) for result in results):
             differences.append(f"results: expected {_describe(entry)}, got: "
                                f"{_summary(results)}")
-    if not any(str(entry.get("outcome")) == ERROR for entry in wanted):
+    if not any(str(entry.get("outcome")) == RuleOutcome.ERROR for entry in wanted):
         for result in verdict.results:
-            if result.outcome == ERROR:
+            if result.outcome == RuleOutcome.ERROR:
                 differences.append(f"results: unexpected error in {result.policy} "
                                    f"{result.rule}: {result.message}")
     for part in _as_list(expect.get("messageContains")):
@@ -419,12 +426,13 @@ def compare(expect: Mapping[str, Any], verdict: Verdict) -> list[str]:
                                f"message, got {verdict.message!r}")
     if "warnings" in expect:
         warnings = _as_list(expect["warnings"])
-        if not warnings and verdict.warnings:
-            differences.append(f"warnings: expected none, got {list(verdict.warnings)}")
+        texts = list(verdict.warning_texts)
+        if not warnings and texts:
+            differences.append(f"warnings: expected none, got {texts}")
         for part in warnings:
-            if not any(str(part) in warning for warning in verdict.warnings):
+            if not any(str(part) in warning for warning in texts):
                 differences.append(f"warnings: expected a warning containing {str(part)!r}, "
-                                   f"got {list(verdict.warnings) or 'none'}")
+                                   f"got {texts or 'none'}")
     if "patch" in expect:
         want = expect["patch"] or []
         if list(want) != list(verdict.patch):
@@ -495,7 +503,7 @@ def _run_case(context: _Context, suite: str, index: int, case: Any, engine: Engi
         review = _build_review(context, where, case)
     except SuiteError as exc:
         return CaseResult(suite, context.source, name, ERRORED, (str(exc),))
-    point = str(case.get("point", "admission"))
+    point = EvaluationPoint(str(case.get("point", EvaluationPoint.ADMISSION)))  # checked above
     # explain: every policy that does not apply says why (match, exception, matchCondition),
     # decided by the engine itself, so a case can expect a skip.
     verdict = engine.evaluate(review, point=point, explain=True)

@@ -11,6 +11,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+START_S = 60.0  # upper bound of starting / stopping the server thread; never about speed
+
 
 class ThreadedAPIServer:
     """Base of the fakes: subclasses build ``_app()`` and may prepare the loop in
@@ -55,14 +57,14 @@ class ThreadedAPIServer:
 
         self._thread = threading.Thread(target=serve, name=self.thread_name, daemon=True)
         self._thread.start()
-        started.wait(10)
+        assert started.wait(START_S), f"{self.thread_name} did not start"
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(START_S)
 
     @property
     def url(self) -> str:

@@ -6,8 +6,14 @@ to it):
 - ``GET/POST/PUT /api/v1/namespaces/{ns}/configmaps[/{name}]`` with kube-apiserver's optimistic
   concurrency: a PUT whose ``metadata.resourceVersion`` is not the stored one is ``409 Conflict``,
   a POST of an existing name ``409 AlreadyExists``; every write bumps one global resourceVersion;
-- ``GET /api/v1/pods`` (list) and ``GET /api/v1/pods?watch=true`` (events from ``push``); with
-  ``expire_watch`` set, the next watch answers an ``ERROR`` event with code 410;
+  with ``read_together`` at N, the next N reads are answered together once all N have arrived
+  (N replicas that read the same version and then race to write it: a conflict made certain
+  instead of left to thread scheduling);
+- ``GET /api/v1/pods`` (list) and ``GET /api/v1/pods?watch=true`` (events from ``push``, in
+  order, on whichever watch is open or opens next); ``expire`` sends an ``ERROR`` event with code
+  410 in that stream, which ends it, as kube-apiserver does when a watch falls too far behind.
+  ``watches`` counts the watches opened. A watch stays open until then or until the server
+  stops: nothing here depends on a timer;
 - ``down``: answer every request with 503 (an API that cannot serve).
 """
 
@@ -37,10 +43,12 @@ class FakeLedgerAPI(ThreadedAPIServer):
         self.conflicts = 0
         self.writes = 0
         self.down = False
-        self.expire_watch = False
+        self.watches = 0
+        self.read_together = 0
         self._version = 100
         self._lock = threading.Lock()
-        self._events: asyncio.Queue[dict[str, Any]] | None = None
+        self._events: asyncio.Queue[dict[str, Any] | None] | None = None
+        self._reads_released: asyncio.Event | None = None
 
     def _bump(self) -> str:
         self._version += 1
@@ -52,6 +60,13 @@ class FakeLedgerAPI(ThreadedAPIServer):
         namespace = request.match_info["namespace"]
         name = request.match_info.get("name")
         if request.method == "GET":
+            if self.read_together > 0:
+                assert self._reads_released is not None
+                self.read_together -= 1
+                if self.read_together:
+                    await self._reads_released.wait()
+                else:
+                    self._reads_released.set()
             found = self.configmaps.get((namespace, str(name)))
             if found is None:
                 return self._status(404, "NotFound", f'configmaps "{name}" not found')
@@ -94,31 +109,41 @@ class FakeLedgerAPI(ThreadedAPIServer):
             return web.json_response(body)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
-        if self.expire_watch:
-            self.expire_watch = False
-            error = {"type": "ERROR", "object": {"kind": "Status", "code": 410,
-                                                 "reason": "Expired", "message": "too old"}}
-            await response.write(json.dumps(error).encode() + b"\n")
-            return response
+        self.watches += 1
         assert self._events is not None
         while True:
-            try:
-                event = await asyncio.wait_for(self._events.get(), timeout=2.0)
-            except TimeoutError:
+            event = await self._events.get()
+            if event is None:  # the server stops
                 return response
             await response.write(json.dumps(event).encode() + b"\n")
+            if event["type"] == "ERROR":
+                return response
 
-    def push(self, kind: str, pod: dict[str, Any]) -> None:
-        """Change a pod and send the watch event (ADDED, MODIFIED, DELETED)."""
+    def push(self, kind: str, pod: dict[str, Any]) -> str:
+        """Change a pod and send the watch event (ADDED, MODIFIED, DELETED); returns the
+        event's resourceVersion."""
         pod = copy.deepcopy(pod)
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-        pod["metadata"]["resourceVersion"] = self._bump()
+        version = pod["metadata"]["resourceVersion"] = self._bump()
         if kind == "DELETED":
             self.pods.pop(key, None)
         else:
             self.pods[key] = pod
         assert self._loop is not None and self._events is not None
         self._loop.call_soon_threadsafe(self._events.put_nowait, {"type": kind, "object": pod})
+        return version
+
+    def expire(self) -> None:
+        """End the watch with ``ERROR`` 410 Gone (the client must list again)."""
+        error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                             "message": "too old resource version"}}
+        assert self._loop is not None and self._events is not None
+        self._loop.call_soon_threadsafe(self._events.put_nowait, error)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._events is not None:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, None)  # end a watch
+        super().__exit__(*exc)
 
     def _app(self) -> web.Application:
         app = web.Application()
@@ -130,3 +155,4 @@ class FakeLedgerAPI(ThreadedAPIServer):
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._events = asyncio.Queue()
+        self._reads_released = asyncio.Event()

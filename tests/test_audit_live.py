@@ -18,6 +18,7 @@ import pytest
 
 from audit.cluster_source import ClusterScan, iter_cluster
 from audit.file_source import iter_snapshot
+from audit.report import assemble
 from audit.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
@@ -45,7 +46,7 @@ def objects() -> list[dict]:
 @pytest.fixture(scope="module")
 def file_report(objects) -> dict:
     engine = policy_set.load([str(POLICIES)], DEFAULT_SETTINGS).engine
-    return scan(iter_snapshot([str(EXAMPLE)]), AuditSettings(now=NOW), engine)
+    return assemble(scan(iter_snapshot([str(EXAMPLE)]), AuditSettings(now=NOW), engine))
 
 
 def client(api: FakeKubeAPI, tmp_path: Path):
@@ -111,7 +112,7 @@ def test_live_scan_equals_the_snapshot(objects, file_report, tmp_path):
         lister = Lister(client(api, tmp_path), page_size=7, sleep=waits.append)
         state = ClusterScan()
         engine = policy_set.load([str(POLICIES)], DEFAULT_SETTINGS).engine
-        live = scan(iter_cluster(lister, state), AuditSettings(now=NOW), engine)
+        live = assemble(scan(iter_cluster(lister, state), AuditSettings(now=NOW), engine))
         methods = {method for method, _, _ in api.requests}
     assert methods == {"GET"}  # read-only
     assert waits == [0.0]

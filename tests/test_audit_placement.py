@@ -12,6 +12,7 @@ import pytest
 from audit.node_capacity import node_capacity
 from audit.ownership import ObjectKey, Ownership
 from audit.pods import PodReader
+from audit.report import assemble
 from audit.scanner import scan
 from audit.scheduling import selects, tolerates, untolerated
 from audit.settings import AuditSettings
@@ -66,8 +67,8 @@ def test_corpus_nodes_scan():
            "spec": {"nodeName": "not-in-snapshot",
                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 2}}}]},
            "status": {"phase": "Running"}}
-    report = scan([*documents, Document("pods", 0, None, pod)],
-                  AuditSettings(now=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)), None)
+    settings = AuditSettings(now=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
+    report = assemble(scan([*documents, Document("pods", 0, None, pod)], settings, None))
     stranded = {s["node"]: s["reasons"] for s in report["stranded"]}
     # the only GPU pod has no toleration, so the tainted kwok node's GPUs are out of reach
     assert stranded == {"gpu-node-a100-mig-invalid-01": ["mig-invalid"],

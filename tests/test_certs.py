@@ -34,7 +34,7 @@ SERVICE, NAMESPACE = "gpuguard", "gpuguard-system"
 NAMES = ["gpuguard", "gpuguard.gpuguard-system", "gpuguard.gpuguard-system.svc",
          "gpuguard.gpuguard-system.svc.cluster.local"]
 UTC = datetime.UTC
-IO_TIMEOUT = 20  # seconds a blocked socket may wait before the test fails instead of hanging
+IO_TIMEOUT = 60  # seconds a blocked socket may wait before the test fails instead of hanging
 
 
 # --- helpers -------------------------------------------------------------------------------------

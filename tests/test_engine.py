@@ -150,7 +150,7 @@ def test_actions_deny_warn_audit_and_message_expression():
     lws = first("manifests/lws__vllm-gpu-leaderworkerset.yaml")
     verdict = engine_for(policy).evaluate(from_object(lws, now=NOW))
     assert verdict.allowed
-    assert verdict.warnings == ("max-two: pod asks 8 GPUs",)
+    assert verdict.warning_texts == ("max-two: pod asks 8 GPUs",)
     assert verdict.audit_annotations == {
         "max-two.validation-failure": '[{"rule": "validations[0]", "message": "pod asks 8 GPUs"}]',
         "max-two.gpus": "32",
@@ -353,8 +353,8 @@ def test_native_validating_admission_policy_with_params_evaluates_unmodified():
     assert engine.evaluate(from_object(gemma, now=NOW)).allowed
     gemma["spec"]["replicas"] = 3
     verdict = engine.evaluate(from_object(gemma, now=NOW))
-    assert verdict.denials == ("gpu-limit.example.com/gpu-limit-binding: deployment asks 6 "
-                               "GPUs, limit 2",)
+    assert verdict.message == ("gpu-limit.example.com/gpu-limit-binding: deployment asks 6 "
+                              "GPUs, limit 2")
     pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
     assert engine.evaluate(from_object(pod, now=NOW)).results == ()  # not a deployment
 

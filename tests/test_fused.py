@@ -120,7 +120,7 @@ def test_results_that_are_not_plain_are_reported_rule_by_rule():
         "error", "matchCondition 'count' returned 1, not a bool")
     assert messages["second-condition-false"] == ("skip", "matchCondition 'team' is false")
     assert messages["comments-and-annotations"] == ("fail", "asks 1")
-    assert verdict.warnings == ("comments-and-annotations: asks 1",)
+    assert verdict.warning_texts == ("comments-and-annotations: asks 1",)
     assert verdict.audit_annotations["comments-and-annotations.gpus"] == "1"
     assert "comments-and-annotations.none" not in verdict.audit_annotations
     assert {"comments-and-annotations", "second-condition-false", "one-error"} <= \
@@ -239,5 +239,5 @@ def test_many_policies_run_in_groups_of_sixteen(evaluations):
     evaluations.clear()
     verdict = fused.evaluate(review)
     assert verdict == expected
-    assert verdict.denials[0] == "p00: more than 0 GPUs: 32" and len(verdict.denials) == 32
+    assert verdict.denials[0].text == "p00: more than 0 GPUs: 32" and len(verdict.denials) == 32
     assert evaluations == ["spec"] * 3

@@ -99,7 +99,7 @@ def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
     assert inlined.variables == () and inlined.params is None
     ollama = first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml")
     verdict = Engine(loaded, ENV).evaluate(from_object(ollama))
-    assert [d for d in verdict.denials if d.startswith("gpu-requests-equal-limits:")] == [
+    assert [d.text for d in verdict.denials if d.policy == "gpu-requests-equal-limits"] == [
         "gpu-requests-equal-limits: container 'ollama' (spec.template.spec.containers[0]): "
         "nvidia.com/gpu requests 1, limits not set: an extended resource needs a limit; a "
         "request without a limit is rejected by the API server. Put GPUs in resources.limits "

@@ -265,11 +265,11 @@ def test_connect_annotator_without_a_cluster(tmp_path, monkeypatch):
         inventory_command.connect_annotator(str(tmp_path / "missing"))
 
 
-def test_connect_annotator_reports_an_unreachable_api_server(tmp_path):
+def test_connect_annotator_reports_an_unreachable_api_server(tmp_path, closed_port):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{closed_port}"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         "users": [{"name": "u", "user": {"token": "t"}}]}))
     annotate = inventory_command.connect_annotator(str(kubeconfig))

@@ -1,6 +1,10 @@
 """Namespace context for admission: the labels file (standalone) and the watch cache, the latter
 against a fake Kubernetes API server on loopback driven through the official client (paginated
-list, watch events, BOOKMARK, 410 Gone -> relist), and the cluster configuration detection."""
+list, watch events, BOOKMARK, 410 Gone -> relist), and the cluster configuration detection.
+
+No assertion depends on timing: the tests wait, with a generous bound, for the cache to apply a
+resourceVersion (:meth:`NamespaceWatch.wait_for`) or for the fake to receive a request.
+"""
 
 import asyncio
 import json
@@ -22,17 +26,16 @@ from policies.review import namespace_stub
 from tests.test_webhook_harness import JSON, Harness, bug_review, gpu_policy, write_policies
 
 ROOT = Path(__file__).resolve().parent.parent
-WAIT_S = 30.0
+WAIT_S = 60.0  # upper bound of every wait; never an assertion about speed
 
 
-async def until(predicate, what):
-    loop = asyncio.get_running_loop()
-    end = loop.time() + WAIT_S
-    while loop.time() < end:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+async def within(awaitable, what):
+    """Await ``awaitable``; fail after WAIT_S (the condition was never reached)."""
+    try:
+        async with asyncio.timeout(WAIT_S):
+            return await awaitable
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 # --- the standalone labels file --------------------------------------------------------------
@@ -143,7 +146,11 @@ def namespace(name, version, labels=None):
 
 
 class FakeAPI:
-    """Serves /api/v1/namespaces: lists (paginated) and scripted watches."""
+    """Serves /api/v1/namespaces: lists (paginated) and scripted watches.
+
+    ``requests`` holds the query of each request; ``watching`` is set when the live watch (the
+    one after the scripted ones, fed from ``live``) has begun.
+    """
 
     def __init__(self):
         self.lists = [
@@ -166,6 +173,7 @@ class FakeAPI:
         ]
         self.live = asyncio.Queue()
         self.requests = []
+        self.watching = asyncio.Event()
 
     async def handle(self, request):
         query = dict(request.query)
@@ -178,6 +186,7 @@ class FakeAPI:
                 for event in script:
                     await response.write(json.dumps(event).encode() + b"\n")
                 return response
+            self.watching.set()
             while True:  # the live watch: events pushed by the test, None ends it
                 event = await self.live.get()
                 if event is None:
@@ -201,7 +210,9 @@ async def test_watch_cache_lists_watches_and_relists_after_410(aiohttp_server, t
     assert watch.status()[0] is False
     watch.start(asyncio.get_running_loop())
     try:
-        await until(lambda: watch.lists == 2 and "team-d" in watch._namespaces, "the relist")
+        await within(watch.wait_for(lambda: watch.resource_version == "200"), "the relist")
+        await within(fake.watching.wait(), "the watch from the relist's resourceVersion")
+        assert watch.lists == 2
         synced, detail = watch.status()
         assert synced and detail == "2 namespaces, watching"
         # The relist replaced the cache: team-b (deleted meanwhile) is gone, team-c too.
@@ -219,7 +230,9 @@ async def test_watch_cache_lists_watches_and_relists_after_410(aiohttp_server, t
         # Live events are applied on the loop.
         await fake.live.put({"type": "MODIFIED", "object": namespace("team-d", 201, {"x": "y"})})
         await fake.live.put({"type": "DELETED", "object": namespace("team-a", 202)})
-        await until(lambda: "team-a" not in watch._namespaces, "the DELETED event")
+        await within(watch.wait_for(lambda: watch.resource_version == "202"),
+                     "the DELETED event")
+        assert "team-a" not in watch._namespaces
         assert watch.get("team-d")["metadata"]["labels"] == {NAME_LABEL: "team-d", "x": "y"}
     finally:
         await asyncio.to_thread(watch.stop)
@@ -245,14 +258,16 @@ async def test_watched_labels_drive_namespace_selectors(aiohttp_server, aiohttp_
     harness = Harness([write_policies(tmp_path, policy)], namespaces=watch)
     client = await aiohttp_client(harness.app)
     try:
-        await until(lambda: watch.status()[0], "the first list")
+        await within(watch.wait_for(lambda: watch.status()[0]), "the first list")
+        assert watch.resource_version == "100"
         assert (await client.get("/readyz")).status == 200
         review = bug_review("kyverno-kyverno-532.yaml")  # a GPU pod in team-a
         response = await client.post("/validate", data=json.dumps(review), headers=JSON)
         assert (await response.json())["response"]["allowed"] is False
         await fake.live.put({"type": "MODIFIED", "object": namespace("team-a", 101)})
-        await until(lambda: "gpuguard.io/team" not in
-                    watch.get("team-a")["metadata"]["labels"], "the label removal")
+        await within(watch.wait_for(lambda: watch.resource_version == "101"),
+                     "the label removal")
+        assert "gpuguard.io/team" not in watch.get("team-a")["metadata"]["labels"]
         response = await client.post("/validate", data=json.dumps(review), headers=JSON)
         assert (await response.json())["response"]["allowed"] is True
     finally:
@@ -262,13 +277,14 @@ async def test_watched_labels_drive_namespace_selectors(aiohttp_server, aiohttp_
 
 
 @pytest.mark.asyncio
-async def test_unreachable_api_is_not_ready_and_retried():
+async def test_unreachable_api_is_not_ready_and_retried(closed_port):
     watch = NamespaceWatch(k8s_client.ApiClient(
-        k8s_client.Configuration(host="http://127.0.0.1:9")), max_backoff_s=0.05)
+        k8s_client.Configuration(host=f"http://127.0.0.1:{closed_port}")), max_backoff_s=0.05)
     watch.start(asyncio.get_running_loop())
     try:
-        await until(lambda: "namespace list not received yet: " in watch.status()[1]
-                    and "listing" not in watch.status()[1], "the first failure")
-        assert watch.status()[0] is False
+        await within(watch.wait_for(lambda: "listing" not in watch.status()[1]),
+                     "the first failure")
+        synced, detail = watch.status()
+        assert synced is False and detail.startswith("namespace list not received yet: ")
     finally:
         await asyncio.to_thread(watch.stop)

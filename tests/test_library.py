@@ -15,7 +15,7 @@ from gpuguard.cli import main
 from policies import testing
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import ERROR, Engine, Verdict
+from policies.engine import Engine, RuleOutcome, Verdict
 from policies.loader import load_policies
 from policies.review import UserInfo, from_object, from_request, namespace_stub
 from policies.sources import library_path, read_documents
@@ -154,7 +154,7 @@ def test_no_policy_errors_on_any_corpus_manifest(labels: dict[str, str]) -> None
         namespace = (obj.get("metadata") or {}).get("namespace") or "default"
         for user in (None, UserInfo("alice", groups=("gpu-interns",))):
             verdict = _verdict(obj, namespace, user, **labels)
-            errors = [r for r in verdict.results if r.outcome == ERROR]
+            errors = [r for r in verdict.results if r.outcome == RuleOutcome.ERROR]
             assert errors == [], (document.location, errors)
 
 
@@ -266,7 +266,7 @@ def test_message_init_and_app_container_problems_are_joined() -> None:
 
 def test_message_privileged_mpijob() -> None:
     nccl = first("manifests/mpiop__nccl-tests-mpijob.yaml")
-    assert _verdict(nccl, "team-a").denials == (
+    assert tuple(d.text for d in _verdict(nccl, "team-a").denials) == (
         "no-privileged-gpu: container 'nccl' "
         "(spec.mpiReplicaSpecs.Worker.template.spec.containers[0].securityContext.privileged): "
         "privileged container, in a pod that requests GPUs. A privileged or SYS_ADMIN container "
@@ -302,7 +302,7 @@ def test_message_mig_profile_not_allowed_for_team() -> None:
     pod = first("manifests/hami__static-mig-3g.20gb.yaml")
     verdict = _verdict(pod, "serving", **{"gpuguard.io/team": "inference"})
     # In a team namespace require-queue-label also asks for a queue label: look at this policy.
-    assert [d for d in verdict.denials if d.startswith("mig-profile-allowed:")] == [(
+    assert [d.text for d in verdict.denials if d.policy == "mig-profile-allowed"] == [(
         "mig-profile-allowed: MIG profile 3g.20gb is not allowed for team 'inference' "
         "(namespace 'serving', label gpuguard.io/team=inference); allowed: 1g.5gb, 1g.10gb, "
         "1g.12gb, 2g.10gb, 2g.20gb, 2g.24gb. Ask for one of these profiles (resource "

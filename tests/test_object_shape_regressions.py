@@ -10,6 +10,7 @@ import json
 import pytest
 
 from audit.ownership import ObjectKey
+from audit.report import assemble
 from audit.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
@@ -171,7 +172,7 @@ def test_diff_of_yaml_values_writes_them_as_the_api_would():
 def test_the_audit_evaluates_an_object_holding_a_yaml_date(engine):
     pod = dated_pod()
     pod["metadata"]["namespace"] = "default"
-    report = scan([Document("pods.yaml", 0, None, pod)], AuditSettings(now=NOW), engine)
+    report = assemble(scan([Document("pods.yaml", 0, None, pod)], AuditSettings(now=NOW), engine))
     # Before: "cannot be audited: TypeError: Object of type date is not JSON serializable",
     # and the pod had no policy results at all.
     assert report["errors"] == []
@@ -194,7 +195,7 @@ def test_the_audit_of_a_mixed_namespace_snapshot_completes(engine):
         ("bare", first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")))]
     assert items[0].body["metadata"].get("namespace") and \
         not items[1].body["metadata"].get("namespace")
-    report = scan(items, AuditSettings(now=NOW), engine)  # TypeError before
+    report = assemble(scan(items, AuditSettings(now=NOW), engine))  # TypeError before
     assert report["summary"]["evaluated_workloads"] == 2
     assert [w["namespace"] for w in report["workloads"]] == [None, "default"]
 

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit import policy_reports, render_markdown
+from audit.report import assemble
 from audit.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
@@ -206,7 +207,7 @@ def check_audit(case: Mutated) -> None:
         else:  # what the file reader gives for it
             items.append(LoadError(case.seed.source, index, "object has no kind"))
     try:
-        report = scan(items, AuditSettings(now=NOW), ENGINE)
+        report = assemble(scan(items, AuditSettings(now=NOW), ENGINE))
     except Exception as exc:
         raise AssertionError(f"{case.describe()}\n{traceback.format_exc()}") from exc
     for error in report["errors"]:

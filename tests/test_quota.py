@@ -255,6 +255,7 @@ def test_dry_run_never_reserves_and_denial_releases_other_quotas() -> None:
     assert check_.admit(request(pod("p1"), "u1")).reserved == ("ns-a", "team-a")
     denied = check_.admit(request(pod("p2"), "u2"))
     assert not denied.allowed and "namespace a (GPUQuota ns-a)" in denied.denials[0]
+    assert denied.denied_by == ("ns-a",)  # the quota's name, not parsed from its message
     assert len(check_.ledger.reservations(team)) == 1  # p2's team reservation was released
 
 
@@ -274,6 +275,7 @@ def test_unreachable_api_follows_failure_policy(policy: str, allowed: bool) -> N
     decision = check_.admit(request(pod()))
     assert decision.allowed is allowed
     assert "connection refused" in (decision.denials + decision.warnings)[0]
+    assert decision.denied_by == (() if allowed else ("q",))
 
 
 def test_cel_sees_the_same_numbers() -> None:
@@ -312,7 +314,8 @@ spec:
     assert decision.cel["quotas"]["team-a"]["used"]["gpuEquivalents"] == 2.0
     verdict = engine.evaluate(from_request({**req, "kind": {"kind": "Pod"}}),
                               quota=decision.cel)
-    assert verdict.warnings == ("quota-headroom-warning: team-a would be at 3 GPU-equivalents",)
+    assert verdict.warning_texts == (
+        "quota-headroom-warning: team-a would be at 3 GPU-equivalents",)
 
 
 def test_quota_status_states() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from audit.file_source import iter_snapshot
 from audit.render_markdown import render as render_markdown
+from audit.report import assemble
 from audit.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import serve_command
@@ -60,8 +61,8 @@ def test_check_snapshot_admits_what_fits(tmp_path, capsys) -> None:
 def test_audit_report_has_usage_against_each_quota() -> None:
     quotas, errors = load_quotas([QUOTAS])
     assert not errors
-    report = scan(iter_snapshot(["examples/cluster"]), AuditSettings(now=NOW), None,
-                  quotas=quotas)
+    report = assemble(scan(iter_snapshot(["examples/cluster"]), AuditSettings(now=NOW), None,
+                           quotas=quotas))
     by_name = {q["name"]: q for q in report["quotas"]}
     assert report["summary"]["quotas"] == {"over": ["vision"], "near": ["llm"],
                                            "ok": ["research"]}
@@ -91,7 +92,7 @@ def test_audit_command_reads_quotas(tmp_path, capsys) -> None:
 
 
 def test_audit_without_quotas_reports_none() -> None:
-    report = scan(iter_snapshot(["examples/cluster"]), AuditSettings(now=NOW), None)
+    report = assemble(scan(iter_snapshot(["examples/cluster"]), AuditSettings(now=NOW), None))
     assert report["quotas"] == []
     assert report["summary"]["quotas"] == {"over": [], "near": [], "ok": []}
 

@@ -435,3 +435,18 @@ spec:
   expect: {{allowed: true}}
 """, policies=f"[{policy}]")
     assert only_case(path).status == "pass"
+
+
+def test_a_duplicate_key_in_a_suite_file_names_document_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "dup.yaml", """\
+        apiVersion: gpuguard.io/v1alpha1
+        kind: GPUPolicyTest
+        metadata: {name: demo}
+        ---
+        apiVersion: gpuguard.io/v1alpha1
+        kind: GPUPolicyTest
+        kind: GPUPolicyTest
+        """)
+    [result] = testing.run_paths([str(path)])
+    assert result.errors == (
+        f"{path}: document 1: line 7: duplicate key 'kind' (first at line 6)",)

@@ -128,7 +128,7 @@ bodies = st.one_of(
 )
 
 
-@settings(max_examples=1000, deadline=None, derandomize=False,
+@settings(max_examples=1000, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(body=bodies, endpoint=st.sampled_from(["validate", "mutate"]))

@@ -12,6 +12,7 @@ import copy
 import datetime
 import functools
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
 from policies.resource_names import GPUSettings
 from policies.sources import Snapshot
+from tests.fake_timer import ManualTimer
 from webhook.admission import Admitter, Recorder
 from webhook.app import build_app
 from webhook.health import Health
@@ -52,10 +54,17 @@ def gpu_policy(name: str, spec: Mapping[str, Any]) -> str:
 
 
 def write_policies(directory: Path, *documents: str, name: str = "policies.yaml") -> Path:
-    """Write ``documents`` as one multi-document YAML file; returns the file."""
+    """Write ``documents`` as one multi-document YAML file; returns the file.
+
+    The file is replaced whole (a hidden temporary file renamed over it), so a server
+    reloading meanwhile reads the old content or the new, never a half-written file: what a
+    test of a reload sees does not depend on when the reload ran.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text("---\n".join(documents), encoding="utf-8")
+    temporary = directory / f".{name}.tmp"
+    temporary.write_text("---\n".join(documents), encoding="utf-8")
+    os.replace(temporary, path)
     return path
 
 
@@ -68,12 +77,15 @@ class Harness:
         settings: server settings (defaults, deadline included).
         recorder: side effects of admitted requests.
         quota: the GPUQuota step (:class:`webhook.quota.QuotaGate`), or None.
+        timer: the deadline clock; default a :class:`ManualTimer` that never moves by itself,
+            so no answer depends on the machine's speed (a test advances it to reach a deadline).
     """
 
     def __init__(self, policies: Sequence[str | Path] | None, *,
                  namespaces: Mapping[str, Mapping[str, Any]] | Any | None = None,
                  settings: ServerSettings | None = None,
-                 recorder: Recorder | None = None, quota: Any = None) -> None:
+                 recorder: Recorder | None = None, quota: Any = None,
+                 timer: ManualTimer | None = None) -> None:
         self.settings = settings or ServerSettings(port=0, benchmark_routes=True)
         self.store = PolicyStore([str(p) for p in policies] if policies is not None else None,
                                  loader)
@@ -82,9 +94,10 @@ class Harness:
             StaticNamespaces(namespaces or {}, "test")
         self.metrics = Metrics()
         self.executor = concurrent.futures.ThreadPoolExecutor(self.settings.eval_threads)
+        self.timer = timer if timer is not None else ManualTimer()
         self.admitter = Admitter(self.store, self.namespaces, self.settings, self.metrics,
                                  self.executor, clock=lambda: NOW, recorder=recorder,
-                                 quota=quota)
+                                 quota=quota, timer=self.timer)
         self.health = Health(self.store, self.namespaces,
                              quota_status=getattr(quota, "status", None))
         self.health.tls_up = True

@@ -156,10 +156,14 @@ async def test_a_reservation_written_after_the_deadline_is_given_back(aiohttp_cl
     setup.harness.admitter.settings = dataclasses.replace(setup.harness.settings,
                                                           deadline_ms=50)
     client = await aiohttp_client(setup.harness.app)
-    answer = await validate(client, pod_review("late", 1))
+    answering = asyncio.ensure_future(validate(client, pod_review("late", 1)))
+    # the quota step is past its read, writing; then the deadline passes (the harness's clock
+    # moves only when told, so this does not depend on how fast the machine is)
+    assert await asyncio.to_thread(store.writing.wait, 10)
+    setup.harness.timer.advance(1.0)
+    answer = await answering
     assert answer["allowed"] is False
     assert "did not finish within the 50 ms deadline" in answer["status"]["message"]
-    assert store.writing.is_set()  # the quota step was past its read, writing
     store.go.set()  # the write lands after the answer ...
     quota = setup.harness.store.current.engine.policies.quotas[0]
     end = time.monotonic() + 10
@@ -248,4 +252,27 @@ async def test_mutate_and_other_kinds_are_not_charged(aiohttp_client, tmp_path):
     assert (await response.json())["response"]["allowed"] is True
     quota = setup.harness.store.current.engine.policies.quotas[0]
     assert setup.ledger.reservations(quota) == {}
+    setup.harness.close()
+
+
+async def test_the_decision_log_names_who_denied_from_the_decisions(aiohttp_client, tmp_path,
+                                                                    caplog):
+    """deniedBy comes from the quota and policy names the decisions carry (QuotaDecision
+    .denied_by, Verdict.denied_by), not from parsing the messages users read."""
+    caplog.set_level("INFO", logger="gpuguard.webhook.admission")
+    no_nope = gpu_policy("no-nope", {"match": {"resources": ["pods"]}, "validations": [
+        {"expression": "object.metadata.name != 'nope'", "message": "GPUQuota team-a: no"}]})
+    setup = Setup(tmp_path, gpu_quota(), gpu_quota("team-a-small", gpuEquivalents=7.5), no_nope)
+    client = await aiohttp_client(setup.harness.app)
+    over = await validate(client, pod_review("big", 1))  # 7 running + 1 > 7.5
+    assert over["status"]["message"].startswith("team team-a (GPUQuota team-a-small) uses 7")
+    setup.harness.close()
+    setup = Setup(tmp_path, gpu_quota(), no_nope)
+    client = await aiohttp_client(setup.harness.app)
+    nope = await validate(client, pod_review("nope", 1, "u2"))
+    assert nope["status"]["message"] == "no-nope: GPUQuota team-a: no"
+    assert (await validate(client, pod_review("fine", 1, "u3")))["allowed"] is True
+    denied_by = [r.fields.get("deniedBy") for r in caplog.records
+                 if r.name == "gpuguard.webhook.admission"]
+    assert denied_by == [["GPUQuota/team-a-small"], ["no-nope"], None]
     setup.harness.close()

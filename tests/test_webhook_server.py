@@ -3,7 +3,10 @@ ConfigMap symlink swaps under concurrent requests, broken updates, certificate r
 concurrent requests with a real TLS client (HAMi-1572), readiness, metrics, graceful shutdown and
 the ``gpuguard serve`` process (``--dev``, SIGTERM, several workers).
 
-No assertion is about time: waits poll for a state, with a generous upper bound.
+No assertion is about time. Deadlines, time slices and the shutdown delay run on a
+:class:`~tests.fake_timer.ManualTimer` the tests advance; a test waits for an event (a thread
+entered, an evaluation ended) or, where the server offers none (a hot reload), polls for a state
+with a generous upper bound.
 """
 
 import asyncio
@@ -17,7 +20,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import aiohttp
@@ -28,6 +30,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from certs.generate import generate_ca, generate_serving_cert
 from certs.tls import ReloadingTLS
 from kube.namespaces import StaticNamespaces
+from tests.fake_timer import ManualTimer
 from tests.test_webhook_harness import (
     JSON,
     Harness,
@@ -43,7 +46,8 @@ from webhook.server import Server
 from webhook.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
-WAIT_S = 30.0  # upper bound of every poll; never an assertion about speed
+WAIT_S = 30.0  # upper bound of every wait; never an assertion about speed
+PROCESS_WAIT_S = 120.0  # the same for a gpuguard serve process (start-up on a loaded machine)
 
 pytestmark = pytest.mark.asyncio
 
@@ -53,10 +57,10 @@ def deny(name, message, **extra):
                              **extra})
 
 
-async def until(predicate, what):
-    """Poll ``predicate`` (sync or async) until true; fail after WAIT_S."""
+async def until(predicate, what, bound_s=WAIT_S):
+    """Poll ``predicate`` (sync or async) until true; fail after ``bound_s``."""
     loop = asyncio.get_running_loop()
-    end = loop.time() + WAIT_S
+    end = loop.time() + bound_s
     while loop.time() < end:
         result = predicate()
         if asyncio.iscoroutine(result):
@@ -73,11 +77,18 @@ def settings(**overrides):
     return ServerSettings(**{**base, **overrides})
 
 
+async def waited(event, what):
+    """Wait for a ``threading.Event`` set by another thread; fail after WAIT_S."""
+    if not await asyncio.to_thread(event.wait, WAIT_S):
+        raise AssertionError(f"timed out waiting for {what}")
+
+
 @contextlib.asynccontextmanager
-async def running(policies, *, tls=None, namespaces=None, **overrides):
+async def running(policies, *, tls=None, namespaces=None, timer=None, **overrides):
+    """A started server; ``timer`` (default a new :class:`ManualTimer`) is ``server.timer``."""
     store = PolicyStore([str(p) for p in policies] if policies is not None else None, loader)
     server = Server(settings(**overrides), store, StaticNamespaces(namespaces or {}, "test"),
-                    tls)
+                    tls, timer=timer if timer is not None else ManualTimer())
     await server.start()
     try:
         yield server
@@ -114,13 +125,17 @@ def gpu_pod(uid="gpu"):
 class Blocker:
     """Replaces an engine's evaluate with one that waits until released (a stuck evaluation).
 
-    It blocks its thread: only for servers evaluating in the thread pool
-    (``inline_max_bytes=0``), as a stuck inline evaluation would block the event loop itself.
+    With ``timer`` and ``stuck_for``, the stuck evaluation lets that many seconds pass on the
+    server's timer as it enters (the time it is stuck for), so the deadline is reached while it
+    is known to be running. It blocks its thread: only for servers evaluating in the thread
+    pool (``inline_max_bytes=0``), as a stuck inline evaluation would block the event loop.
     """
 
-    def __init__(self, engine):
+    def __init__(self, engine, timer=None, stuck_for=0.0):
         self.engine = engine
         self.original = engine.evaluate
+        self.timer = timer
+        self.stuck_for = stuck_for
         self.release = threading.Event()
         self.entered = threading.Event()
         engine.evaluate = self
@@ -128,26 +143,33 @@ class Blocker:
     def __call__(self, *args, **kwargs):
         self.thread = threading.current_thread()
         self.entered.set()
+        if self.timer is not None:
+            self.timer.advance(self.stuck_for)
         self.release.wait(WAIT_S)
         return self.original(*args, **kwargs)
 
 
 class SlowPolicies:
-    """Slow policies, without blocking on anything a test must release.
+    """Slow policies, on the server's :class:`ManualTimer`.
 
     Wraps the engine's evaluate so that the ``expired`` check it is given, which the engine
-    runs before each policy, first sleeps ``seconds`` from the second check on (as if the
-    policy before it had been slow): once that is more than the deadline the webhook's own
-    check must report the time as up. Records the threads evaluations ran on, the checks and
-    how each evaluation ended.
+    runs before each policy, first advances the timer by ``seconds`` from the second check on
+    (as if the policy before it had taken that long): once that is more than the deadline the
+    webhook's own check must report the time as up. With ``hold``, that check then waits for
+    the event (a thread-pool evaluation still running when the answer goes out). Records the
+    threads evaluations ran on, the checks and how each evaluation ended (``ended`` is set at
+    each end).
     """
 
-    def __init__(self, engine, seconds):
+    def __init__(self, engine, timer, seconds, hold=None):
         self.original = engine.evaluate
+        self.timer = timer
         self.seconds = seconds
+        self.hold = hold
         self.threads = []
         self.checks = 0
         self.outcomes = []  # what each evaluation ended with: "verdict" or the exception's name
+        self.ended = threading.Event()
         engine.evaluate = self
 
     def __call__(self, review, *, expired=None, **kwargs):
@@ -159,14 +181,18 @@ class SlowPolicies:
             checks += 1
             self.checks += 1
             if checks > 1:
-                time.sleep(self.seconds)
+                self.timer.advance(self.seconds)
+                if self.hold is not None:
+                    self.hold.wait(WAIT_S)
             return expired()
         try:
             verdict = self.original(review, expired=late, **kwargs)
         except Exception as exc:
             self.outcomes.append(type(exc).__name__)
+            self.ended.set()
             raise
         self.outcomes.append("verdict")
+        self.ended.set()
         return verdict
 
 
@@ -186,7 +212,7 @@ async def test_deadline_denies_when_a_matching_policy_is_fail_hami_160(tmp_path)
     path = write_policies(tmp_path, GPU_FAIL, GPU_IGNORE)
     async with running([path], deadline_ms=50, inline_max_bytes=0) as server, \
             aiohttp.ClientSession() as session:
-        blocker = Blocker(server.store.current.engine)
+        blocker = Blocker(server.store.current.engine, server.timer, stuck_for=0.06)
         status, body = await post(session, server, "validate", gpu_pod("g1"))
         assert blocker.entered.is_set() and not blocker.release.is_set()  # still evaluating
         assert blocker.thread is not threading.current_thread()  # in the pool, off the loop
@@ -218,8 +244,9 @@ async def test_deadline_allows_with_a_warning_when_only_ignore_policies_match(tm
     path = write_policies(tmp_path, GPU_IGNORE)
     async with running([path], deadline_ms=50, inline_max_bytes=0) as server, \
             aiohttp.ClientSession() as session:
-        blocker = Blocker(server.store.current.engine)
+        blocker = Blocker(server.store.current.engine, server.timer, stuck_for=0.06)
         status, body = await post(session, server, "mutate", gpu_pod())
+        assert blocker.entered.is_set()
         blocker.release.set()
         assert status == 200 and body["response"]["allowed"] is True
         assert body["response"]["warnings"][0].startswith(
@@ -248,7 +275,7 @@ async def test_small_bodies_are_evaluated_inline_and_large_ones_in_the_pool(tmp_
     small = gpu_pod("small")
     async with running([path], inline_max_bytes=len(json.dumps(small))) as server, \
             aiohttp.ClientSession() as session:
-        slow = SlowPolicies(server.store.current.engine, 0.0)
+        slow = SlowPolicies(server.store.current.engine, server.timer, 0.0)
         status, body = await post(session, server, "validate", small)
         assert status == 200 and body["response"]["allowed"] is True
         large = gpu_pod("large")
@@ -263,12 +290,19 @@ async def test_small_bodies_are_evaluated_inline_and_large_ones_in_the_pool(tmp_
 @pytest.mark.parametrize("inline_max_bytes", [64 * 1024, 0], ids=["inline", "pool"])
 async def test_deadline_stops_a_slow_evaluation_between_policies(tmp_path, inline_max_bytes):
     # Each policy's pass outlasts the 50 ms deadline: the check before the second policy sees
-    # the time is up, the evaluation stops there and failurePolicy answers.
+    # the time is up, the evaluation stops there and failurePolicy answers. In the pool, that
+    # check waits until the answer is out: the answer must not wait for the evaluation.
     path = write_policies(tmp_path, GPU_IGNORE, GPU_FAIL)
+    answered = None if inline_max_bytes else threading.Event()
     async with running([path], deadline_ms=50, inline_max_bytes=inline_max_bytes) as server, \
             aiohttp.ClientSession() as session:
-        slow = SlowPolicies(server.store.current.engine, 0.06)
-        status, body = await post(session, server, "validate", gpu_pod("slow"))
+        slow = SlowPolicies(server.store.current.engine, server.timer, 0.06, hold=answered)
+        try:
+            status, body = await post(session, server, "validate", gpu_pod("slow"))
+        finally:
+            if answered is not None:
+                assert not slow.ended.is_set()  # still evaluating when answered
+                answered.set()
         assert status == 200
         response = body["response"]
         assert response["uid"] == "slow" and response["allowed"] is False
@@ -278,7 +312,7 @@ async def test_deadline_stops_a_slow_evaluation_between_policies(tmp_path, inlin
         assert (slow.threads[0] is threading.current_thread()) == bool(inline_max_bytes)
         # Inline, it stopped before answering; in the pool the answer did not wait for it, and
         # the abandoned evaluation stops at its next check instead of running to the end.
-        await until(lambda: slow.outcomes, "the evaluation to stop")
+        await waited(slow.ended, "the evaluation to stop")
         assert slow.outcomes == ["EvaluationExpired"] and slow.checks == 2
         assert sample(server, "gpuguard_admission_fallbacks_total", endpoint="validate",
                       cause="deadline") == 1.0
@@ -291,7 +325,7 @@ async def test_an_evaluation_too_slow_for_the_loop_is_done_again_in_the_pool(tmp
     path = write_policies(tmp_path, GPU_IGNORE, GPU_FAIL)
     async with running([path], deadline_ms=5000, inline_slice_ms=20) as server, \
             aiohttp.ClientSession() as session:
-        slow = SlowPolicies(server.store.current.engine, 0.03)
+        slow = SlowPolicies(server.store.current.engine, server.timer, 0.03)
         status, body = await post(session, server, "validate", gpu_pod("slow"))
         assert status == 200 and body["response"]["allowed"] is True
         assert "warnings" not in body["response"]
@@ -302,7 +336,8 @@ async def test_an_evaluation_too_slow_for_the_loop_is_done_again_in_the_pool(tmp
         assert sample(server, "gpuguard_admission_fallbacks_total", endpoint="validate",
                       cause="deadline") == 0.0
         # One overrun may be a one-off (a first compile, a preempted process); the third within
-        # 30 s says the policies are slow: from then on requests go to the pool directly.
+        # 30 s (on the timer: 0.03 s per slow policy) says the policies are slow: from then on
+        # requests go to the pool directly.
         for uid in ("second", "third", "fourth"):
             status, body = await post(session, server, "validate", gpu_pod(uid))
             assert status == 200 and body["response"]["allowed"] is True
@@ -399,7 +434,8 @@ async def test_broken_update_is_rejected_and_the_last_good_set_keeps_serving(tmp
     path = write_policies(tmp_path, deny("good", "still the good set"))
     caplog.set_level("ERROR", logger="gpuguard.webhook.server")
     async with running([path]) as server, aiohttp.ClientSession() as session:
-        path.write_text(gpu_policy("broken", {"validations": [{"expression": "gpu.count <="}]}))
+        write_policies(tmp_path, gpu_policy("broken", {"validations": [{"expression":
+                                                                      "gpu.count <="}]}))
         await until(lambda: server.store.last_errors, "the rejection")
         status, body = await post(session, server, "validate", gpu_pod())
         assert body["response"]["status"]["message"] == "good: still the good set"
@@ -555,15 +591,18 @@ async def test_metrics_page_names_every_metric(aiohttp_client, tmp_path):
 async def test_graceful_shutdown_drains_in_flight_requests(tmp_path):
     path = write_policies(tmp_path, deny("d", "no"))
     async with running([path], shutdown_delay_s=0.3, deadline_ms=20_000,
-                       inline_max_bytes=0) as server, \
+                       drain_timeout_s=2 * WAIT_S, inline_max_bytes=0) as server, \
             aiohttp.ClientSession() as session:
         blocker = Blocker(server.store.current.engine)
         in_flight = asyncio.create_task(post(session, server, "validate", gpu_pod("slow")))
-        await until(blocker.entered.is_set, "the request to be evaluating")
+        await waited(blocker.entered, "the request to be evaluating")
         shutdown = asyncio.create_task(server.shutdown())
         await until(lambda: server.health.shutting_down, "shutdown to begin")
+        # The delay is on the server's timer: it lasts until the test moves the timer on.
         status, ready = await readiness(session, server)  # still answering, not ready
         assert status == 503 and ready["checks"]["shutdown"]["detail"] == "shutting down"
+        assert server.runner.addresses
+        server.timer.advance(0.3)
         await until(lambda: not server.runner.addresses, "the listener to close")
         with pytest.raises(aiohttp.ClientConnectionError):  # no new connections now
             async with aiohttp.ClientSession() as fresh:
@@ -587,11 +626,33 @@ def free_port():
 
 
 class ServeProcess:
-    def __init__(self, *args):
+    """``gpuguard serve --dev`` in a subprocess, started and listening on every worker.
+
+    The port is one found free, which another process may take before gpuguard binds it: a
+    start that fails with "cannot start the server" is tried again on another port. The
+    deadline is generous (the process runs on the real clock): a loaded machine must not turn
+    an answer into a failurePolicy fallback.
+    """
+
+    ATTEMPTS = 5
+
+    def __init__(self, *args, workers=1):
+        self.workers = workers
+        for _ in range(self.ATTEMPTS):
+            self._start(args)
+            if self._wait_started():
+                return
+            code, logs = self.stop()
+            if not any(e["msg"] == "cannot start the server" for e in self.logged()):
+                raise AssertionError(f"gpuguard serve did not start (exit {code}): {logs}")
+        raise AssertionError(f"no free port in {self.ATTEMPTS} attempts")
+
+    def _start(self, args):
         self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpuguard", "serve", "--dev", "--port", str(self.port),
-             "--shutdown-delay-s", "0.1", *args],
+             "--shutdown-delay-s", "0.1", "--deadline-ms", "25000",
+             "--workers", str(self.workers), *args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.banner = ""
         while "mutate" not in self.banner:
@@ -601,12 +662,30 @@ class ServeProcess:
         self.ca_file = re.search(r"--cacert (\S+)", self.banner)[1]
         self.context = ssl.create_default_context(cafile=self.ca_file)
         self.log_lines = []
+        self._logged = threading.Condition()
+        self._ended = False
         self._reader = threading.Thread(target=self._read_logs, daemon=True)
         self._reader.start()
 
     def _read_logs(self):
         for line in self.process.stderr:
-            self.log_lines.append(line)
+            with self._logged:
+                self.log_lines.append(line)
+                self._logged.notify_all()
+        with self._logged:
+            self._ended = True
+            self._logged.notify_all()
+
+    def _wait_started(self):
+        """True once every worker logged "listening"; False when one could not start."""
+        def settled():
+            entries = self.logged()
+            listening = {e["pid"] for e in entries if e["msg"] == "listening"}
+            failed = any(e["msg"] == "cannot start the server" for e in entries)
+            return len(listening) == self.workers or failed or self._ended
+        with self._logged:
+            assert self._logged.wait_for(settled, PROCESS_WAIT_S), "".join(self.log_lines)
+        return len({e["pid"] for e in self.logged() if e["msg"] == "listening"}) == self.workers
 
     def logged(self):
         return [json.loads(line) for line in list(self.log_lines) if line.startswith("{")]
@@ -621,12 +700,12 @@ class ServeProcess:
             with contextlib.suppress(aiohttp.ClientError):
                 return (await self.get(session, "/readyz"))[0] == 200
             return False
-        await until(ready, "gpuguard serve to be ready")
+        await until(ready, "gpuguard serve to be ready", PROCESS_WAIT_S)
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(WAIT_S)
-        self._reader.join(WAIT_S)
+        code = self.process.wait(PROCESS_WAIT_S)
+        self._reader.join(PROCESS_WAIT_S)
         return code, "".join(self.log_lines)
 
 
@@ -660,11 +739,9 @@ async def test_serve_dev_prints_a_working_curl_command_and_stops_on_sigterm():
 
 
 async def test_serve_with_two_workers_sums_metrics_across_workers():
-    serve = ServeProcess("--workers", "2")
+    serve = ServeProcess(workers=2)  # both workers listening
     try:
         async with aiohttp.ClientSession() as session:
-            await until(lambda: len({e["pid"] for e in serve.logged()
-                                     if e["msg"] == "listening"}) == 2, "both workers")
             await serve.wait_ready(session)
             review = json.loads((ROOT / "examples" / "admission" /
                                  "gpu-pod-review.json").read_text())

@@ -51,25 +51,35 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.engine import ERROR, EXEMPT, FAILED, MUTATE, EvaluationExpired, Verdict
+from policies.engine import EvaluationExpired, RuleOutcome, Verdict
 from policies.matching import applicability
-from policies.model import FAIL, Policy
+from policies.model import Policy
 from policies.quota import Quota
 from policies.review import ReviewError, ReviewInput, from_request
+from policies.vocabulary import FailurePolicy
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
 from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
+from webhook.timer import MonotonicTimer, Timer
 from webhook.wire import Envelope, WireError, bad_request
 
-VALIDATE, MUTATE_ENDPOINT = "validate", "mutate"
-ENDPOINTS = (VALIDATE, MUTATE_ENDPOINT)
+
+class Endpoint(StrEnum):
+    """The webhook's two admission paths (``POST /validate``, ``POST /mutate``); the value is
+    the path segment and the ``endpoint`` label of the metrics and log lines."""
+
+    VALIDATE = "validate"
+    MUTATE = "mutate"
+
+
+ENDPOINTS = tuple(Endpoint)
 NOT_EVALUATED_SUBRESOURCES = frozenset({"status"})
 ALLOWED, DENIED, NOT_EVALUATED = "allowed", "denied", "not_evaluated"
 DEADLINE, EXCEPTION = "deadline", "exception"
@@ -79,7 +89,6 @@ INLINE_PAUSE_S = 30.0
 seconds, how long every evaluation goes to the thread pool instead: policies that slow stay slow,
 and the loop must keep answering health probes and reading other requests."""
 INLINE_OVERRUNS = 3
-_QUOTA_NAME = re.compile(r"GPUQuota ([a-z0-9](?:[-a-z0-9]*[a-z0-9])?)")
 
 
 class NamespaceSource(Protocol):
@@ -97,7 +106,7 @@ class NamespaceSource(Protocol):
 class Recorder(Protocol):
     """Side effects of an admitted request (never called for dryRun requests)."""
 
-    def record(self, review: ReviewInput, verdict: Verdict, endpoint: str) -> None:
+    def record(self, review: ReviewInput, verdict: Verdict, endpoint: Endpoint) -> None:
         """Record an allowed, non-dryRun request."""
         ...
 
@@ -141,16 +150,12 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
     """``(policy, decision)`` pairs of one verdict, each once, in result order."""
     seen: dict[tuple[str, str], None] = {}
     for result in verdict.results:
-        if result.outcome == FAILED:
+        if result.outcome == RuleOutcome.FAIL:
             for action in result.actions:
                 seen[(result.policy, action.lower())] = None
-        elif result.outcome in (ERROR, MUTATE, EXEMPT):
+        elif result.outcome in (RuleOutcome.ERROR, RuleOutcome.MUTATE, RuleOutcome.EXEMPT):
             seen[(result.policy, result.outcome)] = None
     return tuple(seen)
-
-
-def _denied_by(verdict: Verdict) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(d.split(": ", 1)[0] for d in verdict.denials))
 
 
 def _namespace_of(request: Mapping[str, Any]) -> str | None:
@@ -165,14 +170,14 @@ def _namespace_of(request: Mapping[str, Any]) -> str | None:
     return str(namespace) if namespace else None
 
 
-def _relevant(policy: Policy, endpoint: str) -> bool:
-    if endpoint == MUTATE_ENDPOINT:
+def _relevant(policy: Policy, endpoint: Endpoint) -> bool:
+    if endpoint == Endpoint.MUTATE:
         return bool(policy.mutations)
     return bool(policy.validations or policy.audit_annotations or policy.param_missing)
 
 
 def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
-                         endpoint: str) -> tuple[list[str], int]:
+                         endpoint: Endpoint) -> tuple[list[str], int]:
     """Names of the matching policies with ``failurePolicy: Fail``, and how many matched.
 
     Only policies this endpoint would run, that match the request and that no exception
@@ -189,7 +194,7 @@ def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
             applies = True
         if applies:
             matched += 1
-            if policy.failure_policy == FAIL:
+            if policy.failure_policy == FailurePolicy.FAIL:
                 failing.append(policy.name)
     return failing, matched
 
@@ -205,6 +210,8 @@ class Admitter:
         executor: threads evaluating the policies of bodies over
             ``settings.inline_max_bytes`` (the deadline abandons a stuck one).
         clock: the time requests are evaluated at (exception expiry); default UTC now.
+        timer: the monotonic clock deadlines and inline slices are measured on (see
+            :mod:`webhook.timer`); default the process's.
         recorder: side effects of admitted non-dryRun requests; default none.
         quota: the quota step (see module docstring); None: GPUQuota documents are not
             enforced.
@@ -221,6 +228,7 @@ class Admitter:
         executor: concurrent.futures.Executor,
         *,
         clock: Callable[[], datetime.datetime] = _utcnow,
+        timer: Timer | None = None,
         recorder: Recorder | None = None,
         quota: QuotaGate | None = None,
         quota_executor: concurrent.futures.Executor | None = None,
@@ -233,8 +241,9 @@ class Admitter:
         self.metrics = metrics
         self.executor = executor
         self.clock = clock
+        self.timer: Timer = timer if timer is not None else MonotonicTimer()
         self.recorder = recorder
-        # Loop time until which every evaluation goes to the thread pool: set when one overran
+        # Timer time until which every evaluation goes to the thread pool: set when one overran
         # its slice on the loop (see module docstring).
         self._inline_paused_until = 0.0
         self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
@@ -258,7 +267,7 @@ class Admitter:
             review = dataclasses.replace(review, namespace_object=None)
         return review
 
-    async def admit(self, envelope: Envelope, endpoint: str) -> Decision:
+    async def admit(self, envelope: Envelope, endpoint: Endpoint) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
 
         Raises:
@@ -273,8 +282,8 @@ class Admitter:
         if snapshot is None:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
-        mutate = endpoint == MUTATE_ENDPOINT
-        now = asyncio.get_running_loop().time()
+        mutate = endpoint == Endpoint.MUTATE
+        now = self.timer.now()
         deadline_at = now + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
         # 0: every request in the thread pool; so too for a while after one was too slow here.
@@ -286,7 +295,7 @@ class Admitter:
         request = envelope.request
         quota = await self._quota_step(quotas, request, deadline_at)
         if not quota.allowed:
-            names = tuple(dict.fromkeys(_QUOTA_NAME.findall(" ".join(quota.denials))))
+            names = tuple(dict.fromkeys(quota.denied_by))
             return Decision(allowed=False, decision=DENIED, message="; ".join(quota.denials),
                             reason="Forbidden", warnings=quota.warnings,
                             denied_by=tuple(f"GPUQuota/{n}" for n in names),
@@ -308,7 +317,7 @@ class Admitter:
         assert self.quota is not None
         future = self.quota_executor.submit(self.quota.admit, quotas, request)
         try:
-            async with asyncio.timeout_at(deadline_at):
+            async with self.timer.timeout_at(deadline_at):
                 return await asyncio.wrap_future(future)
         except TimeoutError:
             if not future.cancel():  # running: what it reserves is for a pod now refused
@@ -332,40 +341,40 @@ class Admitter:
             with contextlib.suppress(RuntimeError):  # executor shut down: the TTL applies
                 self.quota_executor.submit(self.quota.release, quotas, reserved, request)
 
-    async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+    async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
                         deadline_at: float, inline: bool, **quota: Any) -> Decision:
         """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable).
 
         ``inline``: evaluate on the event loop (small bodies, see module docstring), else in
         the thread pool.
         """
-        mutate = endpoint == MUTATE_ENDPOINT
-        loop_time = asyncio.get_running_loop().time  # a clock any thread may read
+        mutate = endpoint == Endpoint.MUTATE
+        now = self.timer.now  # any thread may read it
 
         def expired() -> bool:
-            return loop_time() >= deadline_at
+            return now() >= deadline_at
 
         try:
             verdict = None
             if inline:
-                slice_end = min(deadline_at, loop_time() + self.settings.inline_slice_s)
+                slice_end = min(deadline_at, now() + self.settings.inline_slice_s)
                 try:
                     verdict = snapshot.engine.evaluate(
                         review, mutate=mutate, validate=not mutate,
-                        expired=lambda: loop_time() >= slice_end, **quota)
+                        expired=lambda: now() >= slice_end, **quota)
                 except EvaluationExpired:
-                    self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
+                    self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
                     if expired():
                         raise
                     self.metrics.inline_handoffs.inc()  # too slow for the loop: the pool's
                 else:
-                    if loop_time() > slice_end:  # finished, but held the loop too long
-                        self._pause_inline(loop_time() - slice_end + self.settings.inline_slice_s)
+                    if now() > slice_end:  # finished, but held the loop too long
+                        self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
             if verdict is None:
                 future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
                                               validate=not mutate, expired=expired, **quota)
                 try:
-                    async with asyncio.timeout_at(deadline_at):
+                    async with self.timer.timeout_at(deadline_at):
                         verdict = await asyncio.wrap_future(future)
                 except TimeoutError:
                     # Drops it if still queued; a running one stops at its next policy.
@@ -383,9 +392,9 @@ class Admitter:
             self.recorder.record(review, verdict, endpoint)
         return Decision(
             allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
-            message=verdict.message, reason=verdict.reason, warnings=verdict.warnings,
+            message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
             audit_annotations=verdict.audit_annotations,
-            patch=verdict.patch if mutate else (), denied_by=_denied_by(verdict),
+            patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
             policy_outcomes=outcomes, review=review, policy_set=snapshot,
         )
 
@@ -394,7 +403,7 @@ class Admitter:
         ``INLINE_OVERRUNS``-th within ``INLINE_PAUSE_S``, send evaluations to the thread pool for
         ``INLINE_PAUSE_S`` (one CEL evaluation cannot be interrupted, and its iterations are
         bounded but not their cost: ``contains`` over a 30 KB string, say)."""
-        loop_time = asyncio.get_running_loop().time()
+        loop_time = self.timer.now()
         self._overruns.append(loop_time)
         if len(self._overruns) < INLINE_OVERRUNS or \
                 loop_time - self._overruns[0] > INLINE_PAUSE_S:
@@ -406,7 +415,7 @@ class Admitter:
                 "why": "an evaluation outlasted --inline-slice-ms on the event loop"}})
         self._inline_paused_until = loop_time + INLINE_PAUSE_S
 
-    def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: str,
+    def _fallback(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
                   cause: str, what: str) -> Decision:
         """The failurePolicy answer when the evaluation cannot be used (see module docstring)."""
         self.metrics.fallbacks.labels(endpoint, cause).inc()
@@ -416,7 +425,7 @@ class Admitter:
                        f"failurePolicy Fail: {', '.join(failing)}")
             return Decision(allowed=False, decision=DENIED, message=message,
                             reason="Forbidden", denied_by=tuple(failing),
-                            policy_outcomes=tuple((name, "error") for name in failing),
+                            policy_outcomes=tuple((name, RuleOutcome.ERROR) for name in failing),
                             fallback=cause, review=review, policy_set=snapshot)
         scope = "the matching policies have failurePolicy Ignore" if matched else \
             "no policy with failurePolicy Fail matches it"

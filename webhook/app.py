@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from webhook import logs, wire
-from webhook.admission import ENDPOINTS, Admitter, Decision
+from webhook.admission import ENDPOINTS, Admitter, Decision, Endpoint
 from webhook.health import Health
 from webhook.metrics import CONTENT_TYPE, Metrics
 from webhook.settings import ServerSettings
@@ -98,7 +98,7 @@ class AdmissionHandlers:
         return wire.parse_envelope(wire.decode_json(body, max_depth=self.settings.max_depth),
                                    len(body))
 
-    async def admission(self, request: web.Request, endpoint: str) -> web.Response:
+    async def admission(self, request: web.Request, endpoint: Endpoint) -> web.Response:
         """``POST /validate`` and ``POST /mutate``."""
         start = time.perf_counter()
         self.in_flight += 1
@@ -198,7 +198,7 @@ def _too_large(size: int | None, limit: int) -> wire.WireError:
 
 
 def _endpoint(handlers: AdmissionHandlers,
-              endpoint: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+              endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         return await handlers.admission(request, endpoint)
     return handle

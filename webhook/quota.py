@@ -24,8 +24,9 @@ from kube.quota_ledger import (
     QuotaLedger,
     reservation_key,
 )
-from policies.quota import FAIL, Quota, applicable
+from policies.quota import Quota, applicable
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.vocabulary import FailurePolicy
 
 
 class QuotaGate:
@@ -96,11 +97,11 @@ class QuotaGate:
         request counts against follows its failurePolicy, as when the API is unreachable."""
         namespace = str(request.get("namespace") or "")
         scoped = applicable(quotas, namespace, self.namespace_labels(namespace))
-        failing = [q.name for q in scoped if q.failure_policy == FAIL]
+        failing = [q.name for q in scoped if q.failure_policy == FailurePolicy.FAIL]
         if failing:
             return QuotaDecision(False, tuple(
                 f"GPUQuota {name}: usage could not be checked ({what}); failurePolicy Fail"
-                for name in failing))
+                for name in failing), denied_by=tuple(failing))
         return QuotaDecision(True, warnings=tuple(
             f"GPUQuota {q.name}: usage could not be checked ({what}); admitted "
             "(failurePolicy Ignore)" for q in scoped))

@@ -35,6 +35,7 @@ from webhook.metrics import Metrics
 from webhook.policy_store import LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
 from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
+from webhook.timer import MonotonicTimer, Timer
 
 LOG = logging.getLogger("gpuguard.webhook.server")
 # Idle keep-alive connections are kept longer than kube-apiserver's client keeps them idle (90 s,
@@ -82,17 +83,21 @@ class Server:
         certificate_check: a readiness check of the served certificate (see :class:`Health`).
         recorder: side effects of admitted requests (see :class:`~webhook.admission.Recorder`).
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
+        timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
+            default the monotonic clock.
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
-                 recorder: Recorder | None = None, quota: QuotaGate | None = None) -> None:
+                 recorder: Recorder | None = None, quota: QuotaGate | None = None,
+                 timer: Timer | None = None) -> None:
         self.settings = settings
         self.store = store
         self.namespaces = namespaces
         self.tls = tls
         self.metrics = Metrics()
+        self.timer: Timer = timer if timer is not None else MonotonicTimer()
         self.health = Health(store, namespaces, certificate_check,
                              quota_status=quota.status if quota is not None else None)
         self.executor = concurrent.futures.ThreadPoolExecutor(
@@ -102,7 +107,7 @@ class Server:
             if quota is not None else None
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
-                                 quota_executor=self.quota_executor)
+                                 quota_executor=self.quota_executor, timer=self.timer)
         self.app = build_app(self.admitter, self.health, self.metrics, settings)
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -223,7 +228,7 @@ class Server:
         LOG.info("shutting down: reporting not ready", extra={"fields": {
             "delay_s": self.settings.shutdown_delay_s, "in_flight": self.in_flight}})
         if delay and self.settings.shutdown_delay_s and self.runner is not None:
-            await asyncio.sleep(self.settings.shutdown_delay_s)
+            await self.timer.sleep(self.settings.shutdown_delay_s)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
