@@ -2,7 +2,22 @@
 
 Owns :class:`ReloadingTLS`: one server-side :class:`ssl.SSLContext` (TLS 1.2 or newer) for the
 whole process, loaded from a certificate chain file and a private key file (``tls.crt`` /
-``tls.key`` of a Kubernetes TLS Secret), and :class:`TLSError`. Must not open sockets, serve HTTP
+``tls.key`` of a Kubernetes TLS Secret), optionally verifying client certificates against a CA
+file (``--client-ca``), and :class:`TLSError`.
+
+Protocol and suites. TLS 1.2 is limited to forward-secret AEAD suites — ECDHE key exchange with
+AES-GCM or ChaCha20-Poly1305 (:data:`TLS12_CIPHERS`): no CBC (Lucky 13 and other padding
+oracles), no static RSA key exchange, no DHE. TLS 1.3 suites are OpenSSL's (all AEAD). Go's
+``crypto/tls`` client of kube-apiserver offers these by default. Client-initiated TLS 1.2
+renegotiation is off.
+
+Client certificates. With a client CA, a client that presents a certificate must present one
+that chains to that CA (and is fit for client authentication), or the handshake fails; a client
+that presents none is let through the handshake (``CERT_OPTIONAL``), so that kubelet's probes and
+Prometheus can reach ``/healthz``, ``/readyz`` and ``/metrics``, and the webhook refuses its
+``/validate`` and ``/mutate`` requests (401, :mod:`webhook.app`). The CA file is read once, at
+start: OpenSSL can add CAs to a live context but not remove them, so a changed CA needs a
+restart. Must not open sockets, serve HTTP
 or schedule its own polling: the server calls :meth:`ReloadingTLS.reload_if_changed` (for example
 every few seconds, from the event-loop thread that performs the handshakes).
 
@@ -38,6 +53,7 @@ from cryptography import x509
 
 from certs.material import (
     CertificateError,
+    check_is_ca,
     check_is_server,
     check_key_matches,
     check_validity,
@@ -54,6 +70,8 @@ NOT_YET_VALID_TOLERANCE = datetime.timedelta(minutes=5)
 between the issuer — cert-manager, another node — and this machine)."""
 
 _READ_ATTEMPTS = 3
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
+"""OpenSSL cipher list of TLS 1.2 (see module docstring); TLS 1.3 suites are not affected."""
 
 
 class TLSError(CertificateError):
@@ -146,24 +164,28 @@ class ReloadingTLS:
     Args:
         cert_file: PEM certificate chain, the serving certificate first (``tls.crt``).
         key_file: its unencrypted PEM private key (``tls.key``).
+        client_ca: PEM CA certificates that client certificates must chain to (see module
+            docstring); None: client certificates are not asked for.
 
     Raises:
-        TLSError: the initial material is refused (see :class:`TLSError`).
+        TLSError: the initial material is refused (see :class:`TLSError`), or the client CA
+            file holds no CA certificate.
 
     Attributes are read-only: :attr:`context`, :attr:`not_after`, :attr:`fingerprint`,
     :attr:`serial_number`, :attr:`subject_alt_names`, :attr:`mtimes`, :attr:`cert_file`,
-    :attr:`key_file`. :meth:`reload_if_changed` is thread-safe with itself.
+    :attr:`key_file`, :attr:`client_ca`. :meth:`reload_if_changed` is thread-safe with itself.
     """
 
-    def __init__(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
-                 ) -> None:
+    def __init__(self, cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str],
+                 *, client_ca: str | os.PathLike[str] | None = None) -> None:
         self._cert_file = os.fspath(cert_file)
         self._key_file = os.fspath(key_file)
+        self._client_ca = os.fspath(client_ca) if client_ca is not None else None
         self._lock = threading.Lock()
         material = self._read_and_validate()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.options |= ssl.OP_NO_RENEGOTIATION  # no client-initiated TLS 1.2 renegotiation
+        context = server_context()
+        if self._client_ca is not None:
+            _require_client_ca(context, self._client_ca)
         self._load(context, material)
         self._context = context
         self._material = material
@@ -172,6 +194,11 @@ class ReloadingTLS:
     def context(self) -> ssl.SSLContext:
         """The server-side context (TLS ≥ 1.2); the same object for the life of this instance."""
         return self._context
+
+    @property
+    def client_ca(self) -> str | None:
+        """The client CA file path, as given; None when client certificates are not asked for."""
+        return self._client_ca
 
     @property
     def cert_file(self) -> str:
@@ -273,7 +300,7 @@ class ReloadingTLS:
     def _load(self, context: ssl.SSLContext, material: _Material) -> None:
         with _private_files(material.cert_pem, material.key_pem) as (cert_path, key_path):
             try:
-                scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                scratch = server_context()
                 scratch.load_cert_chain(cert_path, key_path)
             except (ssl.SSLError, OSError) as exc:
                 raise TLSError(
@@ -283,10 +310,44 @@ class ReloadingTLS:
             context.load_cert_chain(cert_path, key_path)
 
 
+def server_context() -> ssl.SSLContext:
+    """A server context with gpuguard's protocol settings and no certificate yet: TLS 1.2 or
+    newer, TLS 1.2 limited to :data:`TLS12_CIPHERS` (the server's order), no renegotiation."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(TLS12_CIPHERS)
+    context.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    return context
+
+
+def _require_client_ca(context: ssl.SSLContext, path: str) -> None:
+    """Verify client certificates against the CA certificates of ``path`` (see module
+    docstring).
+
+    Raises:
+        TLSError: the file cannot be read, holds no PEM certificate, holds a certificate that
+            is not a CA, or OpenSSL refuses it.
+    """
+    try:
+        data = read_file(path)
+        certificates = parse_certificates(data, path)
+        for certificate in certificates:
+            check_is_ca(certificate, path)
+    except CertificateError as exc:
+        raise TLSError(f"--client-ca {exc}") from None
+    try:
+        context.load_verify_locations(cadata=data.decode("ascii", "replace"))
+    except ssl.SSLError as exc:
+        raise TLSError(f"--client-ca {path}: OpenSSL refused the CA certificates: {exc}"
+                       ) from None
+    context.verify_mode = ssl.CERT_OPTIONAL
+
+
 def describe(tls: ReloadingTLS) -> str:
     """One line for logs: ``<cert_file>: serial <hex>, SHA-256 <fingerprint>, notAfter <time>``."""
     return (f"{tls.cert_file}: serial {tls.serial_number:x}, SHA-256 {tls.fingerprint}, "
             f"notAfter {tls.not_after:%Y-%m-%dT%H:%M:%SZ}")
 
 
-__all__ = ["NOT_YET_VALID_TOLERANCE", "ReloadingTLS", "TLSError", "describe"]
+__all__ = ["NOT_YET_VALID_TOLERANCE", "TLS12_CIPHERS", "ReloadingTLS", "TLSError", "describe",
+           "server_context"]

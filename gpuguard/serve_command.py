@@ -6,7 +6,10 @@ one clear line, then wires :mod:`certs` (``ReloadingTLS``), :mod:`kube` (namespa
 standalone file) and :mod:`webhook` together in each worker process. With ``--workers N`` the
 parent spawns N workers sharing the port (``SO_REUSEPORT``), forwards SIGTERM / SIGINT to them,
 restarts one that dies unexpectedly, and exposes their summed metrics (prometheus-client
-multiprocess mode). ``--dev`` makes a throw-away CA and serving certificate in a temporary
+multiprocess mode). ``--client-ca FILE`` makes ``/validate`` and ``/mutate`` require a client
+certificate signed by that CA (kube-apiserver presents one when its admission configuration's
+kubeconfig for the webhook names a client certificate); the health and metrics endpoints stay
+open. ``--dev`` makes a throw-away CA and serving certificate in a temporary
 directory and prints a ready-to-paste ``curl`` command.
 
 GPUQuota documents (loaded from the ``--policies`` paths with the policies, reloaded with them)
@@ -81,6 +84,8 @@ class ServeConfig:
         gpu: GPU naming and sharing.
         policies: policy files / directories, or None for the built-in library.
         cert_file / key_file: the serving certificate chain and key (PEM).
+        client_ca: CA certificates (PEM) client certificates must chain to; None: no client
+            certificate is asked for.
         namespace_labels: a namespace-labels file (standalone namespaces), or None.
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
@@ -96,6 +101,7 @@ class ServeConfig:
     kubeconfig: str | None
     log_level: str = "info"
     quota_namespace: str = DEV_NAMESPACE
+    client_ca: str | None = None
 
 
 def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -166,7 +172,7 @@ def serve_worker(config: ServeConfig) -> int:
     """Run one server process until SIGTERM / SIGINT; returns its exit code."""
     logs.configure(config.log_level)
     try:
-        tls = ReloadingTLS(config.cert_file, config.key_file)
+        tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         namespaces = namespace_source(config)
         quota, pod_cache = quota_gate(config, namespaces)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
@@ -297,7 +303,11 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
     server = ServerSettings(
         host=host, port=args.port, workers=args.workers, deadline_ms=args.deadline_ms,
         inline_max_bytes=args.inline_max_bytes, inline_slice_ms=args.inline_slice_ms,
-        eval_threads=args.eval_threads,
+        eval_threads=args.eval_threads, decode_threads=args.decode_threads,
+        max_large_requests=args.max_large_requests,
+        header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+        max_connections=args.max_connections,
+        max_idle_connections=args.max_idle_connections, client_auth=bool(args.client_ca),
         policy_reload_s=args.policy_reload_s,
         tls_reload_s=args.tls_reload_s, shutdown_delay_s=args.shutdown_delay_s,
         drain_timeout_s=args.drain_timeout_s, log_objects=args.log_objects,
@@ -308,13 +318,14 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        cert_file=cert_file, key_file=key_file,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
                        log_level=args.log_level,
-                       quota_namespace=args.quota_namespace or default_quota_namespace())
+                       quota_namespace=args.quota_namespace or default_quota_namespace(),
+                       client_ca=args.client_ca)
 
 
 def _preflight(config: ServeConfig) -> str | None:
     """Check the inputs once, in the parent; returns the first problem, or None."""
     try:
-        tls = ReloadingTLS(config.cert_file, config.key_file)
+        tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         source = namespace_source(config)
         cluster = detect(config.kubeconfig)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
@@ -324,7 +335,8 @@ def _preflight(config: ServeConfig) -> str | None:
             return f"--policies {path}: no such file or directory"
     standalone = isinstance(source, StaticNamespaces) and not config.namespace_labels
     LOG.info("starting gpuguard serve", extra={"fields": {
-        "certificate": describe(tls), "policies": ", ".join(config.policies or ())
+        "certificate": describe(tls), "client_ca": config.client_ca,
+        "policies": ", ".join(config.policies or ())
         or "built-in library", "namespaces": source.source, "workers": config.server.workers,
         "port": config.server.port}})
     if standalone:
@@ -405,6 +417,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         "default: the built-in library")
     parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
+    parser.add_argument("--client-ca", metavar="FILE",
+                        help="CA bundle (PEM) of the client certificate kube-apiserver presents: "
+                        "POST /validate and /mutate then require a client certificate signed by "
+                        "it (401 without one); /healthz, /readyz and /metrics stay open to "
+                        "probes and scrapers without one")
     parser.add_argument("--dev", action="store_true",
                         help="generate a throw-away CA and serving certificate, listen on "
                         "127.0.0.1 and print a curl command to try it")
@@ -438,6 +455,30 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--eval-threads", type=int, default=ServerSettings.eval_threads,
                         metavar="N", help="threads evaluating policies of bodies over "
                         "--inline-max-bytes, per worker (default %(default)s)")
+    parser.add_argument("--max-large-requests", type=int,
+                        default=ServerSettings.max_large_requests, metavar="N",
+                        help="requests with a body over --inline-max-bytes (or compressed) "
+                        "read, decoded and evaluated at once per worker; the others wait unread, "
+                        "and one whose deadline passes while waiting gets 429 "
+                        "(default %(default)s)")
+    parser.add_argument("--decode-threads", type=int, default=ServerSettings.decode_threads,
+                        metavar="N", help="threads decoding request bodies over "
+                        "--inline-max-bytes and compressed ones, per worker "
+                        "(default %(default)s)")
+    parser.add_argument("--header-timeout-s", type=float,
+                        default=ServerSettings.header_timeout_s, metavar="S",
+                        help="close a connection that takes longer than S seconds for its TLS "
+                        "handshake or a request header (slow clients; default %(default)s)")
+    parser.add_argument("--body-timeout-s", type=float, default=ServerSettings.body_timeout_s,
+                        metavar="S", help="answer 408 to a request whose body takes longer than "
+                        "S seconds to arrive (default %(default)s)")
+    parser.add_argument("--max-connections", type=int, default=ServerSettings.max_connections,
+                        metavar="N", help="most open connections per worker; at the limit a "
+                        "new one evicts a stalled or the longest-idle one (default %(default)s)")
+    parser.add_argument("--max-idle-connections", type=int,
+                        default=ServerSettings.max_idle_connections, metavar="N",
+                        help="most idle keep-alive connections per worker; the longest-idle "
+                        "ones beyond N are closed (default %(default)s)")
     parser.add_argument("--policy-reload-s", type=float, default=ServerSettings.policy_reload_s,
                         metavar="S", help="seconds between policy file checks "
                         "(default %(default)s)")

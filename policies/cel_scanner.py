@@ -134,32 +134,29 @@ def tokenize(source: str) -> tuple[Token, ...]:
     return tuple(tokens)
 
 
-def code_only(source: str) -> str:
-    """``source`` with comments dropped and every string literal replaced by ``""``: what is
-    left is code, so a search in it cannot match inside text."""
+def _rewritten(source: str, *, empty_strings: bool) -> str:
+    """``source`` with comments dropped and, with ``empty_strings``, string literals as ``""``."""
     parts: list[str] = []
     position = 0
     for token in tokenize(source):
-        if token.kind is TokenKind.COMMENT:
+        if token.kind is TokenKind.COMMENT or (empty_strings and token.kind is TokenKind.STRING):
             parts.append(source[position:token.start])
-            position = token.end
-        elif token.kind is TokenKind.STRING:
-            parts.append(source[position:token.start] + '""')
+            if token.kind is TokenKind.STRING:
+                parts.append('""')
             position = token.end
     parts.append(source[position:])
     return "".join(parts)
+
+
+def code_only(source: str) -> str:
+    """``source`` with comments dropped and every string literal replaced by ``""``: what is
+    left is code, so a search in it cannot match inside text."""
+    return _rewritten(source, empty_strings=True)
 
 
 def without_comments(source: str) -> str:
     """``source`` with its comments dropped (a trailing one would swallow appended text)."""
-    parts: list[str] = []
-    position = 0
-    for token in tokenize(source):
-        if token.kind is TokenKind.COMMENT:
-            parts.append(source[position:token.start])
-            position = token.end
-    parts.append(source[position:])
-    return "".join(parts)
+    return _rewritten(source, empty_strings=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,13 +117,13 @@ def _parse(value: object) -> Fraction:
     suffix = match["suffix"]
     if suffix in _BINARY:
         return number * _BINARY[suffix]
-    if suffix and suffix[0] in "eE":
-        exponent = int(suffix[1:])
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError(f"{value!r}: exponent {exponent} is out of range (at most "
-                                f"±{_MAX_EXPONENT})")
-        return number * Fraction(10) ** exponent
-    return number * _DECIMAL[suffix]
+    if suffix in _DECIMAL:  # before the exponent: a bare "E" is exa, not an exponent
+        return number * _DECIMAL[suffix]
+    exponent = int(suffix[1:])  # what is left: e3, E-2
+    if abs(exponent) > _MAX_EXPONENT:
+        raise QuantityError(f"{value!r}: exponent {exponent} is out of range (at most "
+                            f"±{_MAX_EXPONENT})")
+    return number * Fraction(10) ** exponent
 
 
 def format_fraction(value: Fraction) -> str:

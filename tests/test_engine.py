@@ -381,6 +381,7 @@ spec:
       apiVersions: ["v1"]
       operations: ["CREATE"]
       resources: ["pods"]
+  reinvocationPolicy: Never
   matchConditions:
   - name: gpu
     expression: object.spec.containers.exists(c, has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)
@@ -405,6 +406,19 @@ def test_native_mutating_admission_policy_jsonpatch():
     verdict = engine.evaluate(from_object(pod, now=NOW))
     assert list(verdict.patch) == [{"op": "add", "path": "/spec/runtimeClassName",
                                     "value": "nvidia"}]
+
+
+def test_mutating_policy_without_reinvocation_policy_is_refused_as_the_api_server_does():
+    """kube-apiserver refuses it ('spec.reinvocationPolicy: Required value'; no default), so a
+    file that loads in gpuguard would not apply to a cluster (found by the differential tier)."""
+    text = NATIVE_MAP.replace("  reinvocationPolicy: Never\n", "")
+    from policies.sources import Document
+
+    documents = [Document("p.yaml", i, None, b, None) for i, b, _ in parse_text("p.yaml", text)]
+    policy_set, errors = build_policy_set(documents, ENV)
+    assert policy_set.policies == ()
+    assert [(e.path, e.message) for e in errors] == [
+        ("spec", "'reinvocationPolicy' is required")]
 
 
 def test_apply_configuration_is_reported_unsupported():

@@ -101,6 +101,8 @@ def test_deeply_nested_yaml_is_an_error_not_a_crash(tmp_path):
         (3, 3),
         ("+1", 1),
         (".5", 0.5),
+        ("12E", 12 * 10**18),  # the exa suffix, not an exponent without digits
+        ("0.5E", 5 * 10**17),
     ],
 )
 def test_quantity_values(text, value):

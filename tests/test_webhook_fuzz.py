@@ -1,13 +1,18 @@
-"""Property-based fuzzing of /validate and /mutate (hypothesis): whatever the body, the answer is
-a 200 AdmissionReview or a 4xx Status — never a 5xx — and has the contract's shape.
+"""Property-based fuzzing of /validate and /mutate (hypothesis): whatever the body, its content
+type and its content coding, the answer is a 200 AdmissionReview or a 4xx Status — never a 5xx —
+and has the contract's shape; and every log line the run writes is JSON.
 
 The app runs in-process (no sockets beyond loopback, no TLS) on one event loop kept for the
-whole module, so each example is one HTTP round trip.
+whole module, served as the server serves it (aiohttp's own body decompression off), so each
+example is one HTTP round trip. Examples are derandomized: the same run every time.
 """
 
 import asyncio
 import copy
+import gzip
+import io
 import json
+import zlib
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,6 +27,8 @@ from tests.test_webhook_harness import (
     gpu_policy,
     write_policies,
 )
+from webhook import logs
+from webhook.connections import handler_args
 
 POLICIES = [
     gpu_policy("max-gpus", {"validations": [{"expression": "gpu.count <= 2",
@@ -47,7 +54,9 @@ def app_client(tmp_path_factory):
     harness = Harness([write_policies(directory, *POLICIES)])
     assert harness.result.outcome == "loaded", harness.result.errors
     loop = asyncio.new_event_loop()
-    client = TestClient(TestServer(harness.app), loop=loop)
+    server = TestServer(harness.app, loop=loop)
+    loop.run_until_complete(server.start_server(**handler_args(keepalive_s=120.0)))
+    client = TestClient(server, loop=loop)
     loop.run_until_complete(client.start_server())
     yield loop, client
     loop.run_until_complete(client.close())
@@ -55,11 +64,31 @@ def app_client(tmp_path_factory):
     harness.close()
 
 
-def exchange(app_client, endpoint, data, content_type="application/json"):
+@pytest.fixture(scope="module")
+def log_lines():
+    """Every log line of the module's run, as the server writes them (JSON, see webhook.logs)."""
+    stream = io.StringIO()
+    logs.configure("info", stream)
+    yield stream
+    logs.unconfigure()
+
+
+def check_logs(stream):
+    lines = stream.getvalue().splitlines()
+    assert lines
+    for line in lines:
+        entry = json.loads(line)  # fails on any line that is not JSON
+        assert {"time", "level", "logger", "msg"} <= set(entry)
+        assert "Traceback" not in str(entry.get("error")), entry  # bad input is not a bug
+
+
+def exchange(app_client, endpoint, data, content_type="application/json", encoding=None):
     loop, client = app_client
 
     async def go():
         headers = {"Content-Type": content_type} if content_type else {}
+        if encoding is not None:
+            headers["Content-Encoding"] = encoding
         response = await client.post(f"/{endpoint}", data=data, headers=headers)
         return response.status, await response.read()
 
@@ -132,20 +161,66 @@ bodies = st.one_of(
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(body=bodies, endpoint=st.sampled_from(["validate", "mutate"]))
-def test_fuzzed_bodies_never_get_a_5xx(app_client, body, endpoint):
+def test_fuzzed_bodies_never_get_a_5xx(app_client, log_lines, body, endpoint):
     data, review = body
     status, raw = exchange(app_client, endpoint, data)
     if status == 200:
         assert review is not None
     check(status, raw, review, endpoint)
+    check_logs(log_lines)
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(review=mutated_reviews(), content_type=st.sampled_from(CONTENT_TYPES),
        endpoint=st.sampled_from(["validate", "mutate", "null-validate"]))
-def test_fuzzed_reviews_and_content_types(app_client, review, content_type, endpoint):
+def test_fuzzed_reviews_and_content_types(app_client, log_lines, review, content_type, endpoint):
     status, raw = exchange(app_client, endpoint, json.dumps(review).encode(), content_type)
     check(status, raw, review, endpoint)
     if content_type.split(";")[0].strip().lower() != "application/json":
         assert status == 415
+    check_logs(log_lines)
+
+
+CODINGS = ["gzip", "x-gzip", "GZIP", "deflate", "identity", "br", "zstd", "gzip, gzip",
+           "gzip, identity", " "]
+KNOWN = {"gzip": gzip.compress, "x-gzip": gzip.compress, "GZIP": gzip.compress,
+         "deflate": zlib.compress, "gzip, identity": gzip.compress}
+
+
+@st.composite
+def encoded(draw):
+    """``(coding, bytes, review, kind)``: a review compressed as its header says (``right``),
+    or compressed some other way (``other``), cut short (``cut``), or garbage."""
+    coding = draw(st.sampled_from(CODINGS))
+    review = draw(mutated_reviews())
+    plain = json.dumps(review).encode()
+    pack = KNOWN.get(coding, lambda data: data)
+    kind = draw(st.sampled_from(["right", "other", "cut", "garbage"]))
+    if kind == "right":
+        data = pack(plain)
+    elif kind == "other":
+        data = draw(st.sampled_from([gzip.compress, zlib.compress, bytes]))(plain)
+    elif kind == "cut":
+        data = pack(plain)
+        data = data[:draw(st.integers(0, max(0, len(data) - 1)))]
+    else:
+        data = draw(st.binary(max_size=300))
+    return coding, data, review, kind
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(sample=encoded(), endpoint=st.sampled_from(["validate", "mutate"]))
+def test_fuzzed_content_encodings_never_get_a_5xx(app_client, log_lines, sample, endpoint):
+    """On main a gzip Content-Encoding on a plain body was a 500 with a traceback."""
+    coding, data, review, kind = sample
+    status, raw = exchange(app_client, endpoint, data, encoding=coding)
+    check(status, raw, review, endpoint)  # a 200 answers the review (uid echoed)
+    if coding.strip().lower() in ("br", "zstd", "gzip, gzip"):
+        assert status == 415
+    elif kind == "right":
+        assert status in (200, 400)  # 400: a mutated review the engine cannot read
+    elif kind == "garbage":
+        assert status != 200
+    check_logs(log_lines)

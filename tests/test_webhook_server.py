@@ -72,8 +72,9 @@ async def until(predicate, what, bound_s=WAIT_S):
 
 
 def settings(**overrides):
+    # No idle cap: a test client's pool may reuse a connection the cap is closing.
     base = {"host": "127.0.0.1", "port": 0, "shutdown_delay_s": 0.0, "drain_timeout_s": 10.0,
-            "policy_reload_s": 0.05, "tls_reload_s": 0.05}
+            "policy_reload_s": 0.05, "tls_reload_s": 0.05, "max_idle_connections": 10_000}
     return ServerSettings(**{**base, **overrides})
 
 
@@ -790,6 +791,11 @@ async def test_serve_with_refused_tls_material_is_a_usage_error(tmp_path):
     (["--deadline-ms", "0"], "deadline_ms: must be at least 1, got 0"),
     (["--inline-slice-ms", "0"], "inline_slice_ms: must be at least 1, got 0"),
     (["--workers", "0"], "workers: must be at least 1, got 0"),
+    (["--client-ca", "/nonexistent/ca.crt"], "--client-ca /nonexistent/ca.crt: file not found"),
+    (["--header-timeout-s", "0"], "header_timeout_s: must be above 0 seconds, got 0.0"),
+    (["--max-connections", "0"], "max_connections: must be at least 1, got 0"),
+    (["--max-large-requests", "0"], "max_large_requests: must be at least 1, got 0"),
+    (["--max-idle-connections", "-1"], "max_idle_connections: must not be negative, got -1"),
 ])
 async def test_serve_input_errors_exit_2_with_one_line(args, message):
     result = await asyncio.to_thread(

@@ -510,15 +510,13 @@ def test_log_lines_are_json_with_the_fields():
     from webhook import logs
 
     stream = io.StringIO()
-    logger = logs.configure("info", stream)
+    logs.configure("info", stream)
     try:
         logging.getLogger("gpuguard.webhook.admission").info(
             "admission", extra={"fields": {"uid": "u", "latency_ms": 1.5, "odd": {1, 2}}})
         logging.getLogger("gpuguard.webhook.admission").debug("hidden")
     finally:
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        logger.propagate = True
+        logs.unconfigure()
     (line,) = stream.getvalue().splitlines()
     entry = json.loads(line)
     assert entry["msg"] == "admission" and entry["level"] == "info"
@@ -536,7 +534,7 @@ def test_log_fields_writes_the_same_line_and_leaves_other_set_ups_to_logging():
     from webhook import logs
 
     stream = io.StringIO()
-    logger = logs.configure("info", stream)
+    logs.configure("info", stream)
     admission = logging.getLogger("gpuguard.webhook.admission")
     fields = {"uid": "u", "name": "caf\u00e9", "latency_ms": 0.5, "odd": {1}, "big": 2**70}
     captured = []
@@ -554,9 +552,7 @@ def test_log_fields_writes_the_same_line_and_leaves_other_set_ups_to_logging():
         logs.log_fields(admission, logging.WARNING, "rejected", {"uid": "w"})
     finally:
         admission.removeHandler(capture)
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        logger.propagate = True
+        logs.unconfigure()
     direct, logged, rejected = stream.getvalue().splitlines()
     assert direct.isascii()
     assert re.sub(r'"time":"[^"]*"', "", direct) == re.sub(r'"time":"[^"]*"', "", logged)

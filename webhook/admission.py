@@ -267,8 +267,12 @@ class Admitter:
             review = dataclasses.replace(review, namespace_object=None)
         return review
 
-    async def admit(self, envelope: Envelope, endpoint: Endpoint) -> Decision:
+    async def admit(self, envelope: Envelope, endpoint: Endpoint, *,
+                    waited_s: float = 0.0) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
+
+        ``waited_s``: seconds the request already spent before this call (a large body's wait
+        for a decode turn, its read and decode), taken off its deadline.
 
         Raises:
             WireError: 400 for an AdmissionRequest that cannot be evaluated; 503 when no
@@ -284,7 +288,7 @@ class Admitter:
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
         mutate = endpoint == Endpoint.MUTATE
         now = self.timer.now()
-        deadline_at = now + self.settings.deadline_s
+        deadline_at = now - waited_s + self.settings.deadline_s
         limit = self.settings.inline_max_bytes
         # 0: every request in the thread pool; so too for a while after one was too slow here.
         inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until

@@ -6,12 +6,23 @@ check), ``GET /metrics`` (Prometheus text format) and, only when
 ``ServerSettings.benchmark_routes`` is set, ``POST /null-validate`` (the same request reading
 and response writing with no evaluation: the benchmark's baseline).
 
-Bad input is answered with a 4xx and a ``Status`` body naming what was wrong: 413 for a body over
-``max_body_bytes``, 415 for another content type, 400 for the rest (see :mod:`webhook.wire`).
-A request that was understood is always answered 200 with an AdmissionReview, even when the
-evaluation fails or runs out of time (then the policies' failurePolicy decides, see
-:mod:`webhook.admission`); 503 only while no policy set has loaded, and 500 only for a bug in
-gpuguard itself (logged with its traceback; the handler is fuzzed so that no input reaches it).
+Every error answer is a Kubernetes ``Status`` body (``kind: Status``, ``code``, ``reason``,
+``message``), aiohttp's own included (404, 405: a middleware turns them into one). Bad input is a
+4xx naming what was wrong: 413 for a body over ``max_body_bytes`` (before or after inflating
+it), 415 for another content type or content coding, 408 for a body that does not arrive within
+``body_timeout_s``, 401 for a missing client certificate when ``client_auth`` is on, 400 for the
+rest (see :mod:`webhook.wire`). A request that was understood is always answered 200 with an
+AdmissionReview, even when the evaluation fails or runs out of time (then the policies'
+failurePolicy decides, see :mod:`webhook.admission`); 503 only while no policy set has loaded,
+and 500 only for a bug in gpuguard itself (logged with its traceback; the handler is fuzzed so
+that no input reaches it). A client that goes away before its body has arrived is not an error:
+one info line, counted as ``disconnected``.
+
+Where a body is decoded: one of at most ``inline_max_bytes``, not compressed, on the event loop
+(as its evaluation, see :mod:`webhook.admission`); a larger or compressed one — inflating, JSON,
+the envelope — in the decode threads, so that one 3 MiB review (tens of milliseconds of JSON) or
+a compressed bomb never holds the loop that answers ``/readyz`` and reads other requests.
+
 Each admission logs one JSON line (uid, kind, namespace/name, operation, decision, latency;
 object bodies only with ``log_objects``).
 
@@ -20,25 +31,69 @@ Must not evaluate policies or know where policies, namespaces or certificates co
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook import logs, wire
 from webhook.admission import ENDPOINTS, Admitter, Decision, Endpoint
 from webhook.health import Health
+from webhook.memory import MemoryReturn
 from webhook.metrics import CONTENT_TYPE, Metrics
 from webhook.settings import ServerSettings
 
 ADMISSION_LOG = logging.getLogger("gpuguard.webhook.admission")
+LOG = logging.getLogger("gpuguard.webhook.app")
 _JSON = "application/json"
+ROUTES = ("POST /validate", "POST /mutate", "GET /healthz", "GET /readyz", "GET /metrics")
+DISCONNECTED = "disconnected"
+# The requests_total decision of a 4xx / 503 answer, by status.
+_OUTCOMES = {503: "unavailable", 401: "unauthorized", 429: "throttled"}
+
+
+TURN_READ_S = 1.0
+"""How long a large body may take to arrive while its request holds a turn (see
+:class:`AdmissionHandlers`); kube-apiserver sends 3 MiB in milliseconds."""
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its request body had arrived."""
+
+
+class _Body:
+    """A request body as it is read: its chunks, their size, when reading began."""
+
+    __slots__ = ("chunks", "size", "started_at")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.started_at: float | None = None
+
+    def data(self) -> bytes:
+        """The bytes read (one copy at most); the chunks are released."""
+        chunks, self.chunks = self.chunks, []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _json_response(body: Mapping[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=wire.encode(body), status=status, content_type=_JSON)
+
+
+def _error_response(error: wire.WireError) -> web.Response:
+    response = _json_response(wire.error_body(error), error.status)
+    if error.status in (401, 408, 413):  # the body may be partly unread: do not reuse
+        response.force_close()
+    if error.status == 429:
+        response.headers["Retry-After"] = "1"
+    return response
 
 
 def _identity(request: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
@@ -71,46 +126,210 @@ def _identity(request: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, A
 
 
 class AdmissionHandlers:
-    """The request handlers, bound to their collaborators."""
+    """The request handlers, bound to their collaborators.
+
+    A large request (see :meth:`large`) is read, decoded and evaluated in a turn: at most
+    ``max_large_requests`` hold one at a time. Until its turn its body stays unread — aiohttp
+    and asyncio stop reading a connection whose buffers are full — so a waiting body costs the
+    event loop nothing and is held by TCP, not in memory. Reading in the turn, while no other
+    large request is being decoded or evaluated, is what keeps the loop quick: every socket
+    read makes the loop take the GIL back, and from a thread that is decoding or evaluating
+    that takes up to the switch interval each time (measured: a 3 MiB body read next to an
+    evaluation took ~150 ms instead of ~10 ms). A body that has not arrived within
+    ``TURN_READ_S`` of its turn gives the turn up (a slow client must not hold it), is read to
+    its end outside it, and waits for a turn again. A request whose deadline passes while it
+    waits is answered 429 without being decoded (its body is still read, in turn, so that the
+    connection stays usable).
+
+    Args:
+        decode_executor: where large bodies are decoded; None: the event loop's default
+            executor.
+        memory: told when large requests begin and end (it trims the heap after a burst);
+            None: nothing is trimmed.
+    """
 
     def __init__(self, admitter: Admitter, health: Health, metrics: Metrics,
-                 settings: ServerSettings) -> None:
+                 settings: ServerSettings, *,
+                 decode_executor: concurrent.futures.Executor | None = None,
+                 memory: MemoryReturn | None = None) -> None:
         self.admitter = admitter
         self.health = health
         self.metrics = metrics
         self.settings = settings
+        self.decode_executor = decode_executor
+        self.memory = memory
         self.in_flight = 0
+        self.large_in_flight = 0
+        self._turns = asyncio.Semaphore(settings.max_large_requests)
 
-    async def _envelope(self, request: web.Request) -> wire.Envelope:
-        """Read and check the body (content type, size, JSON, envelope).
+    def large(self, request: web.Request) -> bool:
+        """Whether ``request`` takes the large path: a body over ``inline_max_bytes``, or of
+        unknown length (chunked), or compressed (any ``Content-Encoding``)."""
+        length = request.content_length
+        return length is None or length > self.settings.inline_max_bytes or \
+            "Content-Encoding" in request.headers
+
+    async def _read_body(self, request: web.Request, limit: int,
+                         body: _Body | None = None, budget_s: float | None = None) -> bool:
+        """Read the body into ``body`` (a fresh one by default; a partly read one goes on),
+        at most ``limit`` bytes, within ``body_timeout_s`` of its start. Returns whether it is
+        complete: False when ``budget_s`` (seconds of this call) ran out first.
 
         Raises:
-            WireError: 413, 415 or 400.
+            WireError: 413 past ``limit``; 408 when it does not arrive in time; 400 for broken
+                framing (chunked encoding, a body shorter than its Content-Length).
+            ClientDisconnected: the connection closed first.
+        """
+        body = body if body is not None else _Body()
+        loop = asyncio.get_running_loop()
+        if body.started_at is None:
+            body.started_at = loop.time()
+        body_deadline = body.started_at + self.settings.body_timeout_s
+        until = body_deadline if budget_s is None else min(body_deadline, loop.time() + budget_s)
+        content = request.content
+        try:
+            async with asyncio.timeout_at(until):
+                while chunk := await content.readany():
+                    body.size += len(chunk)
+                    if body.size > limit:
+                        raise _too_large(None, limit)
+                    body.chunks.append(chunk)
+        except TimeoutError:
+            if loop.time() < body_deadline:
+                return False  # the budget, not the body timeout, ran out
+            raise wire.WireError(408, "Timeout", f"the request body did not arrive within "
+                                 f"{self.settings.body_timeout_s:g} s ({body.size} bytes "
+                                 "received)") from None
+        except ConnectionError:
+            raise ClientDisconnected from None
+        except (web.RequestPayloadError, HttpProcessingError) as exc:
+            raise wire.bad_request(f"the request body is malformed: {exc}") from None
+        return True
+
+    def _headers(self, request: web.Request) -> str | None:
+        """Check what the headers say about the body; returns its content coding.
+
+        Raises:
+            WireError: 415 (content type or coding), 413 (Content-Length over the limit).
         """
         wire.check_content_type(request.headers.get("Content-Type"))
+        coding = wire.content_coding(request.headers.get("Content-Encoding"))
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise _too_large(request.content_length, limit)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise _too_large(None, limit) from None
-        return wire.parse_envelope(wire.decode_json(body, max_depth=self.settings.max_depth),
-                                   len(body))
+        return coding
+
+    async def _envelope(self, request: web.Request) -> wire.Envelope:
+        """Read and check a small body on the event loop.
+
+        Raises:
+            WireError: 413, 415, 408 or 400.
+            ClientDisconnected: the client went away while sending the body.
+        """
+        self._headers(request)
+        body = _Body()
+        await self._read_body(request, self.settings.max_body_bytes, body)
+        data = body.data()
+        return wire.parse_envelope(wire.decode_json(data, max_depth=self.settings.max_depth),
+                                   len(data))
+
+    def _check_deadline(self, started_at: float, body: _Body) -> None:
+        """Raise the 429 of a large request whose deadline passed while it waited for a turn
+        (dropping what was read of its body first).
+
+        Raises:
+            WireError: 429.
+        """
+        waited = asyncio.get_running_loop().time() - started_at
+        if waited < self.settings.deadline_s:
+            return
+        body.chunks.clear()  # the error's traceback holds the caller's frame, and so the body
+        # (Raised here, not returned for the caller to raise: a frame holding the error in a
+        # local is a reference cycle, which lives until the garbage collector's next full pass.)
+        raise wire.WireError(
+            429, "TooManyRequests",
+            f"this request waited {round(waited * 1000)} ms for its turn behind other large "
+            f"requests (--max-large-requests {self.settings.max_large_requests}), past its "
+            f"{self.settings.deadline_ms} ms deadline; try again")
+
+    async def _large_envelope(self, request: web.Request, started_at: float,
+                              turn: list[bool]) -> wire.Envelope:
+        """Take a turn, read a large body and decode it in a thread (see the class docstring);
+        ``turn[0]`` says whether a turn is held (the caller gives it back with
+        :meth:`_end_large`).
+
+        Raises:
+            WireError: 429 (the deadline passed while waiting), 413, 415, 408 or 400.
+            ClientDisconnected: the client went away while sending the body.
+        """
+        coding = self._headers(request)
+        limit = self.settings.max_body_bytes
+        body = _Body()
+        await self._turns.acquire()
+        turn[0] = True
+        if asyncio.get_running_loop().time() - started_at >= self.settings.deadline_s:
+            # Read it all the same (in turn, to keep the loop quick): the connection stays
+            # usable.
+            await self._read_body(request, limit, body)
+            self._check_deadline(started_at, body)
+        if not await self._read_body(request, limit, body, TURN_READ_S):
+            turn[0] = False  # a slow body: let the others go first
+            self._turns.release()
+            await self._read_body(request, limit, body)
+            await self._turns.acquire()
+            turn[0] = True
+            self._check_deadline(started_at, body)
+        decode = functools.partial(wire.decode_body, body.data(), coding, max_bytes=limit,
+                                   max_depth=self.settings.max_depth)
+        del body  # the thread holds the bytes until they are decoded
+        return await asyncio.get_running_loop().run_in_executor(self.decode_executor, decode)
+
+    def _begin_large(self) -> None:
+        self.large_in_flight += 1
+        if self.memory is not None:
+            self.memory.begin()
+
+    def _end_large(self, turn: list[bool]) -> None:
+        self.large_in_flight -= 1
+        if turn[0]:
+            self._turns.release()
+        if self.memory is not None:
+            self.memory.end()
+
+    def _authorized(self, request: web.Request) -> bool:
+        """Whether the client presented a certificate (verified by the TLS context against
+        ``--client-ca`` during the handshake), when ``client_auth`` requires one."""
+        if not self.settings.client_auth:
+            return True
+        transport = request.transport
+        return bool(transport is not None and transport.get_extra_info("peercert"))
 
     async def admission(self, request: web.Request, endpoint: Endpoint) -> web.Response:
         """``POST /validate`` and ``POST /mutate``."""
         start = time.perf_counter()
+        started_at = asyncio.get_running_loop().time()
         self.in_flight += 1
         self.metrics.in_flight.inc()
         envelope: wire.Envelope | None = None
+        large: list[bool] | None = None  # [holds a decode turn] on the large path
         try:
-            envelope = await self._envelope(request)
-            decision = await self.admitter.admit(envelope, endpoint)
+            if not self._authorized(request):
+                raise wire.WireError(401, "Unauthorized", f"/{endpoint} requires a client "
+                                     "certificate signed by the CA given to --client-ca")
+            if self.large(request):
+                large = [False]
+                self._begin_large()
+                envelope = await self._large_envelope(request, started_at, large)
+            else:
+                envelope = await self._envelope(request)
+            # A large request's deadline counts its wait for a decode turn and its read; a
+            # small one's read is bounded by the body timeout and not counted, so the deadline
+            # is the admitter's own clock alone (tests move it by hand).
+            waited_s = asyncio.get_running_loop().time() - started_at if large is not None else 0.0
+            decision = await self.admitter.admit(envelope, Endpoint(endpoint), waited_s=waited_s)
         except wire.WireError as error:
             seconds = time.perf_counter() - start
-            outcome = "unavailable" if error.status == 503 else "bad_request"
-            self.metrics.observe(endpoint, outcome, seconds)
+            self.metrics.observe(endpoint, _OUTCOMES.get(error.status, "bad_request"), seconds)
             fields: dict[str, Any] = {"endpoint": endpoint,
                                       "uid": envelope.uid if envelope else None}
             if envelope is not None:
@@ -118,7 +337,15 @@ class AdmissionHandlers:
             fields.update(status=error.status, error=error.message,
                           latency_ms=round(seconds * 1000, 3))
             logs.log_fields(ADMISSION_LOG, logging.WARNING, "admission request rejected", fields)
-            return _json_response(wire.error_body(error), error.status)
+            return _error_response(error)
+        except ClientDisconnected:
+            seconds = time.perf_counter() - start
+            self.metrics.observe(endpoint, DISCONNECTED, seconds)
+            logs.log_fields(ADMISSION_LOG, logging.INFO, "client disconnected before sending "
+                            "the whole request body", {"endpoint": endpoint,
+                                                       "latency_ms": round(seconds * 1000, 3)})
+            return _error_response(wire.bad_request("the connection closed before the request "
+                                                    "body arrived"))  # nobody reads it
         except Exception:  # a bug in gpuguard, not bad input: say so, never crash
             ADMISSION_LOG.exception("admission handler failed", extra={"fields": {
                 "endpoint": endpoint, "uid": envelope.uid if envelope else None}})
@@ -129,6 +356,8 @@ class AdmissionHandlers:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
+            if large is not None:
+                self._end_large(large)
         body = wire.response(envelope, allowed=decision.allowed, message=decision.message,
                              reason=decision.reason, warnings=decision.warnings,
                              audit_annotations=decision.audit_annotations,
@@ -169,11 +398,24 @@ class AdmissionHandlers:
         logs.log_fields(ADMISSION_LOG, logging.INFO, "admission", fields)
 
     async def null_validate(self, request: web.Request) -> web.Response:
-        """``POST /null-validate``: read and answer an AdmissionReview without evaluating it."""
+        """``POST /null-validate``: read and answer an AdmissionReview without evaluating it
+        (the same reading and decoding paths as the admission endpoints)."""
+        large: list[bool] | None = None
         try:
-            envelope = await self._envelope(request)
+            if self.large(request):
+                large = [False]
+                self._begin_large()
+                envelope = await self._large_envelope(
+                    request, asyncio.get_running_loop().time(), large)
+            else:
+                envelope = await self._envelope(request)
         except wire.WireError as error:
-            return _json_response(wire.error_body(error), error.status)
+            return _error_response(error)
+        except ClientDisconnected:
+            return _error_response(wire.bad_request("the connection closed early"))
+        finally:
+            if large is not None:
+                self._end_large(large)
         return _json_response(wire.response(envelope, allowed=True))
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -204,15 +446,63 @@ def _endpoint(handlers: AdmissionHandlers,
     return handle
 
 
+def _http_error_message(request: web.Request, error: web.HTTPException) -> str:
+    target = wire.clean_warning(f"{request.method} {request.path}")[:200]
+    if error.status == 404:
+        return f"{target}: no such endpoint; gpuguard serves {', '.join(ROUTES)}"
+    if error.status == 405:
+        allowed = error.headers.get("Allow", "")
+        return f"{target}: method not allowed; use {allowed or 'another method'}"
+    return f"{target}: {error.reason}"
+
+
+@web.middleware
+async def status_errors(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                        ) -> web.StreamResponse:
+    """Answer every error as a Kubernetes ``Status`` (aiohttp's 404, 405, 413 ... included);
+    an exception that escaped a handler (a bug) is logged with its traceback and answered 500.
+    """
+    try:
+        return await handler(request)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        response = _json_response(wire.status_body(
+            error.status, wire.status_reason(error.status),
+            _http_error_message(request, error)), error.status)
+        if "Allow" in error.headers:
+            response.headers["Allow"] = error.headers["Allow"]
+        return response
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        LOG.exception("request handler failed", extra={"fields": {
+            "method": request.method, "path": request.path[:200]}})
+        return _json_response(wire.status_body(500, "InternalError", "gpuguard failed to "
+                                               "handle the request; see its log"), 500)
+
+
 HANDLERS_KEY = web.AppKey("handlers", AdmissionHandlers)
 
 
 def build_app(admitter: Admitter, health: Health, metrics: Metrics,
-              settings: ServerSettings) -> web.Application:
-    """The application (see module docstring); ``app[HANDLERS_KEY]`` holds the handlers."""
-    # Bodies up to the limit are read; the limit check answers 413 past it.
-    app = web.Application(client_max_size=settings.max_body_bytes)
-    handlers = AdmissionHandlers(admitter, health, metrics, settings)
+              settings: ServerSettings, *,
+              decode_executor: concurrent.futures.Executor | None = None,
+              memory: MemoryReturn | None = None,
+              middlewares: tuple[Any, ...] = ()) -> web.Application:
+    """The application (see module docstring); ``app[HANDLERS_KEY]`` holds the handlers.
+
+    ``decode_executor`` / ``memory``: see :class:`AdmissionHandlers`; ``middlewares`` run
+    outside the ``Status`` one (the connection guard's). Serve it with aiohttp's body
+    decompression off (:func:`webhook.connections.handler_args`): this app inflates bodies
+    itself, under the limit and off the loop.
+    """
+    # Bodies are read by the handlers (under the limit); this bounds any other reader.
+    app = web.Application(client_max_size=settings.max_body_bytes,
+                          middlewares=[*middlewares, status_errors])
+    handlers = AdmissionHandlers(admitter, health, metrics, settings,
+                                 decode_executor=decode_executor, memory=memory)
     app[HANDLERS_KEY] = handlers
     for endpoint in ENDPOINTS:
         app.router.add_post(f"/{endpoint}", _endpoint(handlers, endpoint))

@@ -2,7 +2,12 @@
 
 Owns the log line format — ``time`` (RFC 3339, UTC), ``level``, ``logger``, ``msg``, ``pid``,
 then the record's ``fields`` (passed as ``extra={"fields": {...}}``) and, for errors, ``error``
-with the traceback — and :func:`configure`, which installs it on the ``gpuguard`` logger tree.
+with the traceback — and :func:`configure`, which installs it on the ``gpuguard`` logger tree and
+on the root logger, so that every line the process writes is JSON: aiohttp's loggers
+(``aiohttp.server``, ``aiohttp.web``, ``aiohttp.access``), ``asyncio`` (its exception handler),
+the Kubernetes client, Python warnings (``py.warnings``) and uncaught exceptions of any thread
+(``sys.excepthook`` / ``threading.excepthook``) included. Third-party loggers write warnings
+and above (``THIRD_PARTY_LEVEL``); :func:`unconfigure` undoes it all (tests).
 
 Lines are written by orjson (the admission line is on every request's path) when the result is
 ASCII, else by the standard library (which escapes non-ASCII text), so a line is the same JSON
@@ -22,12 +27,16 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
+from types import TracebackType
 from typing import Any, TextIO
 
 import orjson
 
 ROOT_LOGGER = "gpuguard"
+THIRD_PARTY_LEVEL = logging.WARNING
+"""The least level written for loggers outside ``gpuguard`` (aiohttp, asyncio, kubernetes)."""
 # Types orjson would write itself but the standard library writes with str(): hand them to str().
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 _PID = [os.getpid()]  # read once (a system call per line otherwise); renewed in a forked child
@@ -133,8 +142,33 @@ def log_fields(logger: logging.Logger, level: int, msg: str, fields: dict[str, A
     logger.log(level, msg, extra={"fields": fields})
 
 
+# What configure() changed, to be put back by unconfigure().
+_saved: dict[str, Any] = {}
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException,
+                  traceback: TracebackType | None) -> None:
+    """``sys.excepthook``: an uncaught exception as one JSON line (Ctrl-C stays quiet)."""
+    if issubclass(kind, KeyboardInterrupt):
+        return
+    logging.getLogger(ROOT_LOGGER).critical("uncaught exception: the process stops",
+                                            exc_info=(kind, error, traceback))
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook``: an exception that ended a thread, as one JSON line."""
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    thread = args.thread.name if args.thread is not None else None
+    logging.getLogger(ROOT_LOGGER).error(
+        "uncaught exception in a thread", extra={"fields": {"thread": thread}},
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+
 def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logger:
-    """Send the ``gpuguard`` loggers to ``stream`` (default stderr) as JSON lines at ``level``.
+    """Send every logger of the process to ``stream`` (default stderr) as JSON lines: the
+    ``gpuguard`` loggers at ``level``, others at ``THIRD_PARTY_LEVEL`` or ``level`` if higher
+    (see module docstring). A second call replaces the first.
 
     Raises:
         ValueError: ``level`` is not debug, info, warning or error.
@@ -142,6 +176,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logg
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"log level {level!r}: expected debug, info, warning or error")
+    unconfigure()
     # The lines carry none of these: skip collecting them for every record (the logging
     # HOWTO's "Optimization" section). Each admission logs a line, so this is the hot path.
     logging._srcfile = None  # caller file / line lookup
@@ -157,4 +192,31 @@ def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logg
     _installed[:] = [handler]
     logger.setLevel(numeric)
     logger.propagate = False
+    root = logging.getLogger()
+    _saved.update(root_level=root.level, excepthook=sys.excepthook,
+                  thread_excepthook=threading.excepthook, handler=handler)
+    root.addHandler(handler)
+    root.setLevel(max(numeric, THIRD_PARTY_LEVEL))
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_thread_exception
     return logger
+
+
+def unconfigure() -> None:
+    """Undo :func:`configure`: its handler removed, the root level, Python warnings and the
+    exception hooks as they were, the ``gpuguard`` loggers propagating again."""
+    if not _saved:
+        return
+    handler = _saved.pop("handler")
+    root = logging.getLogger()
+    root.removeHandler(handler)
+    root.setLevel(_saved.pop("root_level"))
+    logger = logging.getLogger(ROOT_LOGGER)
+    logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+    logging.captureWarnings(False)
+    sys.excepthook = _saved.pop("excepthook")
+    threading.excepthook = _saved.pop("thread_excepthook")
+    _installed.clear()

@@ -8,7 +8,11 @@ workers start; :func:`mark_worker_dead` when one exits).
 Metrics (``endpoint`` is ``validate`` or ``mutate``):
 
 - ``gpuguard_admission_requests_total{endpoint, decision}``: ``allowed``, ``denied``,
-  ``not_evaluated`` (``pods/status``), ``bad_request`` (4xx), ``unavailable`` (no policy set).
+  ``not_evaluated`` (``pods/status``), ``bad_request`` (4xx), ``unauthorized`` (no client
+  certificate under ``--client-ca``), ``throttled`` (429: no turn for a large body before the
+  deadline), ``unavailable`` (no policy set), ``disconnected`` (the
+  client went away before the body was read: not an error of the server), ``internal_error``
+  (a bug in gpuguard).
 - ``gpuguard_admission_policy_decisions_total{endpoint, policy, decision}``: per policy and
   request: ``deny``, ``warn``, ``audit``, ``mutate``, ``error``, ``exempt``.
 - ``gpuguard_admission_duration_seconds{endpoint}``: request latency, buckets from 0.1 ms.
@@ -26,6 +30,12 @@ Metrics (``endpoint`` is ``validate`` or ``mutate``):
   (``int(hash[7:19], 16)``; exact in a float). A value, not a label, as Alertmanager's
   ``alertmanager_config_hash``: one series however many reloads. With several workers each
   worker's value is kept (a ``pid`` label), so a worker serving another set shows.
+- ``gpuguard_http_connections_open``; ``gpuguard_http_connections_closed_total{reason}``:
+  connections the server closed itself: ``header_timeout`` (no complete request header, or no
+  TLS handshake, in time: slow clients), ``connection_limit`` (evicted or refused at
+  ``--max-connections``), ``malformed`` (bytes that are not HTTP/1.1, answered 400).
+- ``gpuguard_memory_trims_total``: times freed heap memory was handed back to the operating
+  system after a burst of large requests.
 
 Must not decide anything: callers say what happened.
 """
@@ -116,6 +126,17 @@ class Metrics:
             "gpuguard_policy_set_hash",
             "First 48 bits of the sha256 content hash of the policy set being served, as a "
             "number (the hash /readyz shows).", registry=registry, multiprocess_mode="liveall")
+        self.connections_open = Gauge(
+            "gpuguard_http_connections_open", "Open HTTP connections (TLS handshake done).",
+            registry=registry, multiprocess_mode="livesum")
+        self.connections_closed = Counter(
+            "gpuguard_http_connections_closed",
+            "Connections closed by the server itself, by reason (header_timeout, "
+            "connection_limit, malformed).", ["reason"], registry=registry)
+        self.memory_trims = Counter(
+            "gpuguard_memory_trims",
+            "Times freed heap memory was returned to the operating system after a burst of "
+            "large requests.", registry=registry)
         self._requests: dict[tuple[str, str], Counter] = {}
         self._durations: dict[str, Histogram] = {}
         self._decisions: dict[tuple[str, str, str], Counter] = {}

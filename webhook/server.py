@@ -3,11 +3,14 @@
 Owns the lifecycle of a worker: the first policy load (off the loop; the server listens even when
 it fails, answering ``/readyz`` 503 with the errors and retrying on every policy check), starting
 the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
-port), the periodic policy check (:meth:`PolicyStore.check`, hot reload) and certificate check
-(``reload_if_changed`` on the TLS object: new handshakes get the new certificate, open
-connections are kept), and the graceful shutdown on SIGTERM / SIGINT: report not ready, keep
-answering for ``shutdown_delay_s`` so endpoints drop this pod, close the listener, let requests in
-flight finish (up to ``drain_timeout_s``), stop, exit 0.
+port) through the connection guard (:mod:`webhook.connections`: header-read timeout, connection
+and idle caps), the threads that decode large bodies, the heap trim after bursts
+(:mod:`webhook.memory`), the process-wide settings of a server (GIL switch interval, malloc's
+mmap threshold, asyncio's TLS read size), the periodic policy check (:meth:`PolicyStore.check`,
+hot reload) and certificate check (``reload_if_changed`` on the TLS object: new handshakes get
+the new certificate, open connections are kept), and the graceful shutdown on SIGTERM / SIGINT:
+report not ready, keep answering for ``shutdown_delay_s`` so endpoints drop this pod, close the
+listener, let requests in flight finish (up to ``drain_timeout_s``), stop, exit 0.
 
 Must not build its collaborators from the command line or import :mod:`certs`: the TLS object
 (anything with ``.context`` and ``.reload_if_changed()``) is passed in by
@@ -23,6 +26,7 @@ import gc
 import logging
 import signal
 import ssl
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -30,7 +34,9 @@ from aiohttp import web
 
 from webhook.admission import Admitter, NamespaceSource, Recorder
 from webhook.app import HANDLERS_KEY, build_app
+from webhook.connections import ConnectionGuard, GuardedSite, handler_args, limit_tls_reads
 from webhook.health import Health
+from webhook.memory import MemoryReturn, fix_mmap_threshold
 from webhook.metrics import Metrics
 from webhook.policy_store import LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
 from webhook.quota import QuotaGate
@@ -38,10 +44,12 @@ from webhook.settings import ServerSettings
 from webhook.timer import MonotonicTimer, Timer
 
 LOG = logging.getLogger("gpuguard.webhook.server")
-# Idle keep-alive connections are kept longer than kube-apiserver's client keeps them idle (90 s,
-# Go's http.Transport default), so the client closes first: a request racing the server's
-# close would fail the webhook call.
-KEEPALIVE_S = 120.0
+SWITCH_INTERVAL_S = 0.001
+"""The GIL switch interval of a server process (Python's default: 5 ms). The event loop gives the
+GIL up at every socket read and write and must take it back from a thread that decodes or
+evaluates a large review; at 5 ms per take, a 3 MiB body read in 64 KiB pieces cost the loop a
+quarter of a second. 1 ms keeps ``/readyz`` answered within tens of milliseconds through a burst
+of large reviews, for a few per cent of the threads' throughput."""
 
 
 class TLSSource(Protocol):
@@ -105,10 +113,18 @@ class Server:
         self.quota_executor = concurrent.futures.ThreadPoolExecutor(
             max(settings.eval_threads, 4), thread_name_prefix="gpuguard-quota") \
             if quota is not None else None
+        self.decode_executor = concurrent.futures.ThreadPoolExecutor(
+            settings.decode_threads, thread_name_prefix="gpuguard-decode")
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
                                  quota_executor=self.quota_executor, timer=self.timer)
-        self.app = build_app(self.admitter, self.health, self.metrics, settings)
+        self.memory = MemoryReturn(on_trim=self.metrics.memory_trims.inc)
+        self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
+                                     self.metrics, max_idle=settings.max_idle_connections,
+                                     on_sweep_closed=self.memory.request)
+        self.app = build_app(self.admitter, self.health, self.metrics, settings,
+                             decode_executor=self.decode_executor, memory=self.memory,
+                             middlewares=(self.guard.middleware,))
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._port = 0
@@ -191,16 +207,22 @@ class Server:
             OSError: the address cannot be bound.
         """
         loop = asyncio.get_running_loop()
+        # Process-wide settings for a server process (see SWITCH_INTERVAL_S, webhook.memory,
+        # webhook.connections).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        fix_mmap_threshold()
+        limit_tls_reads()
         await self.load_policies(force=True)
         self.namespaces.start(loop)
-        self.runner = web.AppRunner(self.app, handle_signals=False, access_log=None,
-                                    shutdown_timeout=self.settings.drain_timeout_s,
-                                    keepalive_timeout=KEEPALIVE_S)
+        args = handler_args(keepalive_s=self.settings.keepalive_s)
+        self.runner = web.AppRunner(self.app, handle_signals=False,
+                                    shutdown_timeout=self.settings.drain_timeout_s, **args)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.settings.host, self.settings.port,
+        site = GuardedSite(self.runner, self.guard, args, self.settings.host, self.settings.port,
                            ssl_context=self.tls.context if self.tls else None,
                            reuse_port=self.settings.workers > 1 or None)
         await site.start()
+        self._tasks.append(asyncio.create_task(self.guard.run()))
         self._port = int(self.runner.addresses[0][1])
         # What start-up built (modules, the compiled policy set) lives as long as the process:
         # keep it out of the garbage collector's full collections, which otherwise scan it
@@ -241,6 +263,7 @@ class Server:
             await self.runner.cleanup()
         await asyncio.to_thread(self.namespaces.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.decode_executor.shutdown(wait=False, cancel_futures=True)
         if self.quota_executor is not None:
             self.quota_executor.shutdown(wait=False, cancel_futures=True)
         LOG.info("stopped", extra={"fields": {"drained": in_flight}})

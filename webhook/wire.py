@@ -1,12 +1,13 @@
 """The AdmissionReview wire format: request bytes in, response maps out.
 
 Owns reading an ``admission.k8s.io/v1`` (or ``v1beta1``) AdmissionReview body — content type,
-UTF-8, JSON syntax, nesting depth, envelope ``apiVersion`` / ``kind``, ``request`` and ``uid`` —
+content coding (``gzip`` / ``deflate`` inflated under the body limit, others refused), UTF-8,
+JSON syntax, nesting depth, envelope ``apiVersion`` / ``kind``, ``request`` and ``uid`` —
 into an :class:`Envelope`, every problem becoming a :class:`WireError` with its HTTP status and a
 message naming the field; and writing AdmissionReview responses (``uid`` echoed, ``apiVersion``
 answered in kind, a ``status`` on denial, ``warnings``, ``auditAnnotations``, a base64 JSONPatch)
-and the ``Status`` body of 4xx answers. Field names follow the Kubernetes API reference for
-AdmissionReview.
+and the Kubernetes ``Status`` body of every error answer (:func:`status_body`). Field names follow
+the Kubernetes API reference for AdmissionReview.
 
 JSON is read and written by orjson where it gives the same result as the standard library
 (several times faster, which counts on every request); the standard library decides everything
@@ -25,6 +26,7 @@ import base64
 import json
 import re
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,19 @@ import orjson
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 KIND = "AdmissionReview"
 JSON_CONTENT_TYPE = "application/json"
+GZIP, DEFLATE = "gzip", "deflate"
+# Content-Encoding tokens (RFC 9110 section 8.4.1, case-insensitive) and what they mean here.
+_CODINGS: dict[str, str | None] = {"identity": None, "gzip": GZIP, "x-gzip": GZIP,
+                                   "deflate": DEFLATE}
+# The Status reason of an HTTP error code (metav1.StatusReason), for errors that are not a
+# WireError raised here (aiohttp's own 404 / 405 / 400, a bug's 500).
+_STATUS_REASONS = {
+    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+    405: "MethodNotAllowed", 406: "NotAcceptable", 408: "Timeout", 409: "Conflict",
+    413: "RequestEntityTooLarge", 415: "UnsupportedMediaType", 422: "Invalid",
+    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 # HTTP status of a denial by its Status reason (metav1.StatusReason); anything else is 403.
 _REASON_CODES = {
@@ -96,6 +111,79 @@ def check_content_type(content_type: str | None) -> None:
             else "the request has no Content-Type"
         raise WireError(415, "UnsupportedMediaType",
                         f"{what}: send an AdmissionReview as {JSON_CONTENT_TYPE}")
+
+
+def content_coding(header: str | None) -> str | None:
+    """The compression of a body from its ``Content-Encoding`` header.
+
+    Returns:
+        ``"gzip"`` (also for ``x-gzip``), ``"deflate"``, or None for no header, an empty one or
+        ``identity``.
+
+    Raises:
+        WireError: 415 ``UnsupportedMediaType`` for any other coding (``br``, ``zstd``,
+            ``compress``, ...) or for more than one coding applied in turn.
+    """
+    if not header:
+        return None
+    tokens = [token.strip().lower() for token in header.split(",") if token.strip()]
+    unknown = [token for token in tokens if token not in _CODINGS]
+    codings = [_CODINGS[token] for token in tokens if _CODINGS.get(token)]
+    if unknown or len(codings) > 1:
+        what = f"Content-Encoding {_shown(header)} is not supported" if unknown else \
+            f"Content-Encoding {_shown(header)}: only one coding is supported"
+        raise WireError(415, "UnsupportedMediaType",
+                        f"{what}: send the AdmissionReview uncompressed, or compressed once "
+                        "with gzip or deflate")
+    return codings[0] if codings else None
+
+
+def decompress(body: bytes, coding: str, limit: int) -> bytes:
+    """Inflate a ``gzip`` or ``deflate`` body, producing at most ``limit`` + 1 bytes.
+
+    The output is bounded as it is produced (zlib's ``max_length``), so a small body that would
+    inflate to gigabytes costs no more than ``limit`` bytes and the time to make them. ``gzip``
+    may hold several members one after the other (RFC 1952 section 2.2, as Go's reader
+    accepts); ``deflate`` is the zlib format (RFC 1950) or, as some clients send it, a raw
+    DEFLATE stream (RFC 1951). zlib releases the GIL while it inflates.
+
+    Raises:
+        WireError: 413 when the body inflates to more than ``limit`` bytes; 400 when it is not
+            valid for its coding (bad header or checksum, cut short, bytes after its end).
+    """
+    if not body:
+        return body  # decode_json names the empty body
+    if coding == GZIP:
+        wbits = 16 + zlib.MAX_WBITS
+    else:  # a zlib header: CM 8 and a header checksum divisible by 31 (RFC 1950 section 2.2)
+        zlib_header = len(body) >= 2 and body[0] & 0x0F == 8 and \
+            (body[0] << 8 | body[1]) % 31 == 0
+        wbits = zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS
+    parts: list[bytes] = []
+    size = 0
+    data = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            part = inflater.decompress(data, limit + 1 - size)
+        except zlib.error as exc:
+            raise bad_request(f"the request body is not valid {coding} (Content-Encoding): "
+                              f"{exc}") from None
+        size += len(part)
+        parts.append(part)
+        if size > limit or (inflater.unconsumed_tail and not inflater.eof):
+            raise WireError(413, "RequestEntityTooLarge",
+                            f"the request body inflates ({coding}) to more than {limit} "
+                            "bytes, the limit of an AdmissionReview")
+        if not inflater.eof:
+            raise bad_request(f"the request body is not valid {coding} (Content-Encoding): "
+                              "the compressed data is cut short")
+        data = inflater.unused_data
+        if not data:
+            return b"".join(parts)
+        if coding != GZIP:
+            raise bad_request(f"the request body is not valid {coding} (Content-Encoding): "
+                              f"{len(data)} bytes follow the end of the compressed data")
 
 
 def _reject_constant(name: str) -> Any:
@@ -235,6 +323,21 @@ def parse(body: bytes, content_type: str | None, *, max_depth: int) -> Envelope:
     return parse_envelope(decode_json(body, max_depth=max_depth), len(body))
 
 
+def decode_body(body: bytes, coding: str | None, *, max_bytes: int, max_depth: int) -> Envelope:
+    """The envelope of a body as received: inflated when ``coding`` is given, then decoded.
+
+    Pure and thread-safe: the server calls it in a thread for large or compressed bodies.
+    ``Envelope.size`` is the decoded size.
+
+    Raises:
+        WireError: 413 or 400, as :func:`decompress`, :func:`decode_json` and
+            :func:`parse_envelope` say.
+    """
+    if coding is not None:
+        body = decompress(body, coding, max_bytes)
+    return parse_envelope(decode_json(body, max_depth=max_depth), len(body))
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -304,7 +407,18 @@ def response(
     return {"apiVersion": envelope.api_version, "kind": KIND, "response": answer}
 
 
-def error_body(error: WireError) -> dict[str, Any]:
-    """The ``Status`` body of a 4xx answer."""
+def status_reason(code: int) -> str:
+    """The ``Status`` reason of an HTTP error ``code`` (``InternalError`` for an unknown 5xx,
+    ``BadRequest`` for an unknown 4xx), as kube-apiserver names them."""
+    return _STATUS_REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A Kubernetes ``Status`` (``v1``) of a failed request: the body of every error answer."""
     return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-            "code": error.status, "reason": error.reason, "message": error.message}
+            "code": code, "reason": reason, "message": message}
+
+
+def error_body(error: WireError) -> dict[str, Any]:
+    """The ``Status`` body answering a :class:`WireError`."""
+    return status_body(error.status, error.reason, error.message)

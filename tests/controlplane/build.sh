@@ -30,7 +30,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitTreeState=clean"
 done
 (cd "$here/kube" && go build -ldflags="-s -w$stamp" -o "$bin/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) >&2
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./celoracle) >&2
 echo "built $key in $((SECONDS - start)) s" >&2
 touch "$bin/.complete"
 echo "$bin"

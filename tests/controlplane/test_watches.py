@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from kube.namespaces import NAME_LABEL, NamespaceWatch
+from kube.namespaces import NamespaceWatch
 from kube.pod_cache import PodCache
 from policies.quota import parse_quota
+from policies.review import NAMESPACE_NAME_LABEL as NAME_LABEL
 from tests.controlplane.cluster import ControlPlane, wait_until
 
 
