@@ -33,6 +33,7 @@ from audit.ownership import ObjectKey, Ownership
 from audit.settings import AuditSettings
 from policies.engine import Engine, RuleOutcome
 from policies.json_data import to_json_data
+from policies.json_fields import mapping_at
 from policies.review import from_object, namespace_stub
 from policies.vocabulary import EvaluationPoint, ValidationAction
 
@@ -170,8 +171,8 @@ class Compliance:
 
     def namespace(self, name: str, obj: Mapping[str, Any]) -> None:
         """A Namespace of the snapshot: roots waiting for it are evaluated."""
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+        metadata = mapping_at(obj, "metadata")
+        labels = mapping_at(metadata, "labels")
         annotations = metadata.get("annotations")
         self._namespaces[name] = namespace_stub(
             name, labels, annotations if isinstance(annotations, Mapping) else {})

@@ -34,6 +34,7 @@ from audit.inventory_summary import (
     summary_from_dict,
     summary_from_json,
 )
+from policies.json_fields import mapping_at
 from policies.sources import (
     LoadError,
     iter_paths,
@@ -102,9 +103,8 @@ def _from_value(value: Any, where: str, found: dict[str, InventorySummary],
 
 def _from_node(node: Mapping[str, Any], where: str, found: dict[str, InventorySummary],
                errors: list[str]) -> None:
-    metadata = node.get("metadata") if isinstance(node.get("metadata"), Mapping) else {}
-    annotations = metadata.get("annotations") if isinstance(
-        metadata.get("annotations"), Mapping) else {}
+    metadata = mapping_at(node, "metadata")
+    annotations = mapping_at(metadata, "annotations")
     text = annotations.get(ANNOTATION)
     name = metadata.get("name")
     if text is None or not isinstance(name, str):

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 from audit.inventory_summary import GpuSummary, InventorySummary
 from policies import mig
 from policies.gpu import GPUFacts
+from policies.json_fields import mapping_at
 from policies.nodes import NodeFacts, node_facts
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.workloads import workload_facts
@@ -642,7 +643,7 @@ def join_inventories(
 
 
 def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    metadata = mapping_at(obj, "metadata")
     return str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
 
 
@@ -653,8 +654,8 @@ def pods_on_nodes(objects: Iterable[Mapping[str, Any]],
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        spec = mapping_at(obj, "spec")
+        status = mapping_at(obj, "status")
         node = spec.get("nodeName")
         if not isinstance(node, str) or not node or status.get("phase") in _FINISHED:
             continue

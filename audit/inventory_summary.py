@@ -128,14 +128,13 @@ def _gpu_summary(gpu: Gpu) -> GpuSummary:
     memory = None
     if processes is not None and all(p.used_memory_mib is not None for p in processes):
         memory = sum(p.used_memory_mib or 0 for p in processes)
-    busy: dict[str, int] | None = {}
-    for device in gpu.mig.devices:
-        if device.processes is None:
-            busy = None
-            break
-        if device.processes:
-            key = device.profile or "?"
-            busy[key] = busy.get(key, 0) + 1
+    busy: dict[str, int] | None = None  # None: some instance's processes are unknown
+    if all(device.processes is not None for device in gpu.mig.devices):
+        busy = {}
+        for device in gpu.mig.devices:
+            if device.processes:
+                key = device.profile or "?"
+                busy[key] = busy.get(key, 0) + 1
     mig_mode = gpu.mig.current if gpu.mig.capable else None
     pending = gpu.mig.pending if gpu.mig.pending != gpu.mig.current else None
     return GpuSummary(

@@ -192,4 +192,4 @@ def load_backend() -> NvmlBackend:
         raise NvmlUnavailable(
             f"NVML is not available: the nvidia-ml-py package cannot be imported ({exc})"
         ) from None
-    return pynvml  # type: ignore[return-value]
+    return pynvml

@@ -465,7 +465,9 @@ class Placement:
     def _cluster(self, nodes: list[dict[str, Any]],
                  equivalents: Mapping[str, NodeFigures]) -> dict[str, Any]:
         resources: dict[str, dict[str, int]] = {}
-        totals = {"allocatable": Fraction(0), "allocated": Fraction(0), "free": Fraction(0),
+        # Fractions until a node's float figure is added (Fraction + float is a float).
+        totals: dict[str, Fraction | float] = {
+            "allocatable": Fraction(0), "allocated": Fraction(0), "free": Fraction(0),
                   "stranded": Fraction(0)}
         unknown_nodes = []
         physical = 0
@@ -569,11 +571,11 @@ class Placement:
                 demand_pods[profile] += 1
         unmet = []
         for profile, count in sorted(demand.items()):
-            entry = profiles.get(profile)
-            if entry is not None:
-                entry["pending_instances"] += count
-                entry["pending_pods"] += demand_pods[profile]
-            if entry is None or not entry["nodes"]:
+            offered = profiles.get(profile)
+            if offered is not None:
+                offered["pending_instances"] += count
+                offered["pending_pods"] += demand_pods[profile]
+            if offered is None or not offered["nodes"]:
                 unmet.append({"profile": profile, "pending_pods": demand_pods[profile],
                               "pending_instances": count})
         listed = []

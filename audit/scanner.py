@@ -27,6 +27,7 @@ from audit.scan_result import PolicySetInfo, ScanResult
 from audit.settings import AuditSettings
 from audit.utilization import Metrics, utilization_report
 from policies.engine import Engine
+from policies.json_fields import mapping_at
 from policies.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
 from policies.sources import Document, LoadError, printable
 from policies.workloads import claim_template_devices, find_workload
@@ -113,11 +114,11 @@ class Scanner:
                                f"{type(exc).__name__}: {exc}")
 
     def _namespace(self, body: Mapping[str, Any]) -> None:
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+        metadata = mapping_at(body, "metadata")
         name = metadata.get("name")
         if not isinstance(name, str) or not name:
             return
-        labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+        labels = mapping_at(metadata, "labels")
         self.namespaces[name] = {str(k): str(v) for k, v in labels.items()}
         self.compliance.namespace(name, body)
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from audit.pods import Expression, Term, Toleration
+from policies.json_fields import mapping_at
 
 Taint = tuple[str, str, str]  # (key, value, effect)
 _BLOCKING = ("NoSchedule", "NoExecute")
@@ -23,7 +24,7 @@ _BLOCKING = ("NoSchedule", "NoExecute")
 
 def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     """The node's ``NoSchedule`` / ``NoExecute`` taints (``PreferNoSchedule`` only prefers)."""
-    spec = node.get("spec") if isinstance(node.get("spec"), Mapping) else {}
+    spec = mapping_at(node, "spec")
     found = []
     taints = spec.get("taints")
     for taint in taints if isinstance(taints, list) else ():  # node_capacity reports others

@@ -106,17 +106,21 @@ class _Series:
         self.count = 0
 
 
-def _text_samples(text: str, source: str) -> list[tuple[str, dict[str, str], float, float | None]]:
+_Sample = tuple[str, dict[str, str], float, float | None]
+"""(metric name, labels, value, timestamp in seconds since the epoch or None)."""
+
+
+def _text_samples(text: str, source: str) -> list[_Sample]:
     try:
-        return [(sample.name, dict(sample.labels), float(sample.value), sample.timestamp)
+        return [(sample.name, dict(sample.labels), float(sample.value),
+                 None if sample.timestamp is None else float(sample.timestamp))
                 for family in text_string_to_metric_families(text)
                 for sample in family.samples if sample.name in _METRICS]
     except ValueError as exc:
         raise MetricsError(f"{source}: not Prometheus text exposition: {exc}") from None
 
 
-def _query_samples(data: Any, source: str,
-                   warnings: list[str]) -> list[tuple[str, dict[str, str], float, float | None]]:
+def _query_samples(data: Any, source: str, warnings: list[str]) -> list[_Sample]:
     if isinstance(data, Mapping) and data.get("status") not in (None, "success"):
         raise MetricsError(f"{source}: the query failed: {data.get('error') or data}")
     if isinstance(data, Mapping) and "data" in data:
@@ -126,14 +130,15 @@ def _query_samples(data: Any, source: str,
     if not isinstance(data, list):
         raise MetricsError(f"{source}: expected a Prometheus query result "
                            "({status, data: {resultType, result}})")
-    found = []
+    found: list[_Sample] = []
     unnamed = 0
     for series in data:
         if not isinstance(series, Mapping) or not isinstance(series.get("metric"), Mapping):
             continue
         labels = {str(k): str(v) for k, v in series["metric"].items()}
-        points = series.get("values") if isinstance(series.get("values"), list) else \
-            [series.get("value")] if isinstance(series.get("value"), list) else []
+        range_points, instant_point = series.get("values"), series.get("value")
+        points: list[Any] = range_points if isinstance(range_points, list) else \
+            [instant_point] if isinstance(instant_point, list) else []
         values = []
         for point in points:
             try:

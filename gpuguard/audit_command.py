@@ -341,13 +341,13 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     if args.write_reports and cluster is not None:
         from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
 
-        for result in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
-            where = f"{result.namespace}/" if result.namespace else ""
-            if result.action == "failed":
-                _error(f"error: {result.kind} {where}{result.name}: {result.message}")
+        for outcome in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
+            where = f"{outcome.namespace}/" if outcome.namespace else ""
+            if outcome.action == "failed":
+                _error(f"error: {outcome.kind} {where}{outcome.name}: {outcome.message}")
                 status = EXIT_USAGE
             else:
-                print(f"gpuguard: {result.kind} {where}{result.name} {result.action}",
+                print(f"gpuguard: {outcome.kind} {where}{outcome.name} {outcome.action}",
                       file=sys.stderr)
 
     summary = report["summary"]

@@ -26,7 +26,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from certs.bundle import ca_bundle
 from certs.files import CA_CERT, CA_KEY, CERT_MODE, KEY_MODE, TLS_CERT, TLS_KEY, write_atomic
@@ -49,6 +49,13 @@ EXIT_ERROR = EXIT_USAGE
 
 DEFAULT_DAYS = 365
 DEFAULT_CA_DAYS = 3650
+
+
+class _CASources(TypedDict):
+    """Where the CA certificate and key were read from, for the certs functions' errors."""
+
+    ca_cert_source: str
+    ca_key_source: str
 
 
 class _Refused(Exception):
@@ -137,7 +144,7 @@ def renew(args: argparse.Namespace) -> int:
     tls_cert_path, tls_key_path = directory / TLS_CERT, directory / TLS_KEY
     ca_cert = read_file(ca_cert_path)
     ca_key = read_file(ca_key_path)
-    sources = {"ca_cert_source": str(ca_cert_path), "ca_key_source": str(ca_key_path)}
+    sources = _CASources(ca_cert_source=str(ca_cert_path), ca_key_source=str(ca_key_path))
     if args.service is not None:
         tls_cert, tls_key = generate_serving_cert(
             ca_cert, ca_key, args.service, args.namespace, args.days, args.san, **sources

@@ -34,6 +34,7 @@ from gpuguard.settings import add_gpu_settings
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
 from policies.engine import Engine, Verdict
+from policies.json_fields import mapping_at
 from policies.resource_names import GPUSettings
 from policies.review import (
     ReviewError,
@@ -74,7 +75,7 @@ def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, s
         return ReviewInput(**{**review.__dict__,
                               "namespace_object": namespace_stub(namespace,
                                                                     labels_of(namespace))})
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    metadata = mapping_at(body, "metadata")
     namespace = str(metadata.get("namespace") or args.namespace)
     labels = labels_of(namespace)
     user = UserInfo(username=args.user, groups=tuple(args.group))
@@ -98,9 +99,9 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
     pods = []
     for document in documents:
         body = document.body
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+        metadata = mapping_at(body, "metadata")
         if body.get("kind") == "Namespace" and isinstance(metadata.get("name"), str):
-            raw = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+            raw = mapping_at(metadata, "labels")
             labels[metadata["name"]] = {str(k): str(v) for k, v in raw.items()}
         elif body.get("kind") == "Pod" and metadata.get("name"):
             pods.append(body)

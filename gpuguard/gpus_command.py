@@ -55,10 +55,10 @@ def _describe(
         facts = node_facts(body, settings)
         return {"kind": "Node", "apiVersion": body.get("apiVersion"), "namespace": None,
                 "name": facts.name, "source": document.location, "node": facts.to_dict()}
-    facts = workload_facts(body, settings=settings, claim_templates=claims)
-    if facts is None:
+    workload = workload_facts(body, settings=settings, claim_templates=claims)
+    if workload is None:
         return None
-    return {**facts.to_dict(), "source": document.location}
+    return {**workload.to_dict(), "source": document.location}
 
 
 def _add_row(table: Table, *cells: object) -> None:

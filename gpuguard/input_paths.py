@@ -85,6 +85,7 @@ def documents_of(documents: Iterable[Document], errors: Iterable[LoadError],
                  paths: Sequence[str], flag: str = "-f") -> list[str]:
     """:meth:`PathCoverage.nothing_named` for what :func:`policies.sources.read_documents` read."""
     coverage = PathCoverage(paths, flag)
-    for item in (*documents, *errors):
+    items: list[Document | LoadError] = [*documents, *errors]
+    for item in items:
         coverage.count(item)
     return coverage.nothing_named()

@@ -228,12 +228,14 @@ class Lister:
                 raise
             throttled = server_errors = 0
             stats.pages += 1
-            items = page.get("items") if isinstance(page.get("items"), list) else []
+            items = page.get("items")
             fresh = []
-            for item in items:
+            for item in items if isinstance(items, list) else []:
                 if not isinstance(item, dict):
                     continue
-                metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+                metadata = item.get("metadata")
+                if not isinstance(metadata, dict):
+                    metadata = {}
                 identity = str(metadata.get("uid") or
                                f"{metadata.get('namespace')}/{metadata.get('name')}")
                 if identity in seen:
@@ -245,7 +247,8 @@ class Lister:
                 fresh.append(item)
             stats.objects += len(fresh)
             yield fresh
-            metadata = page.get("metadata") if isinstance(page.get("metadata"), dict) else {}
-            token = metadata.get("continue") or None
+            page_metadata = page.get("metadata")
+            token = (page_metadata.get("continue") or None) \
+                if isinstance(page_metadata, dict) else None
             if not token:
                 return

@@ -95,7 +95,7 @@ def parse_namespace_documents(documents: list[Any], source: str) -> dict[str, di
                     raise NamespaceFileError(f"{item_where}: expected a Namespace")
                 metadata = item.get("metadata")
                 name = metadata.get("name") if isinstance(metadata, Mapping) else None
-                if not isinstance(name, str) or not name:
+                if not isinstance(metadata, Mapping) or not isinstance(name, str) or not name:
                     raise NamespaceFileError(f"{item_where}: metadata.name: expected a name")
                 labels = _labels_of(metadata.get("labels"), f"{item_where}: metadata.labels")
                 namespaces[name] = _trim({**item, "metadata": {**metadata, "labels": labels}})
@@ -295,7 +295,8 @@ class NamespaceWatch:
             if token:
                 kwargs["_continue"] = token
             response = self._api.list_namespace(**kwargs)
-            page = json.loads(response.data)
+            # _preload_content=False gives the raw urllib3 response; the client's types say not.
+            page = json.loads(response.data)  # type: ignore[attr-defined]
             for item in page.get("items") or []:
                 trimmed = _trim(item)
                 namespaces[trimmed["metadata"]["name"]] = trimmed

@@ -217,7 +217,9 @@ class PodCache:
                                       "_request_timeout": (10, 60)}
             if token:
                 kwargs["_continue"] = token
-            page = json.loads(self._api.list_pod_for_all_namespaces(**kwargs).data)
+            response = self._api.list_pod_for_all_namespaces(**kwargs)
+            # _preload_content=False gives the raw urllib3 response; the client's types say not.
+            page = json.loads(response.data)  # type: ignore[attr-defined]
             pods.extend(_trim(item) for item in page.get("items") or [])
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")

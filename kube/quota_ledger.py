@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from policies.json_fields import mapping_at
 from policies.quota import (
     Charge,
     Quota,
@@ -193,7 +194,8 @@ class ConfigMapLedgerStore:
         except Exception as exc:  # network errors of every kind
             raise LedgerUnavailable(f"reading ConfigMap {self.namespace}/{name}: "
                                     f"{type(exc).__name__}: {exc}") from None
-        body = json.loads(response.data)
+        # _preload_content=False gives the raw urllib3 response; the client's types say not.
+        body = json.loads(response.data)  # type: ignore[arg-type]
         return LedgerState(_decode((body.get("data") or {}).get(DATA_KEY)),
                            str(body["metadata"]["resourceVersion"]))
 
@@ -205,8 +207,9 @@ class ConfigMapLedgerStore:
                                                "gpuguard.io/ledger": "quota"}}
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-                "data": {DATA_KEY: _encode(reservations)}}
+        # A plain dict body: the client serialises it as given (its types name V1ConfigMap only).
+        body: Any = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+                     "data": {DATA_KEY: _encode(reservations)}}
         try:
             if resource_version is None:
                 response = self._api.create_namespaced_config_map(
@@ -224,7 +227,8 @@ class ConfigMapLedgerStore:
         except Exception as exc:
             raise LedgerUnavailable(f"writing ConfigMap {self.namespace}/{name}: "
                                     f"{type(exc).__name__}: {exc}") from None
-        return str(json.loads(response.data)["metadata"]["resourceVersion"])
+        # _preload_content=False gives the raw urllib3 response; the client's types say not.
+        return str(json.loads(response.data)["metadata"]["resourceVersion"])  # type: ignore[arg-type]
 
 
 class UsageSource(Protocol):
@@ -395,8 +399,8 @@ def reservation_key(request: Mapping[str, Any]) -> tuple[str, str, str | None]:
     The key is ``namespace/name/request uid`` (``namespace/generateName*/uid`` when the name is
     generated: such a reservation is only dropped by its TTL, since the watch cannot match it).
     """
-    obj = request.get("object") if isinstance(request.get("object"), Mapping) else {}
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    obj = mapping_at(request, "object")
+    metadata = mapping_at(obj, "metadata")
     namespace = str(request.get("namespace") or metadata.get("namespace") or "")
     name = request.get("name") or metadata.get("name") or None
     shown = name or f"{metadata.get('generateName') or ''}*"

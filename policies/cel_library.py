@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import SplitResult, parse_qs, quote, urlsplit
 
 import re2
 
@@ -105,7 +105,7 @@ def _order_kind(value: object) -> str:
 def _compare(a: Any, b: Any) -> int:
     if _order_kind(a) != _order_kind(b):
         raise TypeError(f"no such overload: cannot compare {_order_kind(a)} with {_order_kind(b)}")
-    return (a > b) - (a < b)
+    return int(a > b) - int(a < b)
 
 
 # --- lists ---------------------------------------------------------------------------------------
@@ -471,7 +471,7 @@ def cidr_prefix_length(value: object) -> int:
 _URL_KEY: Final = "__url__"
 
 
-def _parse_url(text: str) -> Any:
+def _parse_url(text: str) -> SplitResult:
     if not isinstance(text, str) or any((c.isspace() and c != " ") or ord(c) < 0x20 for c in text):
         raise ValueError(f"URL {text!r} contains control characters")
     parts = urlsplit(text, allow_fragments=False)
@@ -483,7 +483,7 @@ def _parse_url(text: str) -> Any:
     return parts
 
 
-def _url_parts(value: object) -> Any:
+def _url_parts(value: object) -> SplitResult:
     if not (isinstance(value, Mapping) and set(value) == {_URL_KEY}):
         raise TypeError("no such overload: expected a URL")
     return _parse_url(value[_URL_KEY])
@@ -552,8 +552,9 @@ def url_query(value: object) -> dict[str, list[str]]:
 
 
 def _opaque_key(value: object) -> str:
-    if isinstance(value, Mapping) and len(value) == 1:
-        return next(iter(value))
+    if isinstance(value, Mapping) and len(value) == 1 and \
+            isinstance(key := next(iter(value)), str):
+        return key
     raise TypeError("no such overload")
 
 

@@ -465,7 +465,7 @@ class Engine:
     def _together_program(self, group: Sequence[Policy]) -> CompiledExpression | None:
         """The program listing ``group``'s fused programs (None: it does not compile)."""
         key = tuple(id(p) for p in group)
-        program = self._together.get(key, _NOT_EVALUATED)
+        program: CompiledExpression | None = self._together.get(key, _NOT_EVALUATED)
         if program is _NOT_EVALUATED:
             source = "[" + ",\n".join(self._fused[id(p)].expression.expression
                                        for p in group) + "]"
@@ -598,7 +598,9 @@ class Engine:
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
-                    updated = working if owned else copy.deepcopy(dict(working))
+                    # Once owned, ``working`` is the private dict made below or by a patch.
+                    updated = working if owned and isinstance(working, dict) else \
+                        copy.deepcopy(dict(working))
                     changed = apply_shortcut(updated, mutation.shortcut, facts)
                     change = f"{mutation.shortcut[0]} {json.dumps(mutation.shortcut[1])}"
                 check_identity(updated, current)

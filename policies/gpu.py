@@ -696,7 +696,8 @@ def _effective(values: Sequence[tuple[_Container, _N]]) -> _N:
                 init_peak = max(init_peak, value + sidecars)
         elif container.ctype == "containers":
             app += value
-    return max(app + sidecars, init_peak)
+    effective: _N = max(app + sidecars, init_peak)
+    return effective
 
 
 # --------------------------------------------------------------------------------------------

@@ -160,19 +160,19 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
     try:
         literal = cel_literal(policy.params)
 
-        def rule(item: Rule) -> Rule:
+        def inline_rule(item: Rule) -> Rule:
             message = item.message_expression
             return replace(
                 item, expression=_inline(item.expression, policy, environment, literal),
                 message_expression=None if message is None else
                 _inline(message, policy, environment, literal))
 
-        def validation(item: Rule) -> Rule:
+        def inline_validation(item: Rule) -> Rule:
             # The default message names the expression as written, not its rewritten form.
             default = f"failed expression: {item.expression.expression.strip()}"
-            return replace(rule(item), message=item.message or default)
+            return replace(inline_rule(item), message=item.message or default)
 
-        def mutation(item: Mutation) -> Mutation:
+        def inline_mutation(item: Mutation) -> Mutation:
             return replace(
                 item,
                 expression=None if item.expression is None else
@@ -182,10 +182,10 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
 
         return replace(
             policy,
-            match_conditions=tuple(rule(r) for r in policy.match_conditions),
-            validations=tuple(validation(r) for r in policy.validations),
-            audit_annotations=tuple(rule(r) for r in policy.audit_annotations),
-            mutations=tuple(mutation(m) for m in policy.mutations),
+            match_conditions=tuple(inline_rule(r) for r in policy.match_conditions),
+            validations=tuple(inline_validation(r) for r in policy.validations),
+            audit_annotations=tuple(inline_rule(r) for r in policy.audit_annotations),
+            mutations=tuple(inline_mutation(m) for m in policy.mutations),
             variables=(),
             params=None,
         )

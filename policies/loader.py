@@ -28,6 +28,7 @@ import jsonschema
 from policies import cel_scanner
 from policies.cel import CelCompileError, CelEnvironment, CompiledExpression
 from policies.cel_gpu import GPU_FIELDS
+from policies.json_fields import mapping_at
 from policies.model import (
     Exception_,
     LabelSelector,
@@ -177,7 +178,7 @@ class _Builder:
 
 def _selector(value: Any) -> LabelSelector:
     value = value if isinstance(value, Mapping) else {}
-    labels = value.get("matchLabels") if isinstance(value.get("matchLabels"), Mapping) else {}
+    labels = mapping_at(value, "matchLabels")
     requirements = tuple(
         Requirement(str(e.get("key")), str(e.get("operator")),
                     tuple(str(v) for v in e.get("values") or ()))
@@ -194,7 +195,7 @@ def _subjects(items: Any) -> tuple[Subject, ...]:
 def _gpupolicy_match(match: Mapping[str, Any]) -> Match:
     resources = tuple(match.get("resources") or DEFAULT_RESOURCES)
     operations = tuple(match.get("operations") or ("CREATE", "UPDATE"))
-    subjects = match.get("subjects") if isinstance(match.get("subjects"), Mapping) else {}
+    subjects = mapping_at(match, "subjects")
     return Match(
         rules=(ResourceRule(resources=resources, operations=operations),),
         namespace_selector=_selector(match.get("namespaceSelector")),
@@ -255,7 +256,7 @@ def _schema_errors(document: Document, builder: _Builder,
                         key=lambda e: [str(p) for p in e.absolute_path]):
         path = _path(error.absolute_path)
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
-            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            extra = sorted(set(error.instance) - set(_schema_properties(error)))
             path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
         builder.error(path, _schema_message(error))
 
@@ -280,16 +281,15 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
     before = len(builder.errors)
     _schema_errors(document, builder)
     body = document.body
-    spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    spec = mapping_at(body, "spec")
+    metadata = mapping_at(body, "metadata")
     name = str(metadata.get("name", ""))
     policy = Policy(
         name=name,
         kind="GPUPolicy",
         origin=Origin(document.source, document.index, document.line_of("")),
         description=str(spec.get("description") or ""),
-        match=_gpupolicy_match(spec.get("match") if isinstance(spec.get("match"), Mapping)
-                               else {}),
+        match=_gpupolicy_match(mapping_at(spec, "match")),
         failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
         actions=_actions(spec.get("validationActions")),
         match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
@@ -305,21 +305,28 @@ def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
     return policy if len(builder.errors) == before else None
 
 
+def _schema_properties(error: jsonschema.ValidationError) -> Mapping[str, Any]:
+    """The ``properties`` of the subschema that raised ``error`` (none for a boolean schema)."""
+    schema = error.schema
+    return schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+
+
 def _schema_message(error: jsonschema.ValidationError) -> str:
     """A jsonschema error in words a policy author understands."""
-    if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        extra = sorted(set(error.instance) - set(_schema_properties(error)))
+        allowed = ", ".join(sorted(_schema_properties(error)))
         return f"unknown field(s) {', '.join(extra)} (allowed: {allowed})"
     if error.validator == "required":
         return error.message.replace("is a required property", "is required")
-    if error.validator == "enum":
+    if error.validator == "enum" and isinstance(error.validator_value, list):
         return f"{error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
     if error.validator == "const":
         return f"expected {error.validator_value!r}, got {error.instance!r}"
-    if error.validator == "maxLength":
+    if error.validator == "maxLength" and isinstance(error.instance, str):
         return f"longer than {error.validator_value} characters ({len(error.instance)})"
-    if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping):
+    if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping) and \
+            isinstance(error.validator_value, list):
         options = [next(iter(s.get("required", [])), "?") for s in error.validator_value]
         return f"expected exactly one of {', '.join(options)}"
     return error.message
@@ -405,9 +412,9 @@ def _bound_params(
     if not isinstance(ref, Mapping):
         return [(None, None)]
     action = str(ref.get("parameterNotFoundAction") or ValidationAction.DENY)
-    found = []
+    found: list[tuple[Any, str | None]] = []
     for candidate in candidates:
-        meta = candidate.get("metadata") if isinstance(candidate.get("metadata"), Mapping) else {}
+        meta = mapping_at(candidate, "metadata")
         if ref.get("namespace") and meta.get("namespace") != ref["namespace"]:
             continue
         if ref.get("name") and meta.get("name") != ref["name"]:
@@ -443,7 +450,7 @@ def _check_spec(document: Document, builder: _Builder) -> bool:
     for error in errors:
         path = _path(["spec", *error.absolute_path])
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
-            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            extra = sorted(set(error.instance) - set(_schema_properties(error)))
             path = f"{path}.{extra[0]}" if extra else path
         builder.error(path, _schema_message(error))
     return len(builder.errors) == before
@@ -454,7 +461,7 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
     body = document.body
     spec = body["spec"]
     kind = str(body.get("kind"))
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    metadata = mapping_at(body, "metadata")
     before = len(builder.errors)
     mutations: list[Mutation] = []
     for i, mutation in enumerate(spec.get("mutations") or () if kind.startswith("Mutating")
@@ -470,8 +477,7 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         if compiled is not None:
             mutations.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
                                       expression=compiled))
-    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"),
-                                                            Mapping) else {}
+    annotations = mapping_at(metadata, "annotations")
     policy = Policy(
         name=str(metadata.get("name", "")),
         kind=kind,
@@ -732,7 +738,7 @@ def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],
 def _identity(document: Document) -> str:
     """``Kind/name`` (``Kind/namespace/name`` when namespaced) of a policy-file document."""
     body = document.body
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), Mapping) else {}
+    metadata = mapping_at(body, "metadata")
     namespace = metadata.get("namespace")
     name = f"{namespace}/{metadata.get('name', '')}" if namespace else \
         str(metadata.get("name", ""))

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.json_fields import mapping_at
 from policies.model import Exception_, Match, Policy, ResourceRule, Subject
 from policies.review import ReviewInput
 from policies.vocabulary import EvaluationPoint
@@ -138,8 +139,8 @@ def applicability(policy: Policy, review: ReviewInput, *,
     if not policy.exceptions:
         return None
     subject = review.subject if isinstance(review.subject, Mapping) else {}
-    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
-    labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
+    metadata = mapping_at(subject, "metadata")
+    labels = mapping_at(metadata, "labels")
     name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
     today = review.now.date()
     for exemption in policy.exceptions:

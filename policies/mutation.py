@@ -58,7 +58,8 @@ def validate_operations(value: Any) -> list[dict[str, Any]]:
     return operations
 
 
-def apply_operations(target: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+def apply_operations(target: Mapping[str, Any],
+                     operations: list[dict[str, Any]]) -> dict[str, Any]:
     """Apply RFC 6902 operations to a copy of ``target`` and return it.
 
     Raises:
@@ -108,7 +109,8 @@ def check_identity(result: Any, original: Mapping[str, Any] | None = None) -> di
     return result
 
 
-def diff(original: Mapping[str, Any] | None, final: Mapping[str, Any] | None) -> list[dict]:
+def diff(original: Mapping[str, Any] | None,
+         final: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The RFC 6902 patch turning ``original`` into ``final`` (``[]`` when they are equal)."""
     if original is None or final is None or original == final:
         return []
@@ -177,7 +179,7 @@ def _add_toleration(spec: dict[str, Any], toleration: Any) -> bool:
 
 def _setter(field: str) -> Callable[[dict[str, Any], Any], bool]:
     def set_field(spec: dict[str, Any], value: Any) -> bool:
-        changed = spec.get(field) != value
+        changed = bool(spec.get(field) != value)
         spec[field] = value
         return changed
     return set_field

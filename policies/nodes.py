@@ -367,7 +367,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
     equivalents, approximate = _equivalents(
         allocatable, model, single_profile, replicas, hami_devices, settings, warnings)
     return NodeFacts(
-        name=metadata.get("name") if isinstance(metadata.get("name"), str) else "",
+        name=node_name if isinstance(node_name := metadata.get("name"), str) else "",
         product=str(product_label) if product_label else None,
         model=model,
         mig_strategy=str(strategy) if strategy else None,

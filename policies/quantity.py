@@ -78,9 +78,8 @@ def parse_quantity(value: object) -> Fraction:
         QuantityError: for booleans, None, other types, empty or malformed strings, or strings
             longer than 64 characters.
     """
-    kind = type(value)
-    if (kind is str and len(value) <= _MAX_TEXT) or kind is float or \
-            (kind is int and -MAX_COUNT <= value <= MAX_COUNT):
+    if (type(value) is str and len(value) <= _MAX_TEXT) or type(value) is float or \
+            (type(value) is int and -MAX_COUNT <= value <= MAX_COUNT):
         # Manifests repeat a handful of values ("1", "8", "500m"); Fractions are immutable.
         # Only short keys are kept, so hostile input cannot fill memory through the cache.
         return _parse_cached(value)

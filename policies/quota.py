@@ -28,6 +28,7 @@ from typing import Any
 
 from policies import mig
 from policies.gpu import pinned_product
+from policies.json_fields import mapping_at
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.vocabulary import FailurePolicy, parsed
 from policies.workloads import workload_facts
@@ -242,7 +243,8 @@ class Scope:
         if self.kind == "Namespace":
             return namespace == self.namespace
         labels = labels or {}
-        return self.label in labels and str(labels[self.label]) == self.value
+        return self.label is not None and self.label in labels and \
+            str(labels[self.label]) == self.value
 
     def describe(self) -> str:
         """``team team-a``, ``namespace ml``, ``the cluster``: the subject of messages."""
@@ -328,9 +330,9 @@ def parse_quota(body: Mapping[str, Any], source: str = "",
         cannot see (a number that is not a valid amount).
     """
     errors: list[tuple[str, str]] = []
-    spec = body.get("spec") if isinstance(body.get("spec"), Mapping) else {}
+    spec = mapping_at(body, "spec")
     name = str((body.get("metadata") or {}).get("name") or "")
-    raw_scope = spec.get("scope") if isinstance(spec.get("scope"), Mapping) else {}
+    raw_scope = mapping_at(spec, "scope")
     if "namespace" in raw_scope:
         scope = Scope("Namespace", namespace=str(raw_scope["namespace"]))
     elif "team" in raw_scope:
@@ -338,7 +340,7 @@ def parse_quota(body: Mapping[str, Any], source: str = "",
         scope = Scope("Team", label=str(team.get("label", "")), value=str(team.get("value", "")))
     else:
         scope = Scope("Cluster")
-    raw = spec.get("limits") if isinstance(spec.get("limits"), Mapping) else {}
+    raw = mapping_at(spec, "limits")
 
     def amount(value: Any, path: str) -> Fraction | None:
         if value is None:
@@ -368,7 +370,7 @@ def parse_quota(body: Mapping[str, Any], source: str = "",
         number = amount(value, f"spec.limits.products[{key}]")
         if number is not None:
             products[product_key(str(key))] = number
-    per_pod = raw.get("perPod") if isinstance(raw.get("perPod"), Mapping) else {}
+    per_pod = mapping_at(raw, "perPod")
     limits = Limits(
         gpu_equivalents=amount(raw.get("gpuEquivalents"), "spec.limits.gpuEquivalents"),
         gpus=counts(raw.get("gpus"), "spec.limits.gpus"),
@@ -448,10 +450,10 @@ def check(quota: Quota, used: Usage, charge: Charge) -> list[str]:
         if asked and used.mig.get(profile, 0) + asked > limit:
             problems.append(_message(who, Fraction(used.mig.get(profile, 0)), Fraction(limit),
                                      Fraction(asked), f"MIG {profile} instances"))
-    for product, limit in limits.products.items():
-        asked = need.products.get(product, _ZERO)
-        if asked and used.products.get(product, _ZERO) + asked > limit:
-            problems.append(_message(who, used.products.get(product, _ZERO), limit, asked,
+    for product, share in limits.products.items():
+        wanted = need.products.get(product, _ZERO)
+        if wanted and used.products.get(product, _ZERO) + wanted > share:
+            problems.append(_message(who, used.products.get(product, _ZERO), share, wanted,
                                      f"GPU-equivalents of {product}"))
     return problems
 
@@ -478,8 +480,8 @@ class QuotaStatus:
         put("gpuMemoryGiB", Fraction(used.gpu_memory_mib, MIB_PER_GIB), limits.gpu_memory_gib)
         for profile, limit in limits.mig.items():
             put(f"mig[{profile}]", used.mig.get(profile, 0), limit)
-        for product, limit in limits.products.items():
-            put(f"products[{product}]", used.products.get(product, _ZERO), limit)
+        for product, share in limits.products.items():
+            put(f"products[{product}]", used.products.get(product, _ZERO), share)
         return out
 
     def state(self, near: float = 0.9) -> str:
@@ -505,7 +507,7 @@ def usage_of(pods: Iterable[Mapping[str, Any]], quota: Quota,
     """Usage of the pods in ``quota``'s scope (``namespace_labels``: namespace → its labels)."""
     total = ZERO
     for pod in pods:
-        metadata = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        metadata = mapping_at(pod, "metadata")
         namespace = metadata.get("namespace")
         if quota.scope.applies(namespace, namespace_labels.get(str(namespace)) or {}):
             total = total + pod_charge(pod, settings).usage

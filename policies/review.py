@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.json_fields import mapping_at
 from policies.workload_kinds import PLURALS
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -136,7 +137,7 @@ def from_object(
     or updated, deleted, connected to with ``operation``: on DELETE the object is ``oldObject``
     and ``object`` is null, as kube-apiserver sends it (Kubernetes API reference,
     AdmissionRequest)."""
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    metadata = mapping_at(obj, "metadata")
     group, version = _split_api_version(str(obj.get("apiVersion", "")))
     kind = str(obj.get("kind", ""))
     user = user or UserInfo()
@@ -222,10 +223,9 @@ def from_request(
     user = UserInfo(
         username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
         groups=tuple(str(g) for g in groups),
-        extra=info.get("extra") if isinstance(info.get("extra"), Mapping) else {},
+        extra=mapping_at(info, "extra"),
     )
-    metadata = subject.get("metadata") if isinstance(subject, Mapping) and \
-        isinstance(subject.get("metadata"), Mapping) else {}
+    metadata = mapping_at(subject, "metadata") if isinstance(subject, Mapping) else {}
     namespace = request.get("namespace") or metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")

@@ -83,7 +83,7 @@ def duplicate_key_message(key: Any, first_line: int) -> str:
     return f"duplicate key {shortened(printable(str(key)))!r} (first at line {first_line})"
 
 
-class _StrictLoader(_Loader):  # type: ignore[misc, valid-type]
+class _StrictLoader(_Loader):  # type: ignore[misc]  # a base picked at import: libyaml's or not
     """The safe loader, refusing a mapping that gives a key twice (:class:`DuplicateKeyError`).
 
     Keys brought in by a YAML merge (``<<: *base``) may be overridden, as YAML merge keys
@@ -410,7 +410,8 @@ def _split_yaml(text: str) -> Iterator[tuple[int, str]]:
 
     Splitting before parsing lets one broken document be reported while the others still load.
     """
-    start, lines = 1, []
+    start = 1
+    lines: list[str] = []
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         if _SEPARATOR.match(line.rstrip("\r\n")):
             yield start, "".join(lines)
@@ -457,14 +458,18 @@ def _check_aliases(text: str) -> None:
     opened: set[str] = set()  # anchors of the open collections
     written = 0  # nodes in the text (aliases excluded)
     added = 0  # nodes the aliases add, so far
-    crossings: list[tuple[int, yaml.Mark, str]] = []  # (added after it, mark, name) per alias
+    # (added after it, mark, name) per alias; the mark is PyYAML's or libyaml's (same fields).
+    crossings: list[tuple[int, Any, str]] = []
+    anchor: str | None  # the current event's anchor name
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent):
             anchor = str(event.anchor)
             if anchor in opened:
                 raise AliasExpansionError(
                     None, None, f"alias *{anchor} is inside the node &{anchor} it names (a "
-                    "recursive structure, which a Kubernetes object cannot be)", event.start_mark)
+                    "recursive structure, which a Kubernetes object cannot be)",
+                    # types-PyYAML: the mark is PyYAML's; libyaml's CParser passes its own.
+                    event.start_mark)  # type: ignore[arg-type]
             size = sizes.get(anchor)
             if size is None:
                 continue  # an undefined alias: the loader reports it

@@ -47,6 +47,7 @@ from typing import Any, Final
 from policies.cel import CelEnvironment
 from policies.cel_gpu import GPU_LIBRARY
 from policies.engine import Engine, RuleOutcome, RuleResult, Verdict
+from policies.json_fields import mapping_at
 from policies.loader import load_policies
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.review import (
@@ -273,7 +274,7 @@ def _user(context: _Context, where: str, value: Any) -> UserInfo:
     groups = value.get("groups") or []
     if not isinstance(groups, list):
         raise SuiteError(context.error(f"{where}.groups", "expected a list of group names"))
-    extra = value.get("extra") if isinstance(value.get("extra"), Mapping) else {}
+    extra = mapping_at(value, "extra")
     return UserInfo(username=str(value.get("username") or ""), uid=str(value.get("uid") or ""),
                     groups=tuple(str(g) for g in groups), extra=dict(extra))
 
@@ -523,6 +524,7 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
         context.error("metadata.name", "is required")
     policies = body.get("policies")
     paths: list[str] = []
+    named: list[str] = []  # as written, for messages
     if not isinstance(policies, list) or not policies or \
             not all(isinstance(p, str) and p for p in policies):
         context.error("policies", "expected a non-empty list of policy file paths (relative to "
@@ -534,6 +536,7 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
             if missing is not None:
                 context.error(f"policies[{i}]", f"{entry}: {missing.message}")
             paths.append(path)
+            named.append(entry)
     cases = body.get("cases")
     if not isinstance(cases, list) or not cases:
         context.error("cases", "expected a non-empty list of cases")
@@ -544,7 +547,7 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
     policy_names = set(engine.policies.names())
     if not policy_names and not errors:
         errors.append(f"{context.where('policies')}: policies: no policies found in "
-                      f"{', '.join(policies)}")
+                      f"{', '.join(named)}")
     if errors:
         return SuiteResult(document.source, name, (), tuple(errors))
     assert isinstance(cases, list)

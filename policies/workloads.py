@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.quantity import MAX_COUNT
@@ -113,6 +113,15 @@ class WorkloadFacts:
             ],
             "total": self.total.to_dict(),
         }
+
+
+class _Identity(TypedDict):
+    """The :class:`Workload` fields read from ``kind``, ``apiVersion`` and ``metadata``."""
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str | None
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -366,7 +375,7 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         reader.invalid.append(f"kind: expected a string, got {type(kind).__name__}")
         kind = ""
     metadata = reader.map(obj, "metadata", "")
-    names = {}
+    names: dict[str, str | None] = {}
     for key in ("namespace", "name", "generateName"):
         value = metadata.get(key)
         if value is not None and not isinstance(value, str):
@@ -376,7 +385,7 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
     if kind != "Pod":  # a Pod's labels and annotations are its template's: pod_facts reads them
         for key in ("labels", "annotations"):  # queue labels, KAI annotations live here too
             reader.map(metadata, key, "metadata")
-    base = {
+    base: _Identity = {
         "kind": kind,
         "api_version": str(obj.get("apiVersion", "")),
         "namespace": names["namespace"],

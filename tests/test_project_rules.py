@@ -1,4 +1,5 @@
-"""Project-wide rules checked in the test run: layering (import-linter) and lint (ruff)."""
+"""Project-wide rules checked in the test run: layering (import-linter), lint (ruff) and types
+(mypy)."""
 
 import shutil
 import subprocess
@@ -26,3 +27,15 @@ def test_ruff_is_clean():
         [ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean():
+    # [tool.mypy] in pyproject.toml: the product packages (its ``files``), strict for policies/.
+    mypy = shutil.which("mypy", path=str(Path(sys.executable).parent))
+    assert mypy, "mypy is a test dependency"
+    result = subprocess.run(
+        [mypy, "--no-incremental", "--cache-dir", "/dev/null"], cwd=ROOT, capture_output=True,
+        text=True, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Success: no issues found"), result.stdout

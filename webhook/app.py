@@ -304,7 +304,7 @@ class AdmissionHandlers:
         transport = request.transport
         return bool(transport is not None and transport.get_extra_info("peercert"))
 
-    async def admission(self, request: web.Request, endpoint: str) -> web.Response:
+    async def admission(self, request: web.Request, endpoint: Endpoint) -> web.Response:
         """``POST /validate`` and ``POST /mutate``."""
         start = time.perf_counter()
         started_at = asyncio.get_running_loop().time()
@@ -350,9 +350,9 @@ class AdmissionHandlers:
             ADMISSION_LOG.exception("admission handler failed", extra={"fields": {
                 "endpoint": endpoint, "uid": envelope.uid if envelope else None}})
             self.metrics.observe(endpoint, "internal_error", time.perf_counter() - start)
-            error = wire.WireError(500, "InternalError", "gpuguard failed to handle the "
-                                   "request; see its log")
-            return _json_response(wire.error_body(error), error.status)
+            failure = wire.WireError(500, "InternalError", "gpuguard failed to handle the "
+                                     "request; see its log")
+            return _json_response(wire.error_body(failure), failure.status)
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
@@ -440,7 +440,7 @@ def _too_large(size: int | None, limit: int) -> wire.WireError:
 
 
 def _endpoint(handlers: AdmissionHandlers,
-              endpoint: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+              endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         return await handlers.admission(request, endpoint)
     return handle

@@ -312,13 +312,12 @@ class GuardedSite(web.BaseSite):
         def protocol() -> GuardedRequestHandler:
             return GuardedRequestHandler(manager, guard, loop=loop, **args)
 
-        tls_timeouts: dict[str, float] = {}
-        if self._ssl_context is not None:
-            tls_timeouts = {"ssl_handshake_timeout": guard.header_timeout_s,
-                            "ssl_shutdown_timeout": guard.header_timeout_s}
+        # None (asyncio's defaults) without TLS: asyncio refuses TLS timeouts for plain TCP.
+        tls_timeout = guard.header_timeout_s if self._ssl_context is not None else None
         self._server = await loop.create_server(
             protocol, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            reuse_port=self._reuse_port, **tls_timeouts)
+            reuse_port=self._reuse_port, ssl_handshake_timeout=tls_timeout,
+            ssl_shutdown_timeout=tls_timeout)
 
 
 def limit_tls_reads(size: int = TLS_READ_BYTES) -> bool:

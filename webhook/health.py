@@ -62,9 +62,9 @@ class Health:
                     "they read the same at two consecutive checks"
         tls: dict[str, Any] = {"ok": self.tls_up,
                                "detail": "serving" if self.tls_up else "not listening yet"}
-        problem = self.certificate_check() if self.certificate_check and self.tls_up else None
-        if problem:
-            tls = {"ok": False, "detail": problem}
+        served = self.certificate_check() if self.certificate_check and self.tls_up else None
+        if served:
+            tls = {"ok": False, "detail": served}
         if self.tls_reload_error:
             tls["lastReloadError"] = self.tls_reload_error
         checks["tls"] = tls

@@ -179,7 +179,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> logging.Logg
     unconfigure()
     # The lines carry none of these: skip collecting them for every record (the logging
     # HOWTO's "Optimization" section). Each admission logs a line, so this is the hot path.
-    logging._srcfile = None  # type: ignore[attr-defined]  # caller file / line lookup
+    logging._srcfile = None  # caller file / line lookup
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
