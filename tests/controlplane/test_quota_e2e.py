@@ -89,6 +89,14 @@ def replicas(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
             server.stop()
 
 
+def _unchecked(message: str) -> bool:
+    """gpuguard's refusal when the quota step could not check usage (under load: a ledger write
+    that kept conflicting, a slow API server): failurePolicy Fail, naming the quota."""
+    return message.startswith('admission webhook "pods.validate.gpuguard.io" denied the '
+                              "request: GPUQuota e2e-race: usage could not be checked") \
+        and message.endswith("failurePolicy Fail")
+
+
 def _api_timeout(message: str) -> bool:
     """kube-apiserver's refusal when gpuguard did not answer within the webhook's timeoutSeconds
     (``failurePolicy: Fail``): a loaded machine's answer, fail-closed like the others."""
@@ -143,8 +151,9 @@ def test_two_replicas_admit_exactly_the_limit_of_concurrent_creates(
         # each refusal is the quota's, or (a loaded machine) the quota step's deadline, or the
         # API server's own webhook timeout (timeoutSeconds; failurePolicy Fail refuses too):
         # all fail closed, none admits
-        assert all(m == quota_message or m.endswith(deadline_message) or _api_timeout(m)
-                   for m in refused), [m for m in refused if m != quota_message][:3]
+        assert all(m == quota_message or m.endswith(deadline_message) or _unchecked(m)
+                   or _api_timeout(m) for m in refused), \
+            [m for m in refused if m != quota_message and not m.endswith(deadline_message)][:3]
         missed = sum(1 for m in refused if m.endswith(deadline_message))
         # both replicas admitted pods: the connections were spread and the ledger was shared
         admitted_by = [sum(1 for d in s.decisions() if d.get("endpoint") == "validate"
