@@ -198,17 +198,22 @@ def _closing(tokens: Sequence[Token], opening: int) -> int:
     return len(tokens)
 
 
-def _top_level_commas(tokens: Sequence[Token], opening: int, closing: int) -> list[int]:
-    commas, depth = [], 0
+def _top_level(tokens: Sequence[Token], opening: int, closing: int) -> Iterator[int]:
+    """Indexes of the tokens directly inside the brackets ``opening``..``closing`` (not nested
+    deeper); brackets themselves are not yielded."""
+    depth = 0
     for index in range(opening + 1, closing):
         text = tokens[index].text
         if text in ("(", "[", "{", "[?"):
             depth += 1
         elif text in (")", "]", "}"):
             depth -= 1
-        elif text == "," and depth == 0:
-            commas.append(index)
-    return commas
+        elif depth == 0:
+            yield index
+
+
+def _top_level_commas(tokens: Sequence[Token], opening: int, closing: int) -> list[int]:
+    return [i for i in _top_level(tokens, opening, closing) if tokens[i].text == ","]
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,34 +346,28 @@ def rename(source: str, name: str, write: Callable[[str], str]) -> str:
     return "".join(parts)
 
 
+def _typed_literals(tokens: Sequence[Token], type_name: str) -> Iterator[int]:
+    """Indexes of the type-name token of each ``type_name{`` object literal."""
+    for index, token in enumerate(tokens):
+        if token.kind is TokenKind.IDENT and token.text == type_name \
+                and index + 1 < len(tokens) and tokens[index + 1].text == "{" \
+                and not (index > 0 and tokens[index - 1].text in (".", ".?")):
+            yield index
+
+
 def map_literal_fields(source: str, opening_type: str) -> Iterator[tuple[int, int]]:
     """Spans [start, end) of the bare field names at the top level of each typed object literal
     ``opening_type{field: ...}`` (e.g. ``JSONPatch{op: 'add', ...}``) in ``source``."""
     tokens = _code(source)
-    for index, token in enumerate(tokens):
-        if token.kind is not TokenKind.IDENT or token.text != opening_type \
-                or index + 1 >= len(tokens) or tokens[index + 1].text != "{" \
-                or (index > 0 and tokens[index - 1].text in (".", ".?")):
-            continue
+    for index in _typed_literals(tokens, opening_type):
         closing = _closing(tokens, index + 1)
-        depth = 0
-        for inner in range(index + 2, closing):
-            text = tokens[inner].text
-            if text in ("(", "[", "{", "[?"):
-                depth += 1
-            elif text in (")", "]", "}"):
-                depth -= 1
-            elif depth == 0 and tokens[inner].kind is TokenKind.IDENT \
-                    and inner + 1 < closing and tokens[inner + 1].text == ":" \
-                    and tokens[inner - 1].text in ("{", ","):
+        for inner in _top_level(tokens, index + 1, closing):
+            if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing \
+                    and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","):
                 yield tokens[inner].start, tokens[inner].end
 
 
 def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
     """Offsets of the type name of each ``type_name{`` object literal in ``source``."""
     tokens = _code(source)
-    return tuple(t.start for i, t in enumerate(tokens)
-                 if t.kind is TokenKind.IDENT and t.text == type_name
-                 and i + 1 < len(tokens) and tokens[i + 1].text == "{"
-                 and not (i > 0 and tokens[i - 1].text in (".", ".?")))
-
+    return tuple(tokens[i].start for i in _typed_literals(tokens, type_name))
