@@ -36,6 +36,7 @@ from typing import Any
 
 from audit.scheduling import Taint, taints_of
 from policies import mig
+from policies.json_fields import as_mapping
 from policies.nodes import NodeFacts, device_count, node_facts, slot_unit
 from policies.quantity import MAX_COUNT, QuantityError, format_fraction, parse_quantity
 from policies.resource_names import (
@@ -109,15 +110,11 @@ def is_split(resource: str, settings: GPUSettings | None = None) -> bool:
     return classify(resource, settings or DEFAULT_SETTINGS) in SPLIT_KINDS
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _gpu_resources(resources: Any, settings: GPUSettings) -> dict[str, int]:
     """The GPU extended resources of a capacity / allocatable map; unusable values skipped
     (node_facts reports them)."""
     found: dict[str, int] = {}
-    for resource, raw in _dict(resources).items():
+    for resource, raw in as_mapping(resources).items():
         kind = classify(str(resource), settings)
         if kind not in _DEVICE_KINDS and kind not in SPLIT_KINDS:
             continue
@@ -164,7 +161,7 @@ def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
 def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
     conditions = status.get("conditions")
     for condition in conditions if isinstance(conditions, list) else ():
-        condition = _dict(condition)
+        condition = as_mapping(condition)
         if condition.get("type") == "Ready":
             if condition.get("status") == "True":
                 return True, None
@@ -175,11 +172,11 @@ def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
 def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacity:
     """Read one Node object (as ``kubectl get node -o yaml`` prints it); never raises."""
     facts = node_facts(node, settings)
-    metadata = _dict(node.get("metadata"))
-    status = _dict(node.get("status"))
-    spec = _dict(node.get("spec"))
-    raw_allocatable = _dict(status.get("allocatable")) or _dict(status.get("capacity"))
-    where = "status.allocatable" if _dict(status.get("allocatable")) else "status.capacity"
+    metadata = as_mapping(node.get("metadata"))
+    status = as_mapping(node.get("status"))
+    spec = as_mapping(node.get("spec"))
+    raw_allocatable = as_mapping(status.get("allocatable")) or as_mapping(status.get("capacity"))
+    where = "status.allocatable" if as_mapping(status.get("allocatable")) else "status.capacity"
     invalid: list[str] = []
     cpu = _scalar(raw_allocatable, "cpu", 1000, where, invalid)
     memory = _scalar(raw_allocatable, "memory", 1, where, invalid)
@@ -209,7 +206,7 @@ def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacit
         elif resource == "nvidia.com/gpu" and facts.mig_single_profile:
             profiles[resource] = facts.mig_single_profile
     ready, reason = _readiness(status)
-    labels = {str(k): str(v) for k, v in _dict(metadata.get("labels")).items()
+    labels = {str(k): str(v) for k, v in as_mapping(metadata.get("labels")).items()
               if isinstance(v, str | int | float | bool)}
     return NodeCapacity(
         name=facts.name,

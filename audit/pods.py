@@ -27,6 +27,7 @@ from typing import Any
 
 from audit.ownership import ObjectKey, controller_of, group_of
 from policies.gpu import KAI_CONTAINER, KAI_DEVICES, KAI_FRACTION, KAI_MEMORY, pod_facts
+from policies.json_fields import as_mapping
 from policies.quantity import MAX_COUNT, QuantityError, parse_quantity
 from policies.resource_names import GPUSettings
 
@@ -97,12 +98,6 @@ class PodUsage:
     scheduler_message: str | None
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    if type(value) is dict:  # what JSON and YAML give: skip the slower ABC check
-        return value
-    return value if isinstance(value, Mapping) else {}
-
-
 def _list(value: Any) -> list[Any]:
     return value if type(value) is list or isinstance(value, list) else []
 
@@ -121,9 +116,9 @@ def _scaled(value: Any, scale: int) -> int:
 
 def _quantity(resources: Mapping[str, Any], name: str, *, scale: int) -> int:
     """A container's request for ``name`` (the limit when no request), scaled, rounded up."""
-    value = _dict(resources.get("requests")).get(name)
+    value = as_mapping(resources.get("requests")).get(name)
     if value is None:
-        value = _dict(resources.get("limits")).get(name)
+        value = as_mapping(resources.get("limits")).get(name)
     if value is None:
         return 0
     try:
@@ -134,19 +129,19 @@ def _quantity(resources: Mapping[str, Any], name: str, *, scale: int) -> int:
 
 def _effective(spec: Mapping[str, Any], name: str, scale: int) -> int:
     """Kubernetes ``PodRequests`` for one resource (KEP-753 sidecars), plus ``spec.overhead``."""
-    app = sum(_quantity(_dict(_dict(c).get("resources")), name, scale=scale)
+    app = sum(_quantity(as_mapping(as_mapping(c).get("resources")), name, scale=scale)
               for c in _list(spec.get("containers")))
     sidecars = 0
     init_peak = 0
     for container in _list(spec.get("initContainers")):
-        container = _dict(container)
-        value = _quantity(_dict(container.get("resources")), name, scale=scale)
+        container = as_mapping(container)
+        value = _quantity(as_mapping(container.get("resources")), name, scale=scale)
         if container.get("restartPolicy") == "Always":
             sidecars += value
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + value)
-    overhead = _dict(spec.get("overhead")).get(name)
+    overhead = as_mapping(spec.get("overhead")).get(name)
     extra = 0
     if overhead is not None:
         try:
@@ -159,25 +154,25 @@ def _effective(spec: Mapping[str, Any], name: str, scale: int) -> int:
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     found = []
     for item in _list(spec.get("tolerations")):
-        item = _dict(item)
+        item = as_mapping(item)
         found.append((str(item.get("key") or ""), str(item.get("operator") or "Equal"),
                       str(item.get("value") or ""), str(item.get("effect") or "")))
     return tuple(found)
 
 
 def _expressions(items: Any) -> tuple[Expression, ...]:
-    return tuple((str(_dict(e).get("key") or ""), str(_dict(e).get("operator") or ""),
-                  tuple(str(v) for v in _list(_dict(e).get("values"))))
+    return tuple((str(as_mapping(e).get("key") or ""), str(as_mapping(e).get("operator") or ""),
+                  tuple(str(v) for v in _list(as_mapping(e).get("values"))))
                  for e in _list(items))
 
 
 def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...] | None:
-    required = _dict(_dict(_dict(spec.get("affinity")).get("nodeAffinity")).get(
+    required = as_mapping(as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"))
     if not required:
         return None
-    return tuple((_expressions(_dict(term).get("matchExpressions")),
-                  _expressions(_dict(term).get("matchFields")))
+    return tuple((_expressions(as_mapping(term).get("matchExpressions")),
+                  _expressions(as_mapping(term).get("matchFields")))
                  for term in _list(required.get("nodeSelectorTerms")))
 
 
@@ -185,12 +180,12 @@ def _fingerprint(spec: Mapping[str, Any], metadata: Mapping[str, Any], namespace
                  ) -> str:
     """A cache key over every field :class:`TemplateUsage` depends on (``repr`` of plain data is
     exact and cheaper than JSON)."""
-    annotations = _dict(metadata.get("annotations"))
+    annotations = as_mapping(metadata.get("annotations"))
     parts: list[Any] = [namespace if spec.get("resourceClaims") else None,
                         tuple(annotations.get(k) for k in _KAI_KEYS)]
     for ctype in ("initContainers", "containers"):
         for container in _list(spec.get(ctype)):
-            container = _dict(container)
+            container = as_mapping(container)
             parts.append((ctype, container.get("name"), container.get("resources"),
                           container.get("restartPolicy")))
     parts.append(tuple(spec.get(key) for key in ("nodeSelector", "affinity", "tolerations",
@@ -241,7 +236,7 @@ class PodReader:
             memory_bytes=_effective(spec, "memory", 1),
             tolerations=_tolerations(spec),
             node_selector=tuple(sorted((str(k), str(v)) for k, v in
-                                       _dict(spec.get("nodeSelector")).items())),
+                                       as_mapping(spec.get("nodeSelector")).items())),
             affinity=_affinity(spec),
             invalid=tuple(facts.invalid),
         )
@@ -252,18 +247,18 @@ class PodReader:
 
     def read(self, pod: Mapping[str, Any]) -> PodUsage | None:
         """The usage of one Pod object; None when it has no name."""
-        metadata = _dict(pod.get("metadata"))
+        metadata = as_mapping(pod.get("metadata"))
         name = metadata.get("name") or metadata.get("generateName")
         if not isinstance(name, str) or not name:
             return None
         namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) \
             else None
-        spec = _dict(pod.get("spec"))
-        status = _dict(pod.get("status"))
+        spec = as_mapping(pod.get("spec"))
+        status = as_mapping(pod.get("status"))
         owner = controller_of(pod, namespace)
         revision_key = None
         if owner is not None and owner.kind in _ONE_TEMPLATE.get(owner.group, ()):
-            labels = _dict(metadata.get("labels"))
+            labels = as_mapping(metadata.get("labels"))
             revision_key = (owner, str(labels.get("pod-template-hash")
                                        or labels.get("controller-revision-hash") or ""))
         template = self._by_revision.get(revision_key) if revision_key else None
@@ -284,7 +279,7 @@ class PodReader:
         message = None
         if state == PENDING:
             for condition in _list(status.get("conditions")):
-                condition = _dict(condition)
+                condition = as_mapping(condition)
                 if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                     message = ": ".join(str(p) for p in (condition.get("reason"),
                                                          condition.get("message")) if p)

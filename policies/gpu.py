@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any, Final, TypeVar
 
 from policies import mig
+from policies.json_fields import as_mapping
 from policies.quantity import (
     MAX_COUNT,
     QuantityError,
@@ -407,11 +408,6 @@ class _Placement:
 _EMPTY: Mapping[str, Any] = {}
 
 
-def _as_dict(value: Any) -> Mapping[str, Any]:
-    # Parsed YAML / JSON gives plain dicts; the exact-type test avoids the slow ABC check.
-    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
-
-
 def _map(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Mapping[str, Any]:
     """``parent[key]`` when it is a map; absent or null gives ``{}``; any other type is recorded
     in ``invalid`` (the API server would reject it) and read as ``{}``."""
@@ -710,17 +706,17 @@ def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
 
     Returns None when the pod does not pin the label.
     """
-    selector = _as_dict(spec.get("nodeSelector"))
+    selector = as_mapping(spec.get("nodeSelector"))
     if key in selector and isinstance(selector[key], str):
         return {selector[key]}
-    affinity = _as_dict(_as_dict(spec.get("affinity")).get("nodeAffinity"))
-    required = _as_dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    affinity = as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = as_mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
     terms = _as_list(required.get("nodeSelectorTerms"))
     values: set[str] = set()
     for term in terms:
         term_values = None
-        for expression in _as_list(_as_dict(term).get("matchExpressions")):
-            expression = _as_dict(expression)
+        for expression in _as_list(as_mapping(term).get("matchExpressions")):
+            expression = as_mapping(expression)
             if expression.get("key") == key and expression.get("operator") == "In":
                 term_values = {str(v) for v in _as_list(expression.get("values"))}
         if term_values is None:
@@ -853,7 +849,7 @@ def _dra(
     for index, entry in _entries(spec, "resourceClaims", spec_path, out):
         name = str(entry.get("name", ""))
         template = entry.get("resourceClaimTemplateName")
-        source = _as_dict(entry.get("source"))  # pre-1.31 shape
+        source = as_mapping(entry.get("source"))  # pre-1.31 shape
         template = template or source.get("resourceClaimTemplateName")
         claim_name = entry.get("resourceClaimName") or source.get("resourceClaimName")
         path = f"{spec_path}.resourceClaims[{index}]"
@@ -979,8 +975,8 @@ def pod_facts(
     out = _Collector()
     if spec is not None and not isinstance(spec, Mapping):
         out.invalid.append(f"{spec_path}: expected a PodSpec map, got {type(spec).__name__}")
-    spec = _as_dict(spec)
-    metadata = _as_dict(metadata)
+    spec = as_mapping(spec)
+    metadata = as_mapping(metadata)
     placement = _placement(spec, spec_path, out)
     volumes = _host_path_volumes(spec, spec_path, out)
     containers: list[tuple[_Container, Mapping[str, Any]]] = []
@@ -1105,7 +1101,7 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
         path: its field path (``spec.domain``; ``spec.template.spec.domain`` for a VM).
     """
     out = _Collector()
-    devices = _map(_as_dict(domain), "devices", path, out)
+    devices = _map(as_mapping(domain), "devices", path, out)
     counts: dict[str, int] = {}
     equivalents = ZERO
     for key in ("gpus", "hostDevices"):
@@ -1146,7 +1142,7 @@ def pinned_product(spec: Mapping[str, Any] | None) -> str | None:
     ``-SHARED`` suffixes are stripped (``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb`` →
     ``NVIDIA-A100-SXM4-80GB``), so quota per product counts the physical model. Used by quota.
     """
-    values = _selector_values(_as_dict(spec), PRODUCT_LABEL)
+    values = _selector_values(as_mapping(spec), PRODUCT_LABEL)
     if not values:
         return None
     bases = {mig.parse_product(v).base for v in values}

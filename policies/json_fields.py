@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping (a JSON object), else a new empty dict."""
+    if type(value) is dict:  # what JSON and YAML give: skip the slower ABC check
+        return value
+    return value if isinstance(value, Mapping) else {}
+
+
 def mapping_at(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """``parent[key]`` when it is a mapping (a JSON object), else a new empty dict."""
-    value = parent.get(key)
-    return value if isinstance(value, Mapping) else {}
+    return as_mapping(parent.get(key))

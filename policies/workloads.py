@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from policies.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.json_fields import as_mapping
 from policies.quantity import MAX_COUNT
 from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.sources import shortened
@@ -124,10 +125,6 @@ class _Identity(TypedDict):
     name: str | None
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
@@ -180,7 +177,7 @@ def _template(
 ) -> PodTemplate:
     if template is not None and not isinstance(template, Mapping):
         reader.invalid.append(f"{path}: expected a pod template map, got {type(template).__name__}")
-    template = _dict(template)
+    template = as_mapping(template)
     return PodTemplate(
         path=path,
         spec_path=f"{path}.spec",
@@ -206,7 +203,7 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
     api_version = str(obj.get("apiVersion", ""))
     spec = reader.map(obj, "spec", "")
     if kind == "Pod":
-        return [PodTemplate("", "spec", "", 1, None, None, _dict(obj.get("metadata")), spec)]
+        return [PodTemplate("", "spec", "", 1, None, None, as_mapping(obj.get("metadata")), spec)]
     if kind == "PodTemplate":
         return [_template(reader, obj.get("template"), "template", "", 1)]
     if kind in _REPLICATED:
@@ -225,10 +222,10 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         return [
             _template(
                 reader,
-                _dict(task).get("template"),
+                as_mapping(task).get("template"),
                 f"spec.tasks[{i}].template",
-                str(_dict(task).get("name", i)),
-                reader.read(_dict(task), "replicas", f"spec.tasks[{i}]", 1),
+                str(as_mapping(task).get("name", i)),
+                reader.read(as_mapping(task), "replicas", f"spec.tasks[{i}]", 1),
             )
             for i, task in enumerate(reader.list(spec, "tasks", "spec"))
         ]
@@ -254,10 +251,10 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         return [
             _template(
                 reader,
-                _dict(group).get("template"),
+                as_mapping(group).get("template"),
                 f"spec.{key}.{role}.template",
                 str(role),
-                reader.read(_dict(group), "replicas", f"spec.{key}.{role}", 1),
+                reader.read(as_mapping(group), "replicas", f"spec.{key}.{role}", 1),
             )
             for role, group in reader.map(spec, key, "spec").items()
         ]
@@ -268,8 +265,8 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
     if kind == "JobSet" and api_version.startswith("jobset.x-k8s.io/"):
         templates = []
         for i, group in enumerate(reader.list(spec, "replicatedJobs", "spec")):
-            group = _dict(group)
-            job = _dict(_dict(group.get("template")).get("spec"))
+            group = as_mapping(group)
+            job = as_mapping(as_mapping(group.get("template")).get("spec"))
             path = f"spec.replicatedJobs[{i}]"
             jobs = reader.read(group, "replicas", path, 1) or 0
             templates.append(
@@ -290,19 +287,19 @@ def _ray_templates(
 ) -> list[PodTemplate]:
     cluster = spec
     for key in cluster_path:
-        cluster = _dict(cluster.get(key))
+        cluster = as_mapping(cluster.get(key))
     prefix = ".".join(("spec", *cluster_path))
     templates = [
         _template(
             reader,
-            _dict(cluster.get("headGroupSpec")).get("template"),
+            as_mapping(cluster.get("headGroupSpec")).get("template"),
             f"{prefix}.headGroupSpec.template",
             "head",
             1,
         )
     ]
     for i, group in enumerate(_list(cluster.get("workerGroupSpecs"))):
-        group = _dict(group)
+        group = as_mapping(group)
         path = f"{prefix}.workerGroupSpecs[{i}]"
         low = reader.read(group, "minReplicas", path, None)
         high = reader.read(group, "maxReplicas", path, None)
@@ -323,7 +320,7 @@ def _ray_templates(
 
 def _lws_templates(spec: Mapping[str, Any], reader: _Replicas) -> list[PodTemplate]:
     groups = reader.read(spec, "replicas", "spec", 1) or 0
-    lwt = _dict(spec.get("leaderWorkerTemplate"))
+    lwt = as_mapping(spec.get("leaderWorkerTemplate"))
     size = reader.read(lwt, "size", "spec.leaderWorkerTemplate", 1) or 0
     worker = _template(
         reader,
@@ -347,8 +344,8 @@ def _lws_templates(spec: Mapping[str, Any], reader: _Replicas) -> list[PodTempla
 def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
     """Find pod templates in an unknown kind: ``template.spec.containers``, sibling replicas."""
     if isinstance(value, Mapping):
-        template = _dict(value.get("template"))
-        if isinstance(_dict(template.get("spec")).get("containers"), list):
+        template = as_mapping(value.get("template"))
+        if isinstance(as_mapping(template.get("spec")).get("containers"), list):
             count = reader.read(value, "replicas", path, 1)
             sub = f"{path}.template" if path else "template"
             role = str(value.get("name", value.get("tf_replica_type", "")))
@@ -408,9 +405,9 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
     generic = templates is None
     if templates is None:
         templates = list(_search_templates(obj.get("spec"), "spec", reader))
-        if not templates and isinstance(_dict(obj.get("spec")).get("containers"), list):
+        if not templates and isinstance(as_mapping(obj.get("spec")).get("containers"), list):
             templates = [
-                PodTemplate("", "spec", "", 1, None, None, metadata, _dict(obj.get("spec")))
+                PodTemplate("", "spec", "", 1, None, None, metadata, as_mapping(obj.get("spec")))
             ]
         if not templates:
             return None
@@ -426,16 +423,16 @@ def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | No
     (``requests[].exactly``; ``firstAvailable`` takes its first, preferred entry). Count is None
     for ``allocationMode: All``. Requests for non-GPU classes are not counted.
     """
-    spec = _dict(obj.get("spec"))
+    spec = as_mapping(obj.get("spec"))
     if obj.get("kind") == "ResourceClaimTemplate":
-        spec = _dict(spec.get("spec"))
+        spec = as_mapping(spec.get("spec"))
     device_class: str | None = None
     total: int | None = 0
-    for request in _list(_dict(spec.get("devices")).get("requests")):
-        request = _dict(request)
+    for request in _list(as_mapping(spec.get("devices")).get("requests")):
+        request = as_mapping(request)
         exact = (
-            _dict(request.get("exactly"))
-            or _dict((_list(request.get("firstAvailable")) or [{}])[0])
+            as_mapping(request.get("exactly"))
+            or as_mapping((_list(request.get("firstAvailable")) or [{}])[0])
             or request
         )
         name = exact.get("deviceClassName")
@@ -462,7 +459,7 @@ def claim_templates_of(
         if obj.get("kind") == "ResourceClaimTemplate" and str(obj.get("apiVersion", "")).startswith(
             "resource.k8s.io/"
         ):
-            metadata = _dict(obj.get("metadata"))
+            metadata = as_mapping(obj.get("metadata"))
             namespace, name = metadata.get("namespace"), metadata.get("name")
             if not isinstance(name, str) or not name:
                 continue  # no pod can name it; a claim naming it is reported as not found
