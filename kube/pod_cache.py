@@ -100,6 +100,32 @@ class PodUsageIndex:
 
     def usage(self, quota: Quota) -> Usage:
         """Usage of the pods in ``quota``'s scope (GPU-equivalents, devices, MiB, …)."""
+        with self._lock:
+            return self._scope_usage(quota)
+
+    def usage_apart_from(self, quota: Quota, pods: Iterable[tuple[str, str]]) -> Usage:
+        """Usage of ``quota``'s scope less the listed ``(namespace, name)`` pods it holds.
+
+        One read under the index lock: the quota ledger counts a reserved pod through its
+        reservation instead, and a watch event landing between "sum the scope" and "is this
+        reserved pod in it" would otherwise drop the pod from both (an admission over the limit).
+        """
+        with self._lock:
+            total = self._scope_usage(quota)
+            seen: set[tuple[str, str]] = set()
+            for key in pods:
+                cached = self._pods.get(key)
+                if cached is None or key in seen or not self._in_scope(quota, key[0]):
+                    continue
+                seen.add(key)
+                total = total - cached
+            return total
+
+    def _in_scope(self, quota: Quota, namespace: str) -> bool:
+        return quota.scope.applies(namespace, self.namespace_labels(namespace))
+
+    def _scope_usage(self, quota: Quota) -> Usage:
+        """Caller holds the lock."""
         scope = quota.scope
         if scope.kind == "Namespace":
             return self._namespaces.get(str(scope.namespace), ZERO)
@@ -109,7 +135,7 @@ class PodUsageIndex:
         if cached is not None and cached[0] == version and now - cached[1] < SUM_MAX_AGE_S:
             return cached[2]
         total = ZERO
-        for namespace, usage in list(self._namespaces.items()):
+        for namespace, usage in self._namespaces.items():
             if scope.applies(namespace, self.namespace_labels(namespace)):
                 total = total + usage
         self._sums[key] = (version, now, total)
@@ -191,6 +217,10 @@ class PodCache:
     def pod_usage(self, namespace: str, name: str) -> Usage | None:
         """See :meth:`PodUsageIndex.pod_usage`."""
         return self.index.pod_usage(namespace, name)
+
+    def usage_apart_from(self, quota: Quota, pods: Iterable[tuple[str, str]]) -> Usage:
+        """See :meth:`PodUsageIndex.usage_apart_from`."""
+        return self.index.usage_apart_from(quota, pods)
 
     def start(self) -> None:
         """Start the worker thread."""

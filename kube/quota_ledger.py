@@ -240,6 +240,10 @@ class UsageSource(Protocol):
     def pod_usage(self, namespace: str, name: str) -> Usage | None:
         """The usage of one known pod; None when the cache does not have it."""
 
+    def usage_apart_from(self, quota: Quota, pods: Iterable[tuple[str, str]]) -> Usage:
+        """Usage of the quota's scope less the listed ``(namespace, name)`` pods it holds,
+        read as one snapshot (an event applied half-way would count a pod zero times)."""
+
 
 @dataclass(frozen=True)
 class ReserveResult:
@@ -291,12 +295,9 @@ class QuotaLedger:
 
     def used(self, quota: Quota, live: Mapping[str, Reservation]) -> Usage:
         """Usage of the quota's scope: cached pods, each reserved pod counted once."""
-        total = self.source.usage(quota)
+        total = self.source.usage_apart_from(
+            quota, [(r.namespace, r.name) for r in live.values() if r.name])
         for reservation in live.values():
-            if reservation.name:
-                cached = self.source.pod_usage(reservation.namespace, reservation.name)
-                if cached is not None:
-                    total = total - cached
             total = total + reservation.usage
         return total
 

@@ -246,6 +246,45 @@ def test_reservations_hold_until_the_watch_shows_the_pod_then_expire() -> None:
     assert ledger.status(q).used.gpu_equivalents == 1
 
 
+class EventBeforeRead:
+    """A usage source (a :class:`PodUsageIndex`) that applies one pod watch event just before
+    its ``n``-th read: each point where the watch thread can land inside a quota check, made
+    deterministic instead of left to thread scheduling."""
+
+    def __init__(self, index: PodUsageIndex, obj: dict, n: int) -> None:
+        self.index, self.obj, self.n, self.reads = index, obj, n, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.index, name)
+
+        def read(*args: Any, **kwargs: Any) -> Any:
+            self.reads += 1
+            if self.reads == self.n:
+                self.index.upsert(self.obj)
+            return method(*args, **kwargs)
+        return read
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])  # read 1 is p1's own admission
+def test_a_reserved_pod_is_counted_once_wherever_its_watch_event_lands(n: int) -> None:
+    # A CI run admitted 41 of 40: the scope was summed before p1's event and p1 was looked up
+    # after it, so p1 was subtracted without having been added (counted zero times; n=3 here
+    # before the fix).
+    clock = Clock()
+    index = PodUsageIndex(lambda ns: {"team": "team-a"})
+    team = quota(gpuEquivalents=1)
+    first = pod("p1")
+    ledger = QuotaLedger(MemoryLedgerStore(), EventBeforeRead(index, first, n), clock=clock,
+                         sleep=lambda s: None, settle_s=5, ttl_s=60)
+    check_ = QuotaAdmission([team], ledger, index.namespace_labels)
+    assert check_.admit(request(first, "u1")).allowed  # p1 reserved, not yet in the watch
+    for name in ("p2", "p3"):
+        denied = check_.admit(request(pod(name), name))
+        assert not denied.allowed, name
+        assert "uses 1 of 1 GPU-equivalents" in denied.denials[0]
+    assert ledger.status(team).used.gpu_equivalents == 1
+
+
 def test_dry_run_never_reserves_and_denial_releases_other_quotas() -> None:
     team, namespace = quota(gpuEquivalents=4), quota("ns-a", {"namespace": "a"}, gpuEquivalents=1)
     check_, _ = admission([team, namespace])
