@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 
 DEFAULT_TEAM_LABEL = "gpuguard.io/team"
 #: Files larger than this (bytes, decompressed) are read item by item instead of all at once.

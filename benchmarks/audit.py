@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from audit.file_source import iter_snapshot  # noqa: E402
+from audit.sources.files import iter_snapshot  # noqa: E402
 from policies.sources import Document  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "cluster"

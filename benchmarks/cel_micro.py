@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from policies.cel import CompiledExpression, default_environment
+from policies.cel.runtime import CompiledExpression, default_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 POD = ROOT / "tests/data/manifests/dcgm__nbody-pod-burstable-cpu.yaml"

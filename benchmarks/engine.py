@@ -23,13 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from policies.cel import CelEnvironment  # noqa: E402
-from policies.cel_gpu import GPU_LIBRARY, gpu_data  # noqa: E402
-from policies.engine import Engine  # noqa: E402
-from policies.loader import build_policy_set, load_policies  # noqa: E402
-from policies.review import from_object  # noqa: E402
+from policies.cel.gpu import GPU_LIBRARY, gpu_data  # noqa: E402
+from policies.cel.runtime import CelEnvironment  # noqa: E402
+from policies.engine.evaluation import Engine  # noqa: E402
+from policies.facts.review import from_object  # noqa: E402
+from policies.facts.workloads import find_workload, workload_facts  # noqa: E402
+from policies.policy.loader import build_policy_set, load_policies  # noqa: E402
 from policies.sources import Document, library_path, parse_text, read_documents  # noqa: E402
-from policies.workloads import find_workload, workload_facts  # noqa: E402
 
 TEMPLATES = (
     "!has(object.metadata.name) || object.metadata.name.size() < {n}",

@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from policies.gpu import pod_facts  # noqa: E402
+from policies.facts.gpu import pod_facts  # noqa: E402
+from policies.facts.workloads import claim_templates_of, find_workload, workload_facts  # noqa: E402
 from policies.sources import read_documents  # noqa: E402
-from policies.workloads import claim_templates_of, find_workload, workload_facts  # noqa: E402
 
 
 def corpus_objects():

@@ -45,7 +45,7 @@ that agree within 1 %, a garbage collection adding ~1 % to one in 15). ``PYTHONH
 keeps dict and set orders the same in every run. The phases replay, on their own, exactly the
 calls the measured request made (recorded once by wrapping the functions, then unwrapped):
 ``workload_facts`` / ``gpu_data`` / ``prepare`` wherever they are called from, and the CEL
-runtime through :mod:`policies.cel` (the one module talking to it): activations, and each
+runtime through :mod:`policies.cel.runtime` (the one module talking to it): activations, and each
 program on a fresh runtime activation (conversion + program) and on the already used one
 (program only, with its result turned back into Python; the runtime keeps what it converted).
 A phase the request does not run is shown as "not run", never as a cost.
@@ -216,7 +216,7 @@ class Admission:
     def __init__(self, paths: Sequence[str] | None) -> None:
         from gpuguard import policy_set
         from kube.namespaces import StaticNamespaces
-        from policies.resource_names import GPUSettings
+        from policies.facts.resource_names import GPUSettings
         from webhook import wire
         from webhook.admission import Admitter, Endpoint, fail_closed_policies
         from webhook.metrics import Metrics
@@ -338,9 +338,9 @@ def recording() -> Iterator[Recorded]:
         RuntimeError: a function is no longer where this harness looks for it (the harness
             must follow the product: the message names it).
     """
-    from policies import cel
-    from policies.cel_gpu import gpu_data
-    from policies.workloads import workload_facts
+    from policies.cel import runtime as cel
+    from policies.cel.gpu import gpu_data
+    from policies.facts.workloads import workload_facts
 
     calls = Recorded()
     undo: list[tuple[Any, str, Any]] = []
@@ -355,7 +355,7 @@ def recording() -> Iterator[Recorded]:
     for owner, name in ((environment, "activation"), (environment, "_runtime_activation"),
                         (expression, "_run")):
         if not callable(getattr(owner, name, None)):
-            raise RuntimeError(f"policies.cel.{owner.__name__}.{name} is gone: update "
+            raise RuntimeError(f"policies.cel.runtime.{owner.__name__}.{name} is gone: update "
                                f"benchmarks/instructions.py to the CEL data path")
     activation, runtime, run = (environment.activation, environment._runtime_activation,
                                 expression._run)
@@ -399,9 +399,9 @@ class Phases:
     """Steps replaying one request's calls of each phase on their own (see module docstring)."""
 
     def __init__(self, calls: Recorded) -> None:
-        from policies import cel
-        from policies.cel_gpu import gpu_data
-        from policies.workloads import workload_facts
+        from policies.cel import runtime as cel
+        from policies.cel.gpu import gpu_data
+        from policies.facts.workloads import workload_facts
 
         self.workload_facts, self.gpu_data, self.prepare = workload_facts, gpu_data, cel.prepare
         self.error = cel.CelEvaluationError

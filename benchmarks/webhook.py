@@ -72,8 +72,8 @@ def engine_cost(policies: Path | None, rounds: int = 300) -> float:
     import datetime
 
     from gpuguard import policy_set
-    from policies.resource_names import GPUSettings
-    from policies.review import from_request
+    from policies.facts.resource_names import GPUSettings
+    from policies.facts.review import from_request
 
     engine = policy_set.load([str(policies)] if policies else None, GPUSettings()).engine
     review = from_request(json.loads(BODY.read_text())["request"],

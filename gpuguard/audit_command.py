@@ -32,21 +32,24 @@ import yaml
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from audit import history as audit_history
-from audit import policy_reports, render_html, render_markdown, render_terminal
-from audit.file_source import iter_snapshot
-from audit.inventory_audit import InventoryAudit
-from audit.report import assemble
-from audit.scanner import Scanner
+from audit.inventory.audit import InventoryAudit
+from audit.render import html as render_html
+from audit.render import markdown as render_markdown
+from audit.render import terminal as render_terminal
+from audit.report import history as audit_history
+from audit.report import policy_reports
+from audit.report.assemble import assemble
+from audit.scan.scanner import Scanner
+from audit.scan.utilization import Metrics, MetricsError, read_metrics
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
-from audit.utilization import Metrics, MetricsError, read_metrics
+from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
-from policies.loader import GPUPOLICY_API, load_quotas, unique_quotas
-from policies.quota import QUOTA_KIND
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
+from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
+from policies.policy.quota import QUOTA_KIND
 from policies.sources import Document, LoadError, printable
 
 OUTPUTS = ("table", "json", "markdown", "html", "policyreport")
@@ -117,9 +120,9 @@ def _cluster_items(cluster: Any, scan_state: Any,
                    page_progress: Callable[[str, int], None] | None,
                    notes: list[str]) -> Iterator[Document | LoadError]:
     """The objects of the live cluster; relists, throttling and missing CRDs go to ``notes``,
-    the rest of the bookkeeping to ``scan_state`` (an :class:`audit.cluster_source.ClusterScan`).
+    the rest of the bookkeeping to ``scan_state`` (an :class:`audit.sources.cluster.ClusterScan`).
     """
-    from audit.cluster_source import iter_cluster  # noqa: PLC0415 - see _connect
+    from audit.sources.cluster import iter_cluster  # noqa: PLC0415 - see _connect
     from kube.lists import Lister  # noqa: PLC0415 - see _connect
 
     yield from iter_cluster(Lister(cluster.api_client), scan_state, progress=page_progress)
@@ -280,7 +283,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     scan_state: Any = None
     coverage = PathCoverage(args.filename or [])
     if cluster is not None:
-        from audit.cluster_source import ClusterScan  # noqa: PLC0415 - see _connect
+        from audit.sources.cluster import ClusterScan  # noqa: PLC0415 - see _connect
 
         scan_state = ClusterScan()
         source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}

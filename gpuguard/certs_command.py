@@ -43,7 +43,7 @@ from certs.material import (
 from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from kube.config import ClusterConfigError, detect
 from kube.webhooks import WebhookConfigError, admission_api, parse_target, set_ca_bundle
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 
 EXIT_ERROR = EXIT_USAGE
 

@@ -33,10 +33,9 @@ from gpuguard.input_paths import documents_of
 from gpuguard.settings import add_gpu_settings
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
-from policies.engine import Engine, Verdict
-from policies.json_fields import mapping_at
-from policies.resource_names import GPUSettings
-from policies.review import (
+from policies.engine.evaluation import Engine, Verdict
+from policies.facts.resource_names import GPUSettings
+from policies.facts.review import (
     ReviewError,
     ReviewInput,
     UserInfo,
@@ -44,6 +43,7 @@ from policies.review import (
     from_request,
     namespace_stub,
 )
+from policies.json_fields import mapping_at
 from policies.sources import Document, printable, read_documents
 
 

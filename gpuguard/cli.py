@@ -125,7 +125,7 @@ def _command_name(args: argparse.Namespace) -> str:
 def internal_error_line(command: str, exc: BaseException, *, debug: bool) -> str:
     """The one line an unexpected exception is reported as.
 
-    ``gpuguard audit: internal error: TypeError: ... (at audit/compliance.py:287 in _collect;
+    ``gpuguard audit: internal error: TypeError: ... (at audit/scan/compliance.py:287 in _collect;
     a bug in gpuguard: ...)``: the command, the exception's type and message (control characters
     escaped, so it stays one line) and the innermost frame that raised it.
     """
@@ -148,7 +148,7 @@ _PACKAGES = frozenset({"gpuguard", "audit", "certs", "kube", "policies", "webhoo
 
 
 def _relative(filename: str) -> str:
-    """A source file of gpuguard's packages relative to their root (``audit/compliance.py``);
+    """A source file of gpuguard's packages relative to their root (``audit/scan/compliance.py``);
     any other file (the standard library, a dependency) unchanged."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:

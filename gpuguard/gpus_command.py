@@ -22,10 +22,10 @@ from rich.table import Table
 from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
 from gpuguard.settings import add_gpu_settings
-from policies.nodes import node_facts
-from policies.resource_names import GPUSettings
+from policies.facts.nodes import node_facts
+from policies.facts.resource_names import GPUSettings
+from policies.facts.workloads import claim_templates_of, workload_facts
 from policies.sources import Document, printable, read_documents
-from policies.workloads import claim_templates_of, workload_facts
 
 
 def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:

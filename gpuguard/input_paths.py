@@ -8,7 +8,7 @@ Within a path that names something, an unreadable file or document stays one err
 own (the commands decide what that means for them).
 
 Must not read objects itself; it only counts what the readers of :mod:`policies.sources` and
-:mod:`audit.file_source` yield (and, for the message, looks at the path again).
+:mod:`audit.sources.files` yield (and, for the message, looks at the path again).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``gpuguard inventory``: read this machine's GPUs through NVML; print them, or annotate the Node.
 
-Wires :mod:`audit.nvml` (the backend), :mod:`audit.nvml_reader` (the reading),
-:mod:`audit.inventory_summary` (the annotation value) and :mod:`kube.node_annotations` (the
+Wires :mod:`audit.inventory.nvml` (the backend), :mod:`audit.inventory.nvml_reader` (the reading),
+:mod:`audit.inventory.summary` (the annotation value) and :mod:`kube.node_annotations` (the
 patch). Exit codes: 0 done; 2 usage, no usable cluster configuration, or the Node could not be
 annotated (single run); 3 NVML is not available (one line on stderr says why).
 
@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from audit.inventory import Inventory, mib
-from audit.inventory_summary import ANNOTATION, summarize
-from audit.nvml import NvmlBackend, NvmlUnavailable, load_backend
-from audit.nvml_reader import read_inventory
+from audit.inventory.model import Inventory, mib
+from audit.inventory.nvml import NvmlBackend, NvmlUnavailable, load_backend
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import ANNOTATION, summarize
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 from policies.sources import printable
 
 EXIT_FAILED = EXIT_USAGE

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 
 
 def run(paths: list[str], output: str, settings: GPUSettings) -> int:

@@ -1,8 +1,8 @@
 """``gpuguard match-conditions``: write the webhooks' matchConditions from the GPU registries.
 
 Reads Validating- / MutatingWebhookConfigurations (``deploy/base/webhooks.yaml``), and for each
-webhook writes the ``matchConditions`` of :mod:`policies.prefilter` for the resources its rules
-match, as a kustomize strategic-merge patch (``deploy/base/match-conditions.yaml``, applied by
+webhook writes the ``matchConditions`` of :mod:`policies.facts.prefilter` for the resources its
+rules match, as a kustomize strategic-merge patch (``deploy/base/match-conditions.yaml``, applied by
 ``deploy/base/kustomization.yaml``). ``--check`` compares instead of writing. Exit codes: 0 written
 or up to date, 1 ``--check`` found the file out of date, 2 bad input or usage (the message names
 the file, webhook and rule).
@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from gpuguard.settings import add_gpu_settings
-from policies import prefilter
-from policies.resource_names import GPUSettings
+from policies.facts import prefilter
+from policies.facts.resource_names import GPUSettings
 from policies.sources import printable, read_documents
 
 EXIT_OK, EXIT_STALE, EXIT_USAGE = 0, 1, 2
@@ -103,8 +103,8 @@ def render(patches: Sequence[dict[str, Any]], command: str) -> str:
         "GENERATED: do not edit. Regenerate with",
         f"  {command}",
         "(with --check it fails while this file differs from what it writes).",
-        "The webhooks' matchConditions (policies/prefilter.py), from the same registries as the",
-        "GPU facts: the API server calls gpuguard only for objects that can touch a GPU, so an",
+        "The webhooks' matchConditions (policies/facts/prefilter.py), from the same registries as",
+        "the GPU facts: the API server calls gpuguard only for objects that can touch a GPU, so an",
         'outage of gpuguard blocks nothing else (deploy/README.md, "When the webhook is down").',
         "Regenerate after changing the webhook rules, the GPU resource names or gpuguard serve's",
         "--gpu-resource flags (pass the same flags here).",

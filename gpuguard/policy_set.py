@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine
-from policies.loader import PolicyError, load_snapshot, read_policy_files
-from policies.resource_names import GPUSettings
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine
+from policies.facts.resource_names import GPUSettings
+from policies.policy.loader import PolicyError, load_snapshot, read_policy_files
 from policies.sources import Snapshot, library_path
 
 

@@ -58,7 +58,7 @@ from kube.namespaces import (
 )
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 from webhook import logs
 from webhook.metrics import enable_multiprocess, mark_worker_dead
 from webhook.policy_store import PolicyStore

@@ -6,7 +6,7 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 
 # An extended resource name: a DNS-subdomain domain, a slash, then a name (Kubernetes API rules).
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -1,6 +1,6 @@
 """``gpuguard test PATH...``: run ``GPUPolicyTest`` suites and print a pass/fail table.
 
-Each PATH is a suite file or a directory searched for them (see :mod:`policies.testing` and
+Each PATH is a suite file or a directory searched for them (see :mod:`policies.suites` and
 ``policies/library/README.md`` for the format). Prints one row per case (suite, case, result and,
 for a failure, each expectation with what was expected and what the engine gave), then a
 summary. Exit codes: 0 every case passed, 1 some case failed, 2 a suite could not be read or its
@@ -20,8 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuguard.settings import add_gpu_settings
-from policies.resource_names import GPUSettings
-from policies.testing import ERRORED, FAILED, PASSED, SKIPPED, SuiteResult, exit_code, run_paths
+from policies.facts.resource_names import GPUSettings
+from policies.suites import ERRORED, FAILED, PASSED, SKIPPED, SuiteResult, exit_code, run_paths
 
 _STYLES = {PASSED: "green", FAILED: "red", ERRORED: "red bold", SKIPPED: "yellow"}
 

@@ -26,7 +26,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util import Retry
 
-from policies.workload_kinds import WORKLOAD_KINDS
+from policies.facts.workload_kinds import WORKLOAD_KINDS
 
 DEFAULT_PAGE_SIZE = 500
 MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header

@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from kube.list_watch import run_list_watch, watch_stream
-from policies.review import NAMESPACE_NAME_LABEL, namespace_stub
+from policies.facts.review import NAMESPACE_NAME_LABEL, namespace_stub
 from policies.sources import LoadError, parse_text
 
 _LOG = logging.getLogger("gpuguard.kube.namespaces")

@@ -1,9 +1,9 @@
 """GPU usage of the cluster's pods for quota: an index of pod charges kept by a pod watch.
 
-:class:`PodUsageIndex` holds, per pod, the usage it counts for (:func:`policies.quota.pod_charge`)
-and running totals per namespace, so the usage of a quota's scope is a sum over namespaces, not
-over pods (the admission hot path). Pending and running pods count; finished pods
-(``Succeeded`` / ``Failed``) and deleted ones do not.
+:class:`PodUsageIndex` holds, per pod, the usage it counts for
+(:func:`policies.policy.quota.pod_charge`) and running totals per namespace, so the usage of a
+quota's scope is a sum over namespaces, not over pods (the admission hot path). Pending and running
+pods count; finished pods (``Succeeded`` / ``Failed``) and deleted ones do not.
 
 :class:`PodCache` fills the index from a live cluster: a paginated list of ``/api/v1/pods`` then a
 watch, in a daemon worker thread (the pattern of :class:`kube.namespaces.NamespaceWatch`). A watch
@@ -12,7 +12,7 @@ replaces the index; other errors are retried with back-off. Readers may be on an
 index is guarded by a lock. A thread can wait for the cache to reach a state (a resourceVersion
 applied, a relist) with :meth:`PodCache.wait_for` instead of polling.
 
-Must not know about HTTP serving; quota semantics are :mod:`policies.quota`'s.
+Must not know about HTTP serving; quota semantics are :mod:`policies.policy.quota`'s.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from kube.list_watch import run_list_watch, watch_stream
-from policies.quota import ZERO, Quota, Usage, pod_charge
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.policy.quota import ZERO, Quota, Usage, pod_charge
 
 _LOG = logging.getLogger("gpuguard.kube.pod_cache")
 

@@ -36,8 +36,9 @@ from typing import Any, Protocol
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.json_fields import mapping_at
-from policies.quota import (
+from policies.policy.quota import (
     Charge,
     Quota,
     QuotaStatus,
@@ -47,7 +48,6 @@ from policies.quota import (
     quota_variable,
     request_charge,
 )
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.vocabulary import FailurePolicy
 
 _LOG = logging.getLogger("gpuguard.quota")

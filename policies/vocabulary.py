@@ -5,9 +5,9 @@ Owns the values the Kubernetes ``admissionregistration.k8s.io/v1`` API spells as
 :class:`enum.StrEnum`, so a member is the very string the API uses: it compares equal to it, and
 JSON, log lines and messages read exactly as before.
 
-Shared by the policy model (:mod:`policies.model`), the quota model (:mod:`policies.quota`) and
-the engine; kept apart from the model so the quota model need not import the CEL layer. Must not
-import anything of gpuguard.
+Shared by the policy model (:mod:`policies.policy.model`), the quota model
+(:mod:`policies.policy.quota`) and the engine; kept apart from the model so the quota model need
+not import the CEL layer. Must not import anything of gpuguard.
 """
 
 from __future__ import annotations

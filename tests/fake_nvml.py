@@ -1,4 +1,4 @@
-"""A fake NVML backend with the ``pynvml`` function surface gpuguard calls (audit.nvml.NvmlBackend).
+"""A fake NVML backend with the ``pynvml`` function surface gpuguard calls (audit.inventory.nvml.NvmlBackend).
 
 It raises the real ``pynvml.NVMLError`` subclasses (``pynvml.NVMLError(code)`` picks the subclass,
 e.g. ``NVMLError_NotFound``), returns ``str`` like current nvidia-ml-py, and records every call.

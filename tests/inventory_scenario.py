@@ -26,8 +26,8 @@ import copy
 import datetime
 from typing import Any
 
-from audit.inventory_summary import InventorySummary, summarize
-from audit.nvml_reader import read_inventory
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import InventorySummary, summarize
 from tests.corpus import documents, first
 from tests.fake_nvml import (
     A100_40GB_PROFILES,

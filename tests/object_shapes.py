@@ -25,7 +25,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from policies.resource_names import ResourceKind, classify
+from policies.facts.resource_names import ResourceKind, classify
 from policies.sources import LoadError, parse_text
 
 DATA = Path(__file__).resolve().parent / "data"

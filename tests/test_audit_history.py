@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.history import History, HistoryError, changes
+from audit.report.history import History, HistoryError, changes
 from gpuguard.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from audit.cluster_source import ClusterScan, iter_cluster
-from audit.file_source import iter_snapshot
-from audit.report import assemble
-from audit.scanner import scan
+from audit.report.assemble import assemble
+from audit.scan.scanner import scan
 from audit.settings import AuditSettings
+from audit.sources.cluster import ClusterScan, iter_cluster
+from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
 from gpuguard.cli import main
 from kube.config import ClusterConfigError
 from kube.connect import connect
 from kube.lists import Lister, ListError, NotServed, Resource
-from policies.resource_names import DEFAULT_SETTINGS
+from policies.facts.resource_names import DEFAULT_SETTINGS
 from policies.sources import Document, LoadError
 from tests.fake_kube_api import FakeKubeAPI
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.ownership import ObjectKey, namespace_order
+from audit.scan.ownership import ObjectKey, namespace_order
 from gpuguard.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -101,7 +101,7 @@ def test_mixed_snapshot_in_worker_processes_gives_the_same_report(capsys):
 def test_findings_of_workloads_without_a_namespace_are_in_the_cluster_report(capsys):
     # Found by a fresh-context trial: a deny on a manifest that names no namespace was in the
     # report (and made --fail-on deny exit 1) but in no PolicyReport at all.
-    from audit.policy_reports import build
+    from audit.report.policy_reports import build
 
     _, report = audit_json(capsys, "-f", str(MIXED))
     cluster = [obj for obj in build(report) if obj["kind"] == "ClusterPolicyReport"]

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from audit.node_capacity import node_capacity
-from audit.ownership import ObjectKey, Ownership
-from audit.pods import PodReader
-from audit.report import assemble
-from audit.scanner import scan
-from audit.scheduling import selects, tolerates, untolerated
+from audit.report.assemble import assemble
+from audit.scan.node_capacity import node_capacity
+from audit.scan.ownership import ObjectKey, Ownership
+from audit.scan.pods import PodReader
+from audit.scan.scanner import scan
+from audit.scan.scheduling import selects, tolerates, untolerated
 from audit.settings import AuditSettings
-from policies.nodes import node_facts
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.facts.nodes import node_facts
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.sources import Document, read_documents
 from tests.corpus import first
 

@@ -14,7 +14,9 @@ import jsonschema
 import pytest
 import yaml
 
-from audit import policy_reports, render_html, render_markdown
+from audit.render import html as render_html
+from audit.render import markdown as render_markdown
+from audit.report import policy_reports
 from gpuguard.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,16 +12,16 @@ import pickle
 
 import pytest
 
-from audit.file_source import iter_snapshot
-from audit.report import assemble
-from audit.scan_result import ScanResult
-from audit.scanner import scan
+from audit.report.assemble import assemble
+from audit.scan.result import ScanResult
+from audit.scan.scanner import scan
+from audit.scan.utilization import read_metrics
 from audit.settings import AuditSettings
-from audit.utilization import read_metrics
+from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
 from gpuguard.cli import main
-from policies.loader import load_quotas
-from policies.resource_names import DEFAULT_SETTINGS
+from policies.facts.resource_names import DEFAULT_SETTINGS
+from policies.policy.loader import load_quotas
 
 EXAMPLE = "examples/cluster"
 METRICS = "examples/cluster/metrics/dcgm-exporter.prom"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.file_source import iter_snapshot
+from audit.sources.files import iter_snapshot
 from policies.sources import Document, LoadError, iter_documents
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def pods(count: int) -> list[dict]:
 
 
 def test_large_json_list_is_streamed_across_buffer_boundaries(tmp_path, monkeypatch):
-    monkeypatch.setattr("audit.file_source._CHUNK", 97)  # cut values everywhere
+    monkeypatch.setattr("audit.sources.files._CHUNK", 97)  # cut values everywhere
     path = tmp_path / "pods.json"
     path.write_text(kubectl_json(pods(40)))
     got = list(iter_snapshot([str(path)], stream_above=0))

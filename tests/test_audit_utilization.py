@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from audit.utilization import GPU_UTIL, GR_ENGINE_ACTIVE, MetricsError, read_metrics
+from audit.scan.utilization import GPU_UTIL, GR_ENGINE_ACTIVE, MetricsError, read_metrics
 
 
 def write(tmp_path, name, text):

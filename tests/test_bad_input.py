@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from audit.file_source import iter_snapshot
+from audit.sources.files import iter_snapshot
 from gpuguard.cli import main
-from policies.nodes import HAMI_REGISTER, node_facts
-from policies.quantity import parse_count
+from policies.facts.nodes import HAMI_REGISTER, node_facts
+from policies.facts.quantity import parse_count
+from policies.facts.workloads import claim_templates_of, workload_facts
 from policies.sources import Document, LoadError, read_documents
-from policies.workloads import claim_templates_of, workload_facts
 from tests.corpus import DATA, first
 
 POD_FILE = DATA / "manifests" / "gpuop__cuda-vector-add-legacy-pod.yaml"

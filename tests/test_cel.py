@@ -1,4 +1,4 @@
-"""Tests for policies/cel.py: environment, Kubernetes libraries, errors, budget, activations.
+"""Tests for policies/cel/runtime.py: environment, Kubernetes libraries, errors, budget, activations.
 
 Expected values are exact and, where the runtime's behaviour is the point (error texts, columns,
 the iteration budget), they pin what cel-expr-python 0.1.3 was measured to do.
@@ -17,8 +17,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from policies import cel
-from policies.cel import (
+from policies.cel import runtime as cel
+from policies.cel.library.quantity import is_quantity_value, quantity_fraction, quantity_value
+from policies.cel.runtime import (
     ITERATION_BUDGET,
     MAX_NESTING,
     CelCompileError,
@@ -29,7 +30,6 @@ from policies.cel import (
     to_cel_data,
     variable_references,
 )
-from policies.cel_quantity import is_quantity_value, quantity_fraction, quantity_value
 
 DATA = Path(__file__).parent / "data"
 POD_FILE = DATA / "manifests" / "dcgm__nbody-pod-burstable-cpu.yaml"

@@ -1,4 +1,4 @@
-"""The CEL source scanner: the one place gpuguard reads CEL as text (policies.cel_scanner)."""
+"""The CEL source scanner: the one place gpuguard reads CEL as text (policies.cel.scanner)."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies import cel_scanner as scan
+from policies.cel import scanner as scan
 
 
 @pytest.mark.parametrize(("source", "expected"), [

@@ -59,14 +59,14 @@ def test_the_crash_of_the_audit_names_the_frame_in_gpuguard(capsys, monkeypatch)
     def broken(self: object, *args: object) -> None:
         raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
 
-    monkeypatch.setattr("audit.compliance.Compliance.finish", broken)
+    monkeypatch.setattr("audit.scan.compliance.Compliance.finish", broken)
     code = cli.main(["audit", "-f", str(EXAMPLE), "--jobs", "0", "-o", "json"], environ={})
     captured = capsys.readouterr()
     assert code == EXIT_SOFTWARE
     assert captured.out == ""  # no report from a run that did not finish
     assert captured.err.splitlines()[-1].startswith(
         "gpuguard audit: internal error: TypeError: '<' not supported between instances of "
-        "'str' and 'NoneType' (at audit/scanner.py:")
+        "'str' and 'NoneType' (at audit/scan/scanner.py:")
 
 
 @pytest.mark.parametrize("debug", [["--debug"], []])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.file_source import iter_snapshot
+from audit.sources.files import iter_snapshot
 from gpuguard.cli import main
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_USAGE
 from policies.sources import Document

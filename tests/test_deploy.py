@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from kube.lists import AUDIT_RESOURCES
-from policies import prefilter
+from policies.facts import prefilter
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -321,7 +321,7 @@ def test_webhook_rules_cover_pods_and_the_workload_kinds() -> None:
 @pytest.mark.parametrize("target", WITH_WEBHOOKS)
 def test_every_webhook_has_the_generated_match_conditions(target: str) -> None:
     # The API server calls gpuguard only when every matchCondition is true: each webhook must
-    # carry exactly what policies/prefilter.py generates for its rules (deploy/base/
+    # carry exactly what policies/facts/prefilter.py generates for its rules (deploy/base/
     # match-conditions.yaml, patched in by the base), in every overlay.
     for _, webhook in _webhooks(target):
         resources = [(g, r) for rule in webhook["rules"] for g in rule["apiGroups"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY, gpu_data
-from policies.workloads import workload_facts
+from policies.cel.gpu import GPU_LIBRARY, gpu_data
+from policies.cel.runtime import CelEnvironment
+from policies.facts.workloads import workload_facts
 from tests.corpus import first
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cel.md"
@@ -39,7 +39,7 @@ def sample_data():
         "namespaceObject": {"metadata": {"name": "team-a",
                                          "labels": {"gpuguard.io/team": "a"}}},
         "gpu": gpu_data(workload_facts(pod)),
-        "quota": {  # the shape of policies.quota.quota_variable (docs/cel.md)
+        "quota": {  # the shape of policies.policy.quota.quota_variable (docs/cel.md)
             "quotas": {"team-a": {
                 "scope": {"kind": "Team", "namespace": None, "label": "team", "value": "team-a"},
                 "used": {"gpuEquivalents": 2.5, "gpus": {"nvidia.com/gpu": 2},

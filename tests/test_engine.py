@@ -7,11 +7,11 @@ import jsonpatch
 import pytest
 import yaml
 
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine, EvaluationExpired, audit_key
-from policies.loader import build_policy_set, rewrite_jsonpatch_literals
-from policies.review import UserInfo, from_object, from_request
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine, EvaluationExpired, audit_key
+from policies.facts.review import UserInfo, from_object, from_request
+from policies.policy.loader import build_policy_set, rewrite_jsonpatch_literals
 from policies.sources import parse_text
 from tests.corpus import bug_input, first
 

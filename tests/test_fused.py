@@ -1,4 +1,4 @@
-"""Each policy's validation pass as one CEL program (policies/fused.py): the same verdict as rule
+"""Each policy's validation pass as one CEL program (policies/engine/fused.py): the same verdict as rule
 by rule on every real input, and the rule-by-rule path for anything that is not plain."""
 
 import datetime
@@ -7,11 +7,11 @@ import json
 import pytest
 import yaml
 
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine
-from policies.loader import build_policy_set, load_policies
-from policies.review import from_object, from_request
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine
+from policies.facts.review import from_object, from_request
+from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, parse_text
 from tests.corpus import DATA, documents, first
 
@@ -199,7 +199,7 @@ def test_the_fast_path_is_taken_for_variables_and_params(monkeypatch):
 @pytest.fixture
 def evaluations(monkeypatch) -> list[str]:
     """The field path of every CEL evaluation from now on (``spec``: a fused program)."""
-    from policies.cel import CompiledExpression
+    from policies.cel.runtime import CompiledExpression
 
     calls: list[str] = []
     run = CompiledExpression._run

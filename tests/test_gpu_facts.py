@@ -10,11 +10,11 @@ from fractions import Fraction
 
 import pytest
 
-from policies.cel_gpu import empty_gpu_data, gpu_data
-from policies.gpu import GPUFacts, ResourceProblem, merge, pod_facts
-from policies.resource_names import GPUSettings
+from policies.cel.gpu import empty_gpu_data, gpu_data
+from policies.facts.gpu import GPUFacts, ResourceProblem, merge, pod_facts
+from policies.facts.resource_names import GPUSettings
+from policies.facts.workloads import claim_templates_of, find_workload, workload_facts
 from policies.sources import read_documents
-from policies.workloads import claim_templates_of, find_workload, workload_facts
 from tests.corpus import DATA, bug_input, first
 
 

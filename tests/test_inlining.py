@@ -1,15 +1,15 @@
-"""Variables and params compiled into expressions (policies/inlining.py): same decisions, fewer
+"""Variables and params compiled into expressions (policies/engine/inlining.py): same decisions, fewer
 activations, and a safe fallback."""
 
 import pytest
 import yaml
 
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine
-from policies.inlining import cel_literal, inline_policy
-from policies.loader import build_policy_set, load_policies
-from policies.review import from_object
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine
+from policies.engine.inlining import cel_literal, inline_policy
+from policies.facts.review import from_object
+from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, library_path, parse_text
 from tests.corpus import first
 
@@ -111,7 +111,7 @@ def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
 
 def written_engine(loaded):
     """The reference: the policies evaluated as written (no inlining, no fused programs)."""
-    import policies.engine as engine_module
+    import policies.engine.evaluation as engine_module
 
     original = engine_module.inline_policy
     engine_module.inline_policy = lambda policy, environment: policy

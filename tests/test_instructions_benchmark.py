@@ -17,9 +17,9 @@ from types import ModuleType
 
 import pytest
 
-import policies.engine
-import policies.workloads
-from policies import cel
+import policies.engine.evaluation
+import policies.facts.workloads
+from policies.cel import runtime as cel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,8 +103,8 @@ def test_recording_replays_the_request_and_unwraps_everything(bench):
         library.close()
     assert not decision.allowed
     assert len(calls.facts) == 1 and calls.runs
-    assert policies.engine.workload_facts is policies.workloads.workload_facts
-    assert policies.engine.prepare is cel.prepare
+    assert policies.engine.evaluation.workload_facts is policies.facts.workloads.workload_facts
+    assert policies.engine.evaluation.prepare is cel.prepare
     assert "_run" in vars(cel.CompiledExpression)
     assert cel.CompiledExpression._run.__qualname__ == "CompiledExpression._run"
     phases = bench.Phases(calls)

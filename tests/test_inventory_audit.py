@@ -5,8 +5,8 @@ import json
 
 import yaml
 
-from audit.inventory_join import join_objects
-from audit.inventory_summary import ANNOTATION
+from audit.inventory.join import join_objects
+from audit.inventory.summary import ANNOTATION
 from gpuguard.cli import main
 from tests import inventory_scenario as scenario
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 
-from audit.inventory_summary import ANNOTATION, summarize, summary_from_json
-from audit.nvml_reader import read_inventory
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import ANNOTATION, summarize, summary_from_json
 from gpuguard import inventory_command
 from gpuguard.cli import main
 from kube.node_annotations import AnnotationError, NodeAnnotator, merge_patch

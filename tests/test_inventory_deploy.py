@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.inventory_summary import ANNOTATION
+from audit.inventory.summary import ANNOTATION
 from gpuguard.cli import build_parser, main
 from kube.node_annotations import merge_patch
 from tests.corpus import first

@@ -1,4 +1,4 @@
-"""audit.inventory_files: what `gpuguard audit --inventory PATH` reads — inventory documents,
+"""audit.inventory.files: what `gpuguard audit --inventory PATH` reads — inventory documents,
 summaries, Node objects with the annotation — and the one-line errors for the rest."""
 
 import datetime
@@ -7,10 +7,10 @@ import json
 
 import yaml
 
-from audit.inventory_files import inventories_from_objects, read_inventories
-from audit.inventory_join import join_objects
-from audit.inventory_summary import ANNOTATION, summarize
-from audit.nvml_reader import read_inventory
+from audit.inventory.files import inventories_from_objects, read_inventories
+from audit.inventory.join import join_objects
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import ANNOTATION, summarize
 from tests import inventory_scenario as scenario
 from tests.fake_nvml import FakeNvml, example_machine, h100
 

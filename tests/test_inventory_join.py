@@ -1,4 +1,4 @@
-"""audit.inventory_join: findings on a realistic cluster (tests/inventory_scenario.py: Nodes from
+"""audit.inventory.join: findings on a realistic cluster (tests/inventory_scenario.py: Nodes from
 tests/data/nodes, pods from tests/data/manifests, fake NVML per node), then each rule alone."""
 
 import datetime
@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from audit.inventory_join import (
+from audit.inventory.join import (
     KINDS,
     PodGpus,
     join_inventories,
     join_objects,
     pods_on_nodes,
 )
-from audit.inventory_summary import summarize
-from audit.nvml_reader import read_inventory
-from policies.nodes import node_facts
-from policies.workloads import workload_facts
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import summarize
+from policies.facts.nodes import node_facts
+from policies.facts.workloads import workload_facts
 from tests import inventory_scenario as scenario
 from tests.corpus import first
 from tests.fake_nvml import MIB, FakeNvml, a100_mig, h100, lost_gpu

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from audit.inventory import InventoryFormatError, inventory_from_dict
-from audit.inventory_summary import (
+from audit.inventory.model import InventoryFormatError, inventory_from_dict
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import (
     MAX_BYTES,
     summarize,
     summary_from_dict,
     summary_from_json,
 )
-from audit.nvml_reader import read_inventory
 from tests.fake_nvml import FakeNvml, a100_mig, example_machine, h100
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "inventory.md"

@@ -21,8 +21,8 @@ from kube.namespaces import (
     StaticNamespaces,
     read_namespace_file,
 )
-from policies.review import NAMESPACE_NAME_LABEL as NAME_LABEL
-from policies.review import namespace_stub
+from policies.facts.review import NAMESPACE_NAME_LABEL as NAME_LABEL
+from policies.facts.review import namespace_stub
 from tests.test_webhook_harness import JSON, Harness, bug_review, gpu_policy, write_policies
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from gpuguard.cli import main
-from policies import testing
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine, RuleOutcome, Verdict
-from policies.loader import load_policies
-from policies.review import UserInfo, from_object, from_request, namespace_stub
+from policies import suites as testing
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine, RuleOutcome, Verdict
+from policies.facts.review import UserInfo, from_object, from_request, namespace_stub
+from policies.policy.loader import load_policies
 from policies.sources import library_path, read_documents
 from tests.corpus import DATA, bug_input, first
 

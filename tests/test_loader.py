@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from gpuguard.cli import main
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.loader import load_policies
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.policy.loader import load_policies
 
 ENV = CelEnvironment(GPU_LIBRARY)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policies import mig
+from policies.facts import mig
 
 DATA = Path(__file__).parent / "data"
 

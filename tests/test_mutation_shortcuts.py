@@ -1,6 +1,6 @@
-"""The mutation shortcuts are one table (policies.mutation.SHORTCUTS) that the schema follows."""
+"""The mutation shortcuts are one table (policies.policy.mutation.SHORTCUTS) that the schema follows."""
 
-from policies.mutation import SHORTCUTS
+from policies.policy.mutation import SHORTCUTS
 from policies.sources import load_package_yaml
 
 

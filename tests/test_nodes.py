@@ -5,8 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from policies.nodes import node_facts, parse_hami_register
-from policies.resource_names import GPUSettings
+from policies.facts.nodes import node_facts, parse_hami_register
+from policies.facts.resource_names import GPUSettings
 from tests.corpus import DATA, documents
 
 NODES = {

@@ -1,4 +1,4 @@
-"""audit.nvml_reader against the fake NVML backend: the call sequence, errors kept per device,
+"""audit.inventory.nvml_reader against the fake NVML backend: the call sequence, errors kept per device,
 MIG enumeration with empty slots, profile reconstruction, and the no-NVML paths."""
 
 import datetime
@@ -8,9 +8,9 @@ import sys
 import pynvml
 import pytest
 
-from audit.inventory import inventory_from_dict
-from audit.nvml import NvmlUnavailable, error_name, load_backend, unavailable_reason
-from audit.nvml_reader import profile_from_attributes, read_inventory
+from audit.inventory.model import inventory_from_dict
+from audit.inventory.nvml import NvmlUnavailable, error_name, load_backend, unavailable_reason
+from audit.inventory.nvml_reader import profile_from_attributes, read_inventory
 from tests.fake_nvml import (
     A100_80GB_PROFILES,
     GIB,

@@ -7,10 +7,10 @@ import json
 import pynvml
 import pytest
 
-from audit.inventory import inventory_from_dict
-from audit.inventory_summary import MAX_BYTES, summarize, summary_from_json
-from audit.nvml import load_backend
-from audit.nvml_reader import read_inventory
+from audit.inventory.model import inventory_from_dict
+from audit.inventory.nvml import load_backend
+from audit.inventory.nvml_reader import read_inventory
+from audit.inventory.summary import MAX_BYTES, summarize, summary_from_json
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,19 @@ import json
 
 import pytest
 
-from audit.ownership import ObjectKey
-from audit.report import assemble
-from audit.scanner import scan
+from audit.report.assemble import assemble
+from audit.scan.ownership import ObjectKey
+from audit.scan.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
 from gpuguard.cli import main
-from policies.cel import prepare
-from policies.cel_gpu import gpu_data
-from policies.mutation import diff
-from policies.resource_names import DEFAULT_SETTINGS
-from policies.review import from_object
+from policies.cel.gpu import gpu_data
+from policies.cel.runtime import prepare
+from policies.facts.resource_names import DEFAULT_SETTINGS
+from policies.facts.review import from_object
+from policies.facts.workloads import claim_templates_of, workload_facts
+from policies.policy.mutation import diff
 from policies.sources import Document
-from policies.workloads import claim_templates_of, workload_facts
 from tests.corpus import DATA, first
 from tests.test_webhook_corpus import post
 from tests.test_webhook_harness import Harness, envelope

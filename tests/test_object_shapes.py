@@ -25,19 +25,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import policy_reports, render_markdown
-from audit.report import assemble
-from audit.scanner import scan
+from audit.render import markdown as render_markdown
+from audit.report import policy_reports
+from audit.report.assemble import assemble
+from audit.scan.scanner import scan
 from audit.settings import AuditSettings
 from gpuguard import policy_set
-from policies.cel import CelEvaluationError, prepare
-from policies.cel_gpu import GPU_FIELDS, gpu_data
-from policies.engine import Verdict
-from policies.nodes import node_facts
-from policies.resource_names import DEFAULT_SETTINGS
-from policies.review import ReviewError, UserInfo, from_object, from_request
+from policies.cel.gpu import GPU_FIELDS, gpu_data
+from policies.cel.runtime import CelEvaluationError, prepare
+from policies.engine.evaluation import Verdict
+from policies.facts.nodes import node_facts
+from policies.facts.resource_names import DEFAULT_SETTINGS
+from policies.facts.review import ReviewError, UserInfo, from_object, from_request
+from policies.facts.workloads import claim_templates_of, find_workload, workload_facts
 from policies.sources import Document, LoadError
-from policies.workloads import claim_templates_of, find_workload, workload_facts
 from tests.object_shapes import (
     NODE_FIELDS,
     OBJECT_FIELDS,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpuguard import policy_set
-from policies.loader import read_policy_files
-from policies.resource_names import GPUSettings
-from policies.review import from_request
+from policies.facts.resource_names import GPUSettings
+from policies.facts.review import from_request
+from policies.policy.loader import read_policy_files
 from tests.test_webhook_harness import JSON, Harness, bug_review
 from webhook.policy_store import LOADED, REJECTED, RETRY, UNCHANGED, PolicyStore
 

@@ -14,10 +14,10 @@ import pytest
 
 from gpuguard import policy_set
 from gpuguard.cli import main
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.loader import load_policies, load_quotas, load_snapshot, read_policy_files
-from policies.resource_names import GPUSettings
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.facts.resource_names import GPUSettings
+from policies.policy.loader import load_policies, load_quotas, load_snapshot, read_policy_files
 from policies.sources import (
     DuplicateJSONKeyError,
     LoadError,
@@ -231,7 +231,7 @@ def test_load_json_refuses_duplicates_and_keeps_escaped_keys_apart():
 
 def test_duplicate_keys_in_a_streamed_snapshot_are_errors(tmp_path):
     """The audit reads big ``kubectl get -o json|yaml`` files item by item: the same rule."""
-    from audit.file_source import iter_snapshot
+    from audit.sources.files import iter_snapshot
 
     pod = '{"kind": "Pod", "metadata": {"name": "p%d", "namespace": "n"}}'
     items = ", ".join(pod % i for i in range(3)).replace('"name": "p1"',

@@ -1,17 +1,17 @@
-"""The webhooks' matchConditions (policies/prefilter.py, deploy/base/match-conditions.yaml).
+"""The webhooks' matchConditions (policies/facts/prefilter.py, deploy/base/match-conditions.yaml).
 
 What an outage of gpuguard can block is decided by these conditions, so they are checked for what
-a user cares about, evaluated with gpuguard's own CEL runtime (policies/cel.py, the C++ CEL
+a user cares about, evaluated with gpuguard's own CEL runtime (policies/cel/runtime.py, the C++ CEL
 runtime kube-apiserver's cel-go agrees with on these expressions):
 
 - the shipped file is what ``gpuguard match-conditions`` writes (regenerate and compare);
-- resource names: the CEL test equals :func:`policies.resource_names.classify` ``is not OTHER``;
+- resource names: the CEL test equals :func:`policies.facts.resource_names.classify` ``is not OTHER``;
 - every GPU object of the corpus (tests/data, tests/data/wild and examples/, copies of
   ../shared/corpus) is sent, and the CPU ones are not; the only objects sent that the GPU facts
   do not count are listed with the reason;
 - each GPU signal (resource, DRA, device env var, device hostPath, privileged / SYS_ADMIN, KAI and
   HAMi annotations) in each container type and at each pod-template location that
-  policies.workloads finds, for every workload kind the webhook rules match;
+  policies.facts.workloads finds, for every workload kind the webhook rules match;
 - a property test: whenever the GPU facts see anything in a generated pod, the pod is sent;
 - DELETE (``object`` null), UPDATE of an object being deleted, and ``pods/ephemeralcontainers``.
 
@@ -33,12 +33,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuguard.cli import main
-from policies import prefilter
-from policies.cel import CompiledExpression, default_environment
-from policies.gpu import GPUFacts, pod_facts
-from policies.resource_names import GPUSettings, ResourceKind, classify, name_patterns
+from policies.cel.runtime import CompiledExpression, default_environment
+from policies.facts import prefilter
+from policies.facts.gpu import GPUFacts, pod_facts
+from policies.facts.resource_names import GPUSettings, ResourceKind, classify, name_patterns
+from policies.facts.workloads import find_workload, workload_facts
 from policies.sources import read_documents
-from policies.workloads import find_workload, workload_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBHOOKS_FILE = "deploy/base/webhooks.yaml"
@@ -413,7 +413,7 @@ def test_each_gpu_signal_of_a_pod_is_sent(signal: str) -> None:
 
 def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
     """One object per workload resource of the webhook rules, every pod template a CPU one, in
-    the shape each project's API reference gives (policies.workloads reads the same fields)."""
+    the shape each project's API reference gives (policies.facts.workloads reads the same fields)."""
     t = cpu_template
     ray = {"headGroupSpec": {"template": t()},
            "workerGroupSpecs": [{"groupName": "a", "replicas": 1, "template": t()},
@@ -478,7 +478,7 @@ TEMPLATE_CASES = [
 
 
 def _location_pattern(location: str) -> re.Pattern[str]:
-    """A prefilter location as a regex over policies.workloads' template paths."""
+    """A prefilter location as a regex over policies.facts.workloads' template paths."""
     parts = []
     for field in location.split("."):
         if field == "*":
@@ -508,7 +508,7 @@ def test_every_workload_resource_of_the_rules_has_a_skeleton() -> None:
 @pytest.mark.parametrize(("key", "path"), TEMPLATE_CASES,
                          ids=[f"{k[1]}:{p}" for k, p in TEMPLATE_CASES])
 def test_a_gpu_in_any_template_of_a_workload_is_sent(key: tuple[str, str], path: str) -> None:
-    # Where policies.workloads finds a pod template, the prefilter looks: the template path is
+    # Where policies.facts.workloads finds a pod template, the prefilter looks: the template path is
     # one of the kind's TEMPLATE_LOCATIONS, and a GPU placed there, in an otherwise all-CPU
     # workload, makes the API server call gpuguard.
     locations = prefilter.TEMPLATE_LOCATIONS[key]

@@ -16,8 +16,9 @@ from kube.quota_ledger import (
     QuotaAdmission,
     QuotaLedger,
 )
-from policies.loader import load_quotas
-from policies.quota import (
+from policies.facts.workloads import find_workload
+from policies.policy.loader import load_quotas
+from policies.policy.quota import (
     ZERO,
     QuotaStatus,
     Usage,
@@ -28,7 +29,6 @@ from policies.quota import (
     usage_of,
 )
 from policies.sources import read_documents
-from policies.workloads import find_workload
 
 QUOTA = {"apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUQuota"}
 
@@ -318,11 +318,11 @@ def test_unreachable_api_follows_failure_policy(policy: str, allowed: bool) -> N
 
 
 def test_cel_sees_the_same_numbers() -> None:
-    from policies.cel import CelEnvironment
-    from policies.cel_gpu import GPU_LIBRARY
-    from policies.engine import Engine
-    from policies.loader import build_policy_set
-    from policies.review import from_request
+    from policies.cel.gpu import GPU_LIBRARY
+    from policies.cel.runtime import CelEnvironment
+    from policies.engine.evaluation import Engine
+    from policies.facts.review import from_request
+    from policies.policy.loader import build_policy_set
     from policies.sources import Document, parse_text
 
     text = """

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from audit.file_source import iter_snapshot
-from audit.render_markdown import render as render_markdown
-from audit.report import assemble
-from audit.scanner import scan
+from audit.render.markdown import render as render_markdown
+from audit.report.assemble import assemble
+from audit.scan.scanner import scan
 from audit.settings import AuditSettings
+from audit.sources.files import iter_snapshot
 from gpuguard import serve_command
 from gpuguard.cli import main
-from policies.loader import load_quotas
+from policies.policy.loader import load_quotas
 from tests.test_audit_live import NOW
 
 QUOTAS = "tests/data/quota/example-cluster-quotas.yaml"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpuguard.cli import main
-from policies.quantity import QuantityError, format_fraction, parse_quantity
+from policies.facts.quantity import QuantityError, format_fraction, parse_quantity
 from policies.sources import read_documents
 from tests.corpus import DATA
 
@@ -117,7 +117,7 @@ def test_quantity_errors(text):
 
 def test_cached_quantities_keep_types_apart_and_long_text_out_of_the_cache():
     """1, 1.0 and True hash alike: the cache must not answer one for another."""
-    from policies.quantity import _parse_cached
+    from policies.facts.quantity import _parse_cached
 
     assert parse_quantity(1) == parse_quantity(1.0) == 1
     with pytest.raises(QuantityError):

@@ -1,4 +1,4 @@
-"""Tests for the GPUPolicyTest runner (policies/testing.py) and `gpuguard test`."""
+"""Tests for the GPUPolicyTest runner (policies/suites.py) and `gpuguard test`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuguard.cli import main
-from policies import testing
+from policies import suites as testing
 from tests.corpus import DATA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -413,8 +413,8 @@ def test_the_suite_runner_sees_what_the_engine_ran_on_delete(tmp_path: Path) -> 
 
 def test_namespace_labels_cannot_override_the_name_label(tmp_path: Path) -> None:
     # kube-apiserver sets kubernetes.io/metadata.name to the namespace's name whatever is
-    # written: one Namespace stub (policies.review.namespace_stub) for suites, check and audit.
-    from policies.review import namespace_stub
+    # written: one Namespace stub (policies.facts.review.namespace_stub) for suites, check and audit.
+    from policies.facts.review import namespace_stub
 
     stub = namespace_stub("team-a", {"kubernetes.io/metadata.name": "kube-system", "x": "y"})
     assert stub["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team-a", "x": "y"}

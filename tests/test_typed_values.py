@@ -5,9 +5,9 @@ import json
 
 import yaml
 
-from policies.engine import RuleOutcome, Violation
-from policies.quota import parse_quota
-from policies.review import from_object
+from policies.engine.evaluation import RuleOutcome, Violation
+from policies.facts.review import from_object
+from policies.policy.quota import parse_quota
 from policies.vocabulary import EvaluationPoint, FailurePolicy, ValidationAction
 from tests.corpus import first
 from tests.test_engine import NOW, engine_for, gpu_policy

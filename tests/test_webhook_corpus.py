@@ -405,8 +405,8 @@ def test_readme_webhook_match_condition_selects_gpu_objects_only():
 
     import yaml
 
-    from policies.cel import CelEnvironment
-    from policies.cel_gpu import GPU_LIBRARY
+    from policies.cel.gpu import GPU_LIBRARY
+    from policies.cel.runtime import CelEnvironment
 
     root = DATA.parent.parent
     readme = (root / "README.md").read_text()

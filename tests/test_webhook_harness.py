@@ -21,7 +21,7 @@ import yaml
 
 from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
-from policies.resource_names import GPUSettings
+from policies.facts.resource_names import GPUSettings
 from policies.sources import Snapshot
 from tests.fake_timer import ManualTimer
 from webhook.admission import Admitter, Recorder

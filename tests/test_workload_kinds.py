@@ -1,19 +1,19 @@
-"""The one workload registry (policies.workload_kinds) feeds every list of workload kinds."""
+"""The one workload registry (policies.facts.workload_kinds) feeds every list of workload kinds."""
 
 import copy
 
 import pytest
 
 from kube.lists import AUDIT_RESOURCES
-from policies import prefilter
-from policies.cel import CelEnvironment
-from policies.cel_gpu import GPU_LIBRARY
-from policies.engine import Engine
-from policies.loader import build_policy_set
-from policies.review import from_object, plural_of
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelEnvironment
+from policies.engine.evaluation import Engine
+from policies.facts import prefilter
+from policies.facts.review import from_object, plural_of
+from policies.facts.workload_kinds import DEFAULT_RESOURCES, WORKLOAD_KINDS
+from policies.facts.workloads import find_workload
+from policies.policy.loader import build_policy_set
 from policies.sources import Document
-from policies.workload_kinds import DEFAULT_RESOURCES, WORKLOAD_KINDS
-from policies.workloads import find_workload
 from tests.corpus import first
 
 ENV = CelEnvironment(GPU_LIBRARY)

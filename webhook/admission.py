@@ -24,11 +24,11 @@ one CEL evaluation cannot be interrupted — its iterations are bounded by the b
 other requests, must not run them. A larger body goes to the thread pool directly. The pool is
 awaited under the deadline, which abandons an evaluation that does not come back (and the same
 ``expired`` stops it at its next policy or rule); past the deadline the engine raises
-:class:`~policies.engine.EvaluationExpired` and the fallback answers, so an answer overruns the
-deadline by at most one CEL evaluation. Why inline first: handing each request to a thread and
-back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth) cost more
-than the whole webhook around an empty policy set, and buys no parallelism (the engine holds the
-GIL).
+:class:`~policies.engine.evaluation.EvaluationExpired` and the fallback answers, so an answer
+overruns the deadline by at most one CEL evaluation. Why inline first: handing each request to a
+thread and back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth)
+cost more than the whole webhook around an empty policy set, and buys no parallelism (the engine
+holds the GIL).
 
 Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
 otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
@@ -39,7 +39,8 @@ request the policies then deny gives its reservations back. A quota step that ca
 ledger unreachable, the deadline) follows each quota's failurePolicy; a step that missed the
 deadline and still reserves gives the reservation back when it finishes.
 
-Must not evaluate policy logic itself (that is :mod:`policies.engine`) or know about HTTP.
+Must not evaluate policy logic itself (that is :mod:`policies.engine.evaluation`) or know about
+HTTP.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.engine import EvaluationExpired, RuleOutcome, Verdict
-from policies.matching import applicability
-from policies.model import Policy
-from policies.quota import Quota
-from policies.review import ReviewError, ReviewInput, from_request
+from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
+from policies.facts.review import ReviewError, ReviewInput, from_request
+from policies.policy.matching import applicability
+from policies.policy.model import Policy
+from policies.policy.quota import Quota
 from policies.vocabulary import FailurePolicy
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
@@ -159,7 +160,7 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
 
 
 def _namespace_of(request: Mapping[str, Any]) -> str | None:
-    """The request's namespace as :func:`policies.review.from_request` reads it."""
+    """The request's namespace as :func:`policies.facts.review.from_request` reads it."""
     namespace = request.get("namespace")
     if not namespace:
         obj = request.get("object")

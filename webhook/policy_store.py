@@ -7,8 +7,8 @@ or rejecting an update while the last good set keeps serving.
 A policy source is whole or refused:
 
 - **One snapshot.** Each check reads every policy file's bytes once
-  (:func:`policies.loader.read_policy_files`); the fingerprint is taken from those bytes and the
-  set is built from the same bytes, so what is served is what was fingerprinted.
+  (:func:`policies.policy.loader.read_policy_files`); the fingerprint is taken from those bytes and
+  the set is built from the same bytes, so what is served is what was fingerprinted.
 - **A quiet period.** A change is loaded only once two consecutive checks, at least ``quiet_s``
   apart on the store's clock, read the same bytes: a file being rewritten in place (truncated,
   then written) is seen changing and is never served half-written. A change therefore takes
@@ -45,9 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from policies.engine import Engine
-from policies.loader import read_policy_files
-from policies.model import PolicySet
+from policies.engine.evaluation import Engine
+from policies.policy.loader import read_policy_files
+from policies.policy.model import PolicySet
 from policies.sources import Snapshot
 
 LOADED, UNCHANGED, REJECTED, RETRY = "loaded", "unchanged", "rejected", "retry"

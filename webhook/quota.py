@@ -24,8 +24,8 @@ from kube.quota_ledger import (
     QuotaLedger,
     reservation_key,
 )
-from policies.quota import Quota, applicable
-from policies.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.policy.quota import Quota, applicable
 from policies.vocabulary import FailurePolicy
 
 

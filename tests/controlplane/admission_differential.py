@@ -37,7 +37,7 @@ import jsonpatch
 import yaml
 
 from gpuguard import cli
-from policies.engine import audit_key
+from policies.engine.evaluation import audit_key
 from tests.controlplane.cluster import ControlPlane, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -646,7 +646,7 @@ def server_warning(warning: str) -> str:
 
 def server_audit(annotations: Mapping[str, str], sets: PolicySet) -> dict[str, str]:
     """The policy annotations of an audit event, keyed as gpuguard keys them
-    (:func:`policies.engine.audit_key` of ``policy/binding`` and the key)."""
+    (:func:`policies.engine.evaluation.audit_key` of ``policy/binding`` and the key)."""
     policies = {d["metadata"]["name"] for d in sets.documents
                 if d.get("kind") == "ValidatingAdmissionPolicy"}
     bindings = {d["spec"]["policyName"]: d["metadata"]["name"] for d in sets.documents

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from policies.cel import CelCompileError, CelEnvironment, CelEvaluationError
-from policies.cel_gpu import GPU_LIBRARY
+from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.runtime import CelCompileError, CelEnvironment, CelEvaluationError
 from tests.controlplane.celoracle import Outcome, canonical_gpuguard
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "k8s-cel"

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.quota_ledger import ConfigMapLedgerStore, QuotaLedger
-from policies.loader import load_quotas
+from policies.policy.loader import load_quotas
 from tests.controlplane.cluster import ControlPlane, wait_until
 from tests.controlplane.service_proxy import RoundRobinProxy
 from tests.controlplane.webhook_process import (

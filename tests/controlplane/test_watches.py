@@ -20,8 +20,8 @@ import pytest
 
 from kube.namespaces import NamespaceWatch
 from kube.pod_cache import PodCache
-from policies.quota import parse_quota
-from policies.review import NAMESPACE_NAME_LABEL as NAME_LABEL
+from policies.facts.review import NAMESPACE_NAME_LABEL as NAME_LABEL
+from policies.policy.quota import parse_quota
 from tests.controlplane.cluster import ControlPlane, wait_until
 
 

@@ -1,0 +1,307 @@
+"""Compliance: the policy set evaluated at the audit point, once per workload, as findings.
+
+Owns choosing which object stands for each workload and turning the engine's verdicts into
+findings. A workload is the root of an ownership chain (:mod:`audit.scan.ownership`); it is
+evaluated once, on the most complete object the snapshot has for it: the root object itself (a
+Deployment, a CronJob, a RayCluster), else the controller nearest to it (a ReplicaSet whose
+Deployment was not captured), else one of its pods. Bare pods are their own workload. The Namespace
+object is passed to the engine (namespaceSelector, ``namespaceObject``); a namespace missing from
+the snapshot is a stub with its ``kubernetes.io/metadata.name`` label.
+
+Objects are evaluated as if created — without ``status`` (which a CREATE does not carry) — and
+those that might still be needed are kept compressed (zlib over JSON) until the end; roots are
+evaluated as soon as they and their namespace are known, in worker processes when ``jobs`` > 1
+(forked before the snapshot is read, so they stay small).
+
+Severities: ``deny`` (a failed rule whose policy denies, or an evaluation error under
+``failurePolicy: Fail``), ``warn``, ``audit`` (validationActions), ``error`` (an evaluation error
+under ``failurePolicy: Ignore``), ``info`` (a mutation admission would apply). Exceptions
+(``exempt``) are listed apart. Must not read files or the cluster; never denies or patches.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import zlib
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from audit.scan.ownership import ObjectKey, Ownership
+from audit.settings import AuditSettings
+from policies.cel.json_values import to_json_data
+from policies.engine.evaluation import Engine, RuleOutcome
+from policies.facts.review import from_object, namespace_stub
+from policies.json_fields import mapping_at
+from policies.vocabulary import EvaluationPoint, ValidationAction
+
+SEVERITIES = ("deny", "warn", "audit", "error", "info")
+_BATCH = 16
+
+ResultTuple = tuple[str, str, str, str, str, tuple[str, ...]]  # policy, rule, path, outcome, ...
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failed (or erroring, or mutating) rule on one workload.
+
+    ``workload`` is the root owner; ``evaluated`` the object the policies saw (the workload, or a
+    controller or pod standing for it).
+    """
+
+    workload: ObjectKey
+    evaluated: ObjectKey
+    policy: str
+    rule: str
+    path: str
+    outcome: str
+    message: str
+    actions: tuple[str, ...]
+    severity: str
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """A policy exception that applied to a workload (``reason`` includes its expiry)."""
+
+    workload: ObjectKey
+    policy: str
+    reason: str
+
+
+def severity_of(outcome: str, actions: tuple[str, ...]) -> str | None:
+    """The finding severity of a rule result; None for pass / skip / exempt."""
+    if outcome == RuleOutcome.MUTATE:
+        return "info"
+    if outcome == RuleOutcome.ERROR:
+        return "deny" if ValidationAction.DENY in actions else "error"
+    if outcome != RuleOutcome.FAIL:
+        return None
+    for action, severity in ((ValidationAction.DENY, "deny"), (ValidationAction.WARN, "warn"),
+                             (ValidationAction.AUDIT, "audit")):
+        if action in actions:
+            return severity
+    return "audit"
+
+
+def _pack(obj: Mapping[str, Any]) -> bytes:
+    """The object as admission would see it created (no ``status``, no ``managedFields``),
+    compressed."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    if "status" in obj:
+        obj = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        text = json.dumps(obj, separators=(",", ":"))
+    except TypeError:  # YAML timestamps, binary, non-string keys: JSON them as the API would
+        text = json.dumps(to_json_data(obj), separators=(",", ":"))
+    return zlib.compress(text.encode(), 1)
+
+
+# --- evaluation, in this process or in a worker -------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(engine: Engine, settings: AuditSettings) -> None:
+    _WORKER["engine"] = engine
+    _WORKER["settings"] = settings
+
+
+def _evaluate(engine: Engine, settings: AuditSettings, blob: bytes,
+              namespace: Mapping[str, Any] | None) -> tuple[ResultTuple, ...]:
+    obj = json.loads(zlib.decompress(blob))
+    try:
+        verdict = engine.evaluate(from_object(obj, namespace_object=namespace, now=settings.now),
+                                  point=EvaluationPoint.AUDIT)
+    except Exception as exc:  # the engine promises not to raise; a bug must not stop the audit
+        return (("gpuguard", "evaluation", "", RuleOutcome.ERROR,
+                 f"evaluation failed: {type(exc).__name__}: {exc}", ()),)
+    # Plain strings from here: rows cross to the parent process and end in YAML reports,
+    # which YAML's safe dumper cannot write as enum members.
+    return tuple((r.policy, r.rule, r.path, str(r.outcome), r.message,
+                  tuple(str(action) for action in r.actions)) for r in verdict.results)
+
+
+def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any, Any, Any]]:
+    engine, settings = _WORKER["engine"], _WORKER["settings"]
+    return [(root, evaluated, _evaluate(engine, settings, blob, namespace))
+            for root, evaluated, blob, namespace in batch]
+
+
+def _key(values: tuple[Any, ...]) -> ObjectKey:
+    return ObjectKey(*values)
+
+
+def _tuple(key: ObjectKey) -> tuple[Any, ...]:
+    return (key.namespace, key.group, key.kind, key.name)
+
+
+class Compliance:
+    """Collects evaluation candidates while the snapshot streams; :meth:`finish` evaluates.
+
+    Args:
+        engine: the policy engine (None: no policies, no findings).
+        settings: the audit settings (``now``, ``jobs``).
+        ownership: the snapshot's owner links (filled by the scanner).
+    """
+
+    def __init__(self, engine: Engine | None, settings: AuditSettings,
+                 ownership: Ownership) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._ownership = ownership
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._waiting: dict[str, list[tuple[ObjectKey, bytes]]] = defaultdict(list)
+        self._stored: dict[ObjectKey, bytes] = {}
+        self._pod_samples: dict[ObjectKey, tuple[ObjectKey, bytes]] = {}
+        self._done: set[ObjectKey] = set()
+        self._results: dict[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...]]] = {}
+        self._batch: list[tuple[Any, Any, bytes, Any]] = []
+        self._async: list[Any] = []
+        self._pool: Any = None
+        if engine is not None and settings.jobs > 0 and \
+                "fork" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("fork")
+            self._pool = context.Pool(settings.jobs, initializer=_init_worker,
+                                      initargs=(engine, settings))
+
+    def namespace(self, name: str, obj: Mapping[str, Any]) -> None:
+        """A Namespace of the snapshot: roots waiting for it are evaluated."""
+        metadata = mapping_at(obj, "metadata")
+        labels = mapping_at(metadata, "labels")
+        annotations = metadata.get("annotations")
+        self._namespaces[name] = namespace_stub(
+            name, labels, annotations if isinstance(annotations, Mapping) else {})
+        for key, blob in self._waiting.pop(name, []):
+            self._submit(key, key, blob)
+
+    def namespace_object(self, name: str | None) -> dict[str, Any] | None:
+        """The Namespace object for ``name`` (a stub when the snapshot lacks it)."""
+        if not name:
+            return None
+        return self._namespaces.get(name) or namespace_stub(name)
+
+    def offer(self, key: ObjectKey, owner: ObjectKey | None, obj: Mapping[str, Any]) -> None:
+        """A workload object or pod of the snapshot (after ``ownership.record``)."""
+        if self._engine is None:
+            return
+        if owner is None:
+            if key in self._done:
+                return
+            if key.namespace is None or key.namespace in self._namespaces:
+                self._submit(key, key, _pack(obj))
+            else:
+                self._waiting[key.namespace].append((key, _pack(obj)))
+            return
+        if self._ownership.root(owner) in self._done:
+            return  # its workload is in the snapshot and already evaluated
+        if key.kind == "Pod" and not key.group:
+            if owner not in self._pod_samples:
+                self._pod_samples[owner] = (key, _pack(obj))
+            return
+        self._stored[key] = _pack(obj)
+
+    def _submit(self, root: ObjectKey, evaluated: ObjectKey, blob: bytes) -> None:
+        if root in self._done:
+            return
+        self._done.add(root)
+        namespace = self.namespace_object(evaluated.namespace)
+        if self._pool is None:
+            assert self._engine is not None
+            self._results[root] = (evaluated, _evaluate(self._engine, self._settings, blob,
+                                                        namespace))
+            return
+        self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
+        if len(self._batch) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._async.append(self._pool.apply_async(_evaluate_batch, (self._batch,)))
+            self._batch = []
+
+    def finish(self) -> ComplianceResult:
+        """Evaluate every workload not evaluated yet and collect the findings."""
+        for name in list(self._waiting):
+            for key, blob in self._waiting.pop(name):
+                self._submit(key, key, blob)
+        best: dict[ObjectKey, tuple[int, ObjectKey, bytes]] = {}
+        for key, blob in self._stored.items():
+            chain = self._ownership.chain(key)
+            root = chain[-1]
+            if root not in self._done and (root not in best or len(chain) < best[root][0]):
+                best[root] = (len(chain), key, blob)
+        for owner, (pod, blob) in self._pod_samples.items():
+            chain = self._ownership.chain(owner)
+            root = chain[-1]
+            if root not in self._done and root not in best:
+                best[root] = (len(chain) + 1, pod, blob)
+        for root, (_, evaluated, blob) in sorted(best.items()):
+            self._submit(root, evaluated, blob)
+        self._stored.clear()
+        self._pod_samples.clear()
+        if self._pool is not None:
+            self._flush()
+            try:
+                for pending in self._async:
+                    for root, evaluated, results in pending.get():
+                        self._results[_key(root)] = (_key(evaluated), results)
+            finally:
+                self._pool.close()
+                self._pool.join()
+                self._pool = None
+        return _collect(self._results)
+
+    def close(self) -> None:
+        """Stop the worker processes (when the scan is abandoned)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+
+@dataclass(frozen=True)
+class ComplianceResult:
+    """Findings, exceptions and per-policy counts of one audit.
+
+    ``evaluated`` maps each workload to the object evaluated for it; ``passes`` counts the rules it
+    passed; ``by_policy`` counts results per policy: ``pass``, each severity, ``exempt``.
+    """
+
+    findings: tuple[Finding, ...]
+    exemptions: tuple[Exemption, ...]
+    evaluated: Mapping[ObjectKey, ObjectKey]
+    passes: Mapping[ObjectKey, int]
+    by_policy: Mapping[str, Mapping[str, int]]
+
+
+def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...]]],
+             ) -> ComplianceResult:
+    findings = []
+    exemptions = []
+    by_policy: dict[str, Counter[str]] = defaultdict(Counter)
+    passes: Counter[ObjectKey] = Counter()
+    for root in sorted(results):
+        evaluated, rows = results[root]
+        for policy, rule, path, outcome, message, actions in rows:
+            if outcome == RuleOutcome.EXEMPT:
+                exemptions.append(Exemption(root, policy, message))
+                by_policy[policy]["exempt"] += 1
+                continue
+            if outcome == RuleOutcome.PASS:
+                by_policy[policy]["pass"] += 1
+                passes[root] += 1
+                continue
+            severity = severity_of(outcome, actions)
+            if severity is None:
+                continue
+            by_policy[policy][severity] += 1
+            findings.append(Finding(root, evaluated, policy, rule, path, outcome, message,
+                                    actions, severity))
+    return ComplianceResult(tuple(findings), tuple(exemptions),
+                            {root: ev for root, (ev, _) in results.items()}, dict(passes),
+                            {p: dict(c) for p, c in sorted(by_policy.items())})

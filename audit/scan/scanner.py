@@ -1,0 +1,262 @@
+"""The scan: one pass over a snapshot's objects, then its figures as one typed value.
+
+Owns the order of work. Each object is looked at once, as it streams in (from files or the
+cluster), and handed to the parts that need it — Namespaces (teams, policies' ``namespaceObject``),
+Nodes (:mod:`audit.scan.node_capacity`), Pods (:mod:`audit.scan.pods` then
+:mod:`audit.scan.placement`), workload controllers (:mod:`audit.scan.ownership`, GPU templates) —
+and to :mod:`audit.scan.compliance`. Nothing is kept per pod except what placement aggregates. At
+the end the parts are asked for their figures, which :meth:`Scanner.finish` hands over as one
+:class:`audit.scan.result.ScanResult`; :func:`audit.report.assemble.assemble` turns that into the
+report.
+
+Must not read files or the cluster itself (callers pass an iterable of documents), build the
+report (it must not import :mod:`audit.report.assemble`: an import-linter contract) or render.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from audit.scan.compliance import Compliance
+from audit.scan.node_capacity import node_capacity
+from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of
+from audit.scan.placement import Placement
+from audit.scan.pods import PodReader
+from audit.scan.result import PolicySetInfo, ScanResult
+from audit.scan.utilization import Metrics, utilization_report
+from audit.settings import AuditSettings
+from policies.engine.evaluation import Engine
+from policies.facts.workloads import claim_template_devices, find_workload
+from policies.json_fields import mapping_at
+from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
+from policies.sources import Document, LoadError, printable
+
+_NOT_WORKLOADS = frozenset({"Service", "ConfigMap", "Secret", "Endpoints", "EndpointSlice",
+                            "Event", "PersistentVolumeClaim", "ServiceAccount", "Lease",
+                            "ControllerRevision"})
+
+
+class Scanner:
+    """Consumes documents one at a time (:meth:`feed`); :meth:`finish` returns what it found.
+
+    Args:
+        settings: the audit settings.
+        engine: the policy engine, or None to skip compliance.
+        metrics: DCGM metrics, or None.
+        progress: called with the number of objects read so far, every 1,000 objects (may be
+            set later, as ``progress``).
+        quotas: ``GPUQuota`` documents to report usage against (pending and running pods,
+            summed per namespace as they stream in: the webhook's numbers).
+    """
+
+    def __init__(self, settings: AuditSettings, engine: Engine | None,
+                 metrics: Metrics | None = None,
+                 progress: Callable[[int], None] | None = None,
+                 quotas: Iterable[Quota] = ()) -> None:
+        self.settings = settings
+        self.policy_set = engine.policies if engine is not None else None
+        self.quotas = tuple(quotas)
+        self.quota_usage: dict[str, Usage] = {}  # namespace -> usage of its pods
+        self.metrics = metrics
+        self.ownership = Ownership()
+        self.compliance = Compliance(engine, settings, self.ownership)
+        self.placement = Placement(settings)
+        self.claims: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
+        self.pods = PodReader(settings.gpu, self.claims)
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.present: dict[ObjectKey, bool] = {}  # workload objects -> asks for GPUs
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.objects = 0
+        self.ignored: dict[str, int] = {}
+        self.progress = progress
+        self._metric_pods = {(ns, pod) for d in (metrics.devices if metrics else ())
+                             for ns, pod in d.pods}
+        self._pod_refs: dict[tuple[str | None, str], tuple[ObjectKey, str | None]] = {}
+        self._seen_pods: set[int] = set()  # hashes of (namespace, name): pods read twice
+        self.duplicate_pods = 0
+
+    def feed(self, item: Document | LoadError) -> None:
+        """Take one document (or one reading error)."""
+        if isinstance(item, LoadError):
+            self.errors.append(str(item))
+            return
+        self.objects += 1
+        if self.progress is not None and self.objects % 1000 == 0:
+            self.progress(self.objects)
+        body = item.body
+        kind = body.get("kind")
+        try:
+            if kind == "Pod":
+                self._pod(body)
+            elif kind == "Node":
+                node = node_capacity(body, self.settings.gpu)
+                self.placement.add_node(node)
+                # Unusable values (a GPU count out of int64 range, a negative allocatable) are
+                # input errors like an unreadable document: the node is audited without them.
+                self.errors += [f"{item.location}: Node {printable(node.name) or '(no name)'}: "
+                                f"{problem}" for problem in node.facts.invalid]
+            elif kind == "Namespace":
+                self._namespace(body)
+            elif kind in ("ResourceClaimTemplate", "ResourceClaim") and \
+                    str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
+                key = key_of(body)
+                if key is not None:
+                    self.claims[(key.namespace, key.name)] = claim_template_devices(body)
+            elif kind in _NOT_WORKLOADS:
+                self.ignored[str(kind)] = self.ignored.get(str(kind), 0) + 1
+            else:
+                self._workload(body)
+        except (RecursionError, ValueError, TypeError, AttributeError) as exc:
+            # Malformed objects are handled field by field; this is the last line of defence.
+            self.errors.append(f"{item.location}: cannot be audited: "
+                               f"{type(exc).__name__}: {exc}")
+
+    def _namespace(self, body: Mapping[str, Any]) -> None:
+        metadata = mapping_at(body, "metadata")
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            return
+        labels = mapping_at(metadata, "labels")
+        self.namespaces[name] = {str(k): str(v) for k, v in labels.items()}
+        self.compliance.namespace(name, body)
+
+    def _pod(self, body: Mapping[str, Any]) -> None:
+        usage = self.pods.read(body)
+        if usage is None:
+            self.ignored["Pod without name"] = self.ignored.get("Pod without name", 0) + 1
+            return
+        identity = hash((usage.key.namespace, usage.key.name))
+        if identity in self._seen_pods:
+            self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
+            return
+        self._seen_pods.add(identity)
+        if self.quotas:
+            charge = pod_charge(body, self.settings.gpu).usage
+            if charge.pods:
+                namespace = str(usage.key.namespace or "")
+                self.quota_usage[namespace] = self.quota_usage.get(namespace, ZERO) + charge
+        if usage.owner is not None:
+            self.ownership.record(usage.key, usage.owner)
+        tallied = self.placement.add_pod(usage)
+        if (usage.key.namespace, usage.key.name) in self._metric_pods:
+            self._pod_refs[(usage.key.namespace, usage.key.name)] = (tallied, usage.node)
+        self.compliance.offer(usage.key, usage.owner, body)
+
+    def _workload(self, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        if key is None:
+            self.ignored[f"{body.get('kind')} without name"] = \
+                self.ignored.get(f"{body.get('kind')} without name", 0) + 1
+            return
+        owner = controller_of(body, key.namespace)
+        self.ownership.record(key, owner)
+        workload = find_workload(body)
+        if workload is None:
+            self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
+            return
+        gpu = False
+        for template in workload.templates:
+            usage = self.pods.template(template.spec, template.metadata, key.namespace)
+            self.placement.add_template(usage)
+            gpu = gpu or usage.gpu_requested
+        self.present[key] = gpu
+        self.compliance.offer(key, owner, body)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def team_of_namespace(self, namespace: str | None) -> str | None:
+        """The team of a namespace (its team label's value), None when unlabelled or unknown."""
+        if not namespace:
+            return None
+        return self.namespaces.get(namespace, {}).get(self.settings.team_label) or None
+
+    def quota_statuses(self) -> list[QuotaStatus]:
+        """Usage against limits of every quota (namespaces' labels as read)."""
+        statuses = []
+        for quota in self.quotas:
+            used = ZERO
+            for namespace, usage in self.quota_usage.items():
+                if quota.scope.applies(namespace, self.namespaces.get(namespace, {})):
+                    used = used + usage
+            statuses.append(QuotaStatus(quota, used))
+        return statuses
+
+    def close(self) -> None:
+        """Stop the policy workers of a scan that is abandoned (no :meth:`finish`)."""
+        self.compliance.close()
+
+    def finish(self, source: Mapping[str, Any], policy_errors: Iterable[str] = (), *,
+               inventory: Mapping[str, Any] | None = None,
+               warnings: Sequence[str] = ()) -> ScanResult:
+        """Evaluate what is left and compute every figure, once.
+
+        Args:
+            source: what was audited (the report's ``source``).
+            policy_errors: input errors found outside the scan (listed before the scan's own).
+            inventory: the ``inventory`` section, when ``--inventory`` was given.
+            warnings: warnings found outside the scan (listed after the scan's own).
+        """
+        compliance = self.compliance.finish()
+        root = self.ownership.root
+        placement = self.placement.figures(
+            team_of=lambda key: self.team_of_namespace(key.namespace), workload_of=root)
+        utilization = None
+        if self.metrics is not None:
+            utilization = utilization_report(self.metrics, self.settings.idle_below,
+                                             self._pod_refs, root, self.team_of_namespace)
+        errors = [*policy_errors, *self.errors]
+        missing = placement.pods_on_missing_nodes
+        if missing:
+            self.warnings.append(
+                f"{sum(missing.values())} GPU pod(s) run on node(s) missing from the snapshot ("
+                + ", ".join(missing) + "); their GPUs are valued from the pods alone")
+        if self.duplicate_pods:
+            self.warnings.append(f"{self.duplicate_pods} pod(s) appeared more than once in the "
+                                 "input; each was counted once (the first copy)")
+        if placement.skipped_reservation:
+            self.warnings.append(
+                f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
+                "were not counted: the fractional pods they hold GPUs for are")
+        label = self.settings.team_label
+        policy_set = None if self.policy_set is None else PolicySetInfo(
+            self.policy_set.digest or None, tuple(self.policy_set.names()))
+        return ScanResult(
+            settings=self.settings,
+            generated=self.settings.now if self.settings.now.year > 1970
+            else datetime.datetime.now(datetime.UTC),
+            source=dict(source),
+            policy_set=policy_set,
+            objects=self.objects,
+            ignored=dict(sorted(self.ignored.items())),
+            teams={namespace: team for namespace, labels in self.namespaces.items()
+                   if (team := labels.get(label))},
+            workloads={key: root(key) for key in (*self.present, *placement.tallies)},
+            present=dict(self.present),
+            placement=placement,
+            compliance=compliance,
+            utilization=utilization,
+            quotas=tuple(self.quota_statuses()),
+            inventory=inventory,
+            warnings=(*self.warnings, *(utilization or {}).get("warnings", []), *warnings),
+            errors=tuple(errors),
+        )
+
+
+def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine: Engine | None,
+         *, metrics: Metrics | None = None, source: Mapping[str, Any] | None = None,
+         policy_errors: Iterable[str] = (),
+         progress: Callable[[int], None] | None = None,
+         quotas: Iterable[Quota] = ()) -> ScanResult:
+    """Audit ``items`` and return what the scan found (:func:`audit.report.assemble.assemble`
+    makes the report of it, docs/audit-report.md)."""
+    scanner = Scanner(settings, engine, metrics, progress, quotas)
+    try:
+        for item in items:
+            scanner.feed(item)
+    except BaseException:
+        scanner.close()
+        raise
+    return scanner.finish(source or {}, policy_errors)

@@ -1,0 +1,373 @@
+"""The one reader of CEL source text: tokens, comments, string literals, references and scopes.
+
+Owns every question gpuguard asks of an expression *as text* before or besides compiling it:
+which ``variables.<name>``, ``params.<key>`` and ``gpu.<field>`` it references, whether it uses
+``variables`` or ``params`` some other way (indexed by an expression, passed whole), which names
+its comprehensions and ``cel.bind`` calls bind and where, and the code with comments dropped and
+string literals emptied. The lexical rules are the CEL language definition's (cel-spec
+``doc/langdef.md``, "Syntax"): identifiers ``[_a-zA-Z][_a-zA-Z0-9]*``; string and bytes literals
+with ``r``/``b`` prefixes in either order, single, double and triple quotes, raw strings without
+escapes; line comments ``//``; backquoted field names (``a.`b-c```); the optional-select ``.?``
+and optional-index ``[?`` of the optional-types extension.
+
+A name bound by a macro (``all``, ``exists``, ``exists_one``, ``map``, ``filter``, the
+two-variable forms, ``transformList``/``transformMap``/``transformMapEntry``) is in scope inside
+that call's parentheses after the binding arguments; one bound by ``cel.bind(name, init, body)``
+only inside ``body``. A reference to a bound name is local, not the activation's variable: so
+``[1].all(gpu, gpu > 0) && gpu.cuont > 0`` still reports ``gpu.cuont``.
+
+Must not compile or evaluate anything (that is :mod:`policies.cel.runtime`), and must never raise
+on any input: text that is not valid CEL is tokenised as far as it goes (an unterminated string
+runs to the end), and the compiler reports the error.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+class TokenKind(enum.StrEnum):
+    """What a token is; spaces are not tokens."""
+
+    IDENT = "ident"
+    QUOTED_FIELD = "quoted-field"  # `a-b` after '.'
+    STRING = "string"  # string or bytes literal, quotes and prefix included
+    NUMBER = "number"
+    PUNCT = "punct"
+    COMMENT = "comment"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One token: its kind, its text as written, and its [start, end) character offsets."""
+
+    kind: TokenKind
+    text: str
+    start: int
+    end: int
+
+
+_STRING = re.compile(
+    r"""(?:[rR][bB]?|[bB][rR]?)?(?:'''|\"\"\"|'|")""",
+)
+_IDENT = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
+_NUMBER = re.compile(
+    r"0[xX][0-9a-fA-F]+[uU]?|(?:[0-9]+\.[0-9]+|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?[uU]?"
+)
+_PUNCT = re.compile(r"==|!=|<=|>=|&&|\|\||\.\?|\[\?|[-+*/%!<>?:.,()\[\]{}]")
+_SPACE = re.compile(r"[ \t\n\r\f\v]+")
+
+#: Macros and comprehension functions that bind one or two names (cel-spec macros, cel-go's
+#: two-variable comprehensions extension).
+BINDING_MACROS = frozenset({
+    "all", "exists", "exists_one", "existsOne", "map", "filter",
+    "transformList", "transformMap", "transformMapEntry", "sortBy",
+})
+
+
+def _string_end(source: str, start: int, body: int, quote: str, raw: bool) -> int:
+    """Offset just past the literal whose text (after prefix) starts at ``body`` with ``quote``;
+    the end of the source when it is unterminated."""
+    i, n = body, len(source)
+    single = len(quote) == 1
+    while i < n:
+        char = source[i]
+        if not raw and char == "\\":
+            i += 2
+            continue
+        if single and char == "\n":
+            return i  # a one-line literal cannot span lines: stop, the compiler says why
+        if source.startswith(quote, i):
+            return i + len(quote)
+        i += 1
+    return n
+
+
+@lru_cache(maxsize=4096)
+def tokenize(source: str) -> tuple[Token, ...]:
+    """The tokens of ``source`` in order (comments included as ``COMMENT`` tokens).
+
+    Never raises: a character CEL does not know becomes a one-character ``PUNCT`` token.
+    """
+    tokens: list[Token] = []
+    i, n = 0, len(source)
+    while i < n:
+        if (space := _SPACE.match(source, i)) is not None:
+            i = space.end()
+            continue
+        if source.startswith("//", i):
+            end = source.find("\n", i)
+            end = n if end < 0 else end
+            tokens.append(Token(TokenKind.COMMENT, source[i:end], i, end))
+            i = end
+            continue
+        if (opening := _STRING.match(source, i)) is not None:
+            prefix = opening.group().rstrip("'\"")
+            quote = opening.group()[len(prefix):]
+            end = _string_end(source, i, opening.end(), quote, "r" in prefix.lower())
+            tokens.append(Token(TokenKind.STRING, source[i:end], i, end))
+            i = end
+            continue
+        if source[i] == "`":
+            end = source.find("`", i + 1)
+            end = n if end < 0 else end + 1
+            tokens.append(Token(TokenKind.QUOTED_FIELD, source[i:end], i, end))
+            i = end
+            continue
+        if (ident := _IDENT.match(source, i)) is not None:
+            tokens.append(Token(TokenKind.IDENT, ident.group(), i, ident.end()))
+            i = ident.end()
+            continue
+        if (number := _NUMBER.match(source, i)) is not None and not (
+                source[i] == "." and tokens and tokens[-1].kind is not TokenKind.PUNCT):
+            tokens.append(Token(TokenKind.NUMBER, number.group(), i, number.end()))
+            i = number.end()
+            continue
+        punct = _PUNCT.match(source, i)
+        end = punct.end() if punct is not None else i + 1
+        tokens.append(Token(TokenKind.PUNCT, source[i:end], i, end))
+        i = end
+    return tuple(tokens)
+
+
+def _rewritten(source: str, *, empty_strings: bool) -> str:
+    """``source`` with comments dropped and, with ``empty_strings``, string literals as ``""``."""
+    parts: list[str] = []
+    position = 0
+    for token in tokenize(source):
+        if token.kind is TokenKind.COMMENT or (empty_strings and token.kind is TokenKind.STRING):
+            parts.append(source[position:token.start])
+            if token.kind is TokenKind.STRING:
+                parts.append('""')
+            position = token.end
+    parts.append(source[position:])
+    return "".join(parts)
+
+
+def code_only(source: str) -> str:
+    """``source`` with comments dropped and every string literal replaced by ``""``: what is
+    left is code, so a search in it cannot match inside text."""
+    return _rewritten(source, empty_strings=True)
+
+
+def without_comments(source: str) -> str:
+    """``source`` with its comments dropped (a trailing one would swallow appended text)."""
+    return _rewritten(source, empty_strings=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One use of a top-level name (``variables``, ``params``, ``gpu``, …) in an expression.
+
+    ``field`` is the selected member (``variables.x`` and ``variables['x']`` give ``"x"``;
+    ``variables.?x`` too), ``None`` when the name is used some other way (indexed by an
+    expression, passed whole). ``in_has`` is true for ``has(name.field)``, ``optional`` for
+    ``name.?field`` and ``name[?'field']`` (an optional value, not the member), ``indexed`` for
+    ``name['field']`` and ``name[?'field']``. ``start``/``end``
+    span the name and its selection in the source.
+    """
+
+    name: str
+    field: str | None
+    start: int
+    end: int
+    in_has: bool = False
+    optional: bool = False
+    indexed: bool = False
+
+
+def _code(source: str) -> list[Token]:
+    return [t for t in tokenize(source) if t.kind is not TokenKind.COMMENT]
+
+
+def _closing(tokens: Sequence[Token], opening: int) -> int:
+    """Index of the bracket closing ``tokens[opening]`` (or ``len(tokens)`` when unbalanced)."""
+    depth = 0
+    for index in range(opening, len(tokens)):
+        text = tokens[index].text
+        if text in ("(", "[", "{", "[?"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return len(tokens)
+
+
+def _top_level(tokens: Sequence[Token], opening: int, closing: int) -> Iterator[int]:
+    """Indexes of the tokens directly inside the brackets ``opening``..``closing`` (not nested
+    deeper); brackets themselves are not yielded."""
+    depth = 0
+    for index in range(opening + 1, closing):
+        text = tokens[index].text
+        if text in ("(", "[", "{", "[?"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            depth -= 1
+        elif depth == 0:
+            yield index
+
+
+def _top_level_commas(tokens: Sequence[Token], opening: int, closing: int) -> list[int]:
+    return [i for i in _top_level(tokens, opening, closing) if tokens[i].text == ","]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A name bound by a macro or ``cel.bind``, in scope for token indexes [start, end)."""
+
+    name: str
+    start: int
+    end: int
+
+
+def _bindings(tokens: Sequence[Token]) -> list[Binding]:
+    found: list[Binding] = []
+    for index, token in enumerate(tokens):
+        if token.kind is not TokenKind.IDENT or index + 1 >= len(tokens) \
+                or tokens[index + 1].text != "(" or index == 0 or tokens[index - 1].text != ".":
+            continue
+        opening = index + 1
+        closing = _closing(tokens, opening)
+        commas = _top_level_commas(tokens, opening, closing)
+        is_bind = token.text == "bind" and index >= 2 and tokens[index - 2].text == "cel"
+        if is_bind:
+            if len(commas) >= 2 and commas[0] == opening + 2 \
+                    and tokens[opening + 1].kind is TokenKind.IDENT:
+                found.append(Binding(tokens[opening + 1].text, commas[1] + 1, closing))
+            continue
+        if token.text not in BINDING_MACROS:
+            continue
+        # Leading arguments that are a bare identifier followed by a comma are bound names.
+        argument_start = opening + 1
+        names: list[str] = []
+        for comma in commas[:2]:
+            if comma == argument_start + 1 and tokens[argument_start].kind is TokenKind.IDENT:
+                names.append(tokens[argument_start].text)
+                argument_start = comma + 1
+            else:
+                break
+        for name in names:
+            found.append(Binding(name, argument_start, closing))
+    return found
+
+
+def bound_names(source: str) -> frozenset[str]:
+    """Every name a macro or ``cel.bind`` in ``source`` binds."""
+    return frozenset(b.name for b in _bindings(_code(source)))
+
+
+def references(source: str, name: str) -> tuple[Reference, ...]:
+    """Every use of the top-level ``name`` in ``source`` outside strings, comments and the scopes
+    where a macro or ``cel.bind`` binds ``name`` itself; a ``name`` right after ``.`` is a member
+    of something else (``t.gpu``) and not a use."""
+    tokens = _code(source)
+    scopes = [b for b in _bindings(tokens) if b.name == name]
+    found: list[Reference] = []
+    for index, token in enumerate(tokens):
+        if token.kind is not TokenKind.IDENT or token.text != name:
+            continue
+        if index > 0 and tokens[index - 1].text in (".", ".?"):
+            continue
+        if any(scope.start <= index < scope.end for scope in scopes):
+            continue
+        in_has = index >= 2 and tokens[index - 1].text == "(" and tokens[index - 2].text == "has"
+        field, end = _selection(tokens, index)
+        following = tokens[index + 1].text if index + 1 < len(tokens) else ""
+        found.append(Reference(name, field, token.start, end, in_has,
+                               optional=following in (".?", "[?"),
+                               indexed=following in ("[", "[?")))
+    return tuple(found)
+
+
+def _selection(tokens: Sequence[Token], index: int) -> tuple[str | None, int]:
+    after = tokens[index + 1:index + 4]
+    if len(after) >= 2 and after[0].text in (".", ".?"):
+        if after[1].kind is TokenKind.IDENT:
+            return after[1].text, after[1].end
+        if after[1].kind is TokenKind.QUOTED_FIELD:
+            return after[1].text.strip("`"), after[1].end
+    if len(after) >= 3 and after[0].text in ("[", "[?") and after[2].text == "]" \
+            and after[1].kind is TokenKind.STRING:
+        literal = _plain_string(after[1].text)
+        if literal is not None:
+            return literal, after[2].end
+    return None, tokens[index].end
+
+
+_PLAIN_LITERAL = re.compile(r"""^(?:'([A-Za-z0-9_.\-/]*)'|"([A-Za-z0-9_.\-/]*)")$""")
+
+
+def _plain_string(text: str) -> str | None:
+    """The value of a one-line string literal without escapes, else ``None``."""
+    match = _PLAIN_LITERAL.match(text)
+    return None if match is None else (match[1] if match[1] is not None else match[2])
+
+
+def fields(source: str, name: str) -> tuple[str, ...]:
+    """The members selected from ``name`` (``variables.x`` → ``x``), in order, repeats kept."""
+    return tuple(r.field for r in references(source, name) if r.field is not None)
+
+
+def uses(source: str, name: str) -> bool:
+    """Whether ``source`` uses the top-level ``name`` at all."""
+    return bool(references(source, name))
+
+
+def selections_only(source: str, name: str) -> frozenset[str] | None:
+    """The members of ``name`` that ``source`` selects plainly (``name.field``), or ``None`` when
+    it also uses ``name`` another way (indexed, whole, inside ``has()``, or as an optional
+    selection): then a member is not safely replaced by its value."""
+    selected: set[str] = set()
+    for reference in references(source, name):
+        if reference.field is None or reference.in_has or reference.optional \
+                or reference.indexed:
+            return None
+        selected.add(reference.field)
+    return frozenset(selected)
+
+
+def rename(source: str, name: str, write: Callable[[str], str]) -> str:
+    """``source`` with each ``name.<field>`` selection replaced by ``write(field)``; comments are
+    dropped; everything else is copied as written."""
+    text = without_comments(source)
+    parts: list[str] = []
+    position = 0
+    for reference in references(text, name):
+        if reference.field is None or reference.indexed or reference.optional:
+            continue
+        parts.append(text[position:reference.start] + write(reference.field))
+        position = reference.end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def _typed_literals(tokens: Sequence[Token], type_name: str) -> Iterator[int]:
+    """Indexes of the type-name token of each ``type_name{`` object literal."""
+    for index, token in enumerate(tokens):
+        if token.kind is TokenKind.IDENT and token.text == type_name \
+                and index + 1 < len(tokens) and tokens[index + 1].text == "{" \
+                and not (index > 0 and tokens[index - 1].text in (".", ".?")):
+            yield index
+
+
+def map_literal_fields(source: str, opening_type: str) -> Iterator[tuple[int, int]]:
+    """Spans [start, end) of the bare field names at the top level of each typed object literal
+    ``opening_type{field: ...}`` (e.g. ``JSONPatch{op: 'add', ...}``) in ``source``."""
+    tokens = _code(source)
+    for index in _typed_literals(tokens, opening_type):
+        closing = _closing(tokens, index + 1)
+        for inner in _top_level(tokens, index + 1, closing):
+            if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing \
+                    and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","):
+                yield tokens[inner].start, tokens[inner].end
+
+
+def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
+    """Offsets of the type name of each ``type_name{`` object literal in ``source``."""
+    tokens = _code(source)
+    return tuple(tokens[i].start for i in _typed_literals(tokens, type_name))

@@ -1,0 +1,1149 @@
+"""GPU facts of one pod (or pod template): how much GPU, of what kind, and from where.
+
+Owns the answer every other part of gpuguard relies on — admission policies (``gpu`` in CEL), quota
+and the auditor: per extended resource the *effective* request as Kubernetes computes it
+(``PodRequests``: app containers and sidecars summed, against the largest init container), MIG
+instances, shared replicas, HAMi / Volcano splits, KAI / Run:ai fraction annotations, DRA claims,
+containers that can reach GPUs without asking, and one normalised unit, GPU-equivalents. The rules
+are written down in ``docs/gpu-facts.md``; the GPU facts themselves come from
+``shared/reference/gpu-domain.md``.
+
+Must not read files, the clock or the environment, and must not know workload kinds (that is
+:mod:`policies.facts.workloads`): it sees one pod spec and its metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Final, TypeVar
+
+from policies.facts import mig
+from policies.facts.quantity import (
+    MAX_COUNT,
+    QuantityError,
+    format_fraction,
+    parse_count,
+    parse_quantity,
+)
+from policies.facts.resource_names import (
+    DEFAULT_SETTINGS,
+    OBSOLETE_RESOURCES,
+    SPLIT_KINDS,
+    GPUSettings,
+    ResourceKind,
+    classify,
+    vendor_of,
+)
+from policies.json_fields import as_mapping
+from policies.sources import shortened
+
+KAI_FRACTION = "gpu-fraction"
+KAI_MEMORY = "gpu-memory"
+KAI_DEVICES = "gpu-fraction-num-devices"
+KAI_CONTAINER = "gpu-fraction-container-name"
+# KAI's gpu-fraction: a decimal, the exponent bounded so that Fraction() stays instant.
+_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]{1,64}(?:\.[0-9]{0,64})?|\.[0-9]{1,64})(?:[eE][+-]?[0-9]{1,3})?"
+)
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+GKE_PARTITION = "cloud.google.com/gke-gpu-partition-size"
+GKE_SHARING = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_MAX_CLIENTS = "cloud.google.com/gke-max-shared-clients-per-gpu"
+
+# Environment variables the NVIDIA / Habana runtimes read to expose devices (gpu-domain.md 2.5).
+_DEVICE_ENV = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "HABANA_VISIBLE_DEVICES",
+)
+_NO_DEVICE_VALUES = {"", "void", "none"}
+_DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/neuron")
+_GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
+_CONTAINER_TYPES = ("initContainers", "containers", "ephemeralContainers")
+_N = TypeVar("_N", int, Fraction)
+ZERO: Final = Fraction(0)
+"""Zero GPU-equivalents (one shared immutable value: building Fractions is not free)."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """A container that can reach GPUs (or is privileged); ``path`` is the offending field."""
+
+    container: str
+    container_type: str
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form: ``{container, container_type, path, reason}``."""
+        return {
+            "container": self.container,
+            "container_type": self.container_type,
+            "path": self.path,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one counted value came from (``quantity`` as written, after defaulting)."""
+
+    resource: str
+    quantity: str
+    container: str
+    container_type: str
+    path: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form: ``{resource, quantity, container, container_type, path}``."""
+        return {
+            "resource": self.resource,
+            "quantity": self.quantity,
+            "container": self.container,
+            "container_type": self.container_type,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True)
+class ResourceProblem:
+    """One GPU extended resource of one container that the API server would reject.
+
+    The structured twin of one ``invalid`` entry about resources, which reads
+    ``f"{field}: {problem}"``. ``container`` is the container's name (``""`` when it has none),
+    ``container_type`` ``containers`` / ``initContainers`` / ``ephemeralContainers``, ``path`` the
+    container's field path (``spec.template.spec.containers[0]``), ``field`` the field the entry
+    names: ``<path>.resources[R]`` (both sides, or the resource itself),
+    ``<path>.resources.requests[R]`` or ``<path>.resources.limits[R]`` (one side). ``requests``
+    and ``limits`` are the values under ``resources.requests[R]`` / ``resources.limits[R]`` as
+    written, rendered as CEL's ``string()`` renders them (``"1"``, ``"500m"``, ``"0.5"``), or
+    ``"not set"`` when absent.
+    """
+
+    container: str
+    container_type: str
+    path: str
+    field: str
+    resource: str
+    requests: str
+    limits: str
+    problem: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form: ``{container, container_type, path, field, resource, requests, limits,
+        problem}``."""
+        return {
+            "container": self.container,
+            "container_type": self.container_type,
+            "path": self.path,
+            "field": self.field,
+            "resource": self.resource,
+            "requests": self.requests,
+            "limits": self.limits,
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
+class DraClaim:
+    """One pod-level ResourceClaim; ``count`` is the number of GPU devices, None when unknown."""
+
+    name: str
+    template: str | None
+    device_class: str | None
+    count: int | None
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{name, template, device_class, count, path}``."""
+        return {
+            "name": self.name,
+            "template": self.template,
+            "device_class": self.device_class,
+            "count": self.count,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True)
+class GPUFacts:
+    """The GPU facts of one pod, or (scaled and merged) of a whole workload.
+
+    Counts are devices or instances; ``equivalents_known`` is the Fraction of one GPU asked for by
+    the parts whose size is known, and ``gpu_equivalents`` the whole ask (None when some
+    part is unknown, with the reasons in ``unknown``); memory is MiB. ``invalid`` is what the API
+    server would reject, as text; ``resource_problems`` repeats its entries about containers'
+    extended resources as :class:`ResourceProblem` (one each, same order). See
+    ``docs/gpu-facts.md``.
+    """
+
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    mig: Mapping[str, int] = field(default_factory=dict)
+    effective_requests: Mapping[str, int] = field(default_factory=dict)
+    equivalents_known: Fraction = ZERO
+    approximate: bool = False
+    unknown: tuple[str, ...] = ()
+    shared: bool = False
+    gpu_memory_mib: int | None = None
+    vendors: tuple[str, ...] = ()
+    mig_single: Mapping[str, str | None] | None = None
+    kai: Mapping[str, Any] | None = None
+    hami: Mapping[str, Any] | None = None
+    dra_claims: tuple[DraClaim, ...] = ()
+    unrequested_access: tuple[Access, ...] = ()
+    privileged: tuple[Access, ...] = ()
+    invalid: tuple[str, ...] = ()
+    resource_problems: tuple[ResourceProblem, ...] = ()
+    warnings: tuple[str, ...] = ()
+    unrecognized: tuple[str, ...] = ()
+    sources: tuple[Source, ...] = ()
+
+    @property
+    def gpu_equivalents(self) -> Fraction | None:
+        """All GPU-equivalents asked for; None when a part's size is unknown (see ``unknown``)."""
+        return None if self.unknown else self.equivalents_known
+
+    @property
+    def dra_gpus(self) -> int | None:
+        """GPU devices claimed through DRA; None when some claim's count is unknown."""
+        counts = [c.count for c in self.dra_claims]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+    @property
+    def requested(self) -> bool:
+        """Whether the pod asks for any GPU of any kind (devices, MIG, shares, fractions, DRA)."""
+        return bool(
+            any(self.gpus.values())
+            or any(self.mig.values())
+            or self.kai
+            or self.dra_claims
+            or self.equivalents_known > 0
+            or self.unknown
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape documented in ``docs/gpu-facts.md`` (``FACTS``)."""
+        equivalents = self.gpu_equivalents
+        return {
+            "requested": self.requested,
+            "gpus": dict(sorted(self.gpus.items())),
+            "mig": dict(sorted(self.mig.items())),
+            "effective_requests": dict(sorted(self.effective_requests.items())),
+            "gpu_equivalents": None if equivalents is None else round(float(equivalents), 6),
+            "gpu_equivalents_approximate": self.approximate,
+            "unknown": list(self.unknown),
+            "shared": self.shared,
+            "gpu_memory_mib": self.gpu_memory_mib,
+            "vendors": list(self.vendors),
+            "mig_single": dict(self.mig_single) if self.mig_single else None,
+            "kai": dict(self.kai) if self.kai else None,
+            "hami": dict(self.hami) if self.hami else None,
+            "dra": (
+                {"claims": [c.to_dict() for c in self.dra_claims], "gpus": self.dra_gpus}
+                if self.dra_claims
+                else None
+            ),
+            "unrequested_access": [a.to_dict() for a in self.unrequested_access],
+            "privileged": [a.to_dict() for a in self.privileged],
+            "invalid": list(self.invalid),
+            "resource_problems": [p.to_dict() for p in self.resource_problems],
+            "warnings": list(self.warnings),
+            "unrecognized": list(self.unrecognized),
+            "sources": [s.to_dict() for s in self.sources],
+        }
+
+    def scaled(self, replicas: int) -> GPUFacts:
+        """The facts of ``replicas`` identical pods (counts, equivalents and memory multiplied)."""
+        if replicas == 1:
+            return self
+        return replace(
+            self,
+            gpus={k: v * replicas for k, v in self.gpus.items()},
+            mig={k: v * replicas for k, v in self.mig.items()},
+            effective_requests={k: v * replicas for k, v in self.effective_requests.items()},
+            equivalents_known=self.equivalents_known * replicas,
+            gpu_memory_mib=None if self.gpu_memory_mib is None else self.gpu_memory_mib * replicas,
+            dra_claims=tuple(
+                replace(c, count=None if c.count is None else c.count * replicas)
+                for c in self.dra_claims
+            ),
+        )
+
+
+def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
+    """Add up the facts of several pod groups (already scaled) into workload totals.
+
+    Counts, equivalents and memory are summed; lists are concatenated without
+    duplicates; ``kai``, ``hami`` and ``mig_single`` keep the first group's value that has one
+    (they describe one pod), except that an ``unknown`` MIG-single status wins.
+    """
+    gpus: dict[str, int] = {}
+    migs: dict[str, int] = {}
+    effective: dict[str, int] = {}
+    equivalents = ZERO
+    memory: int | None = None
+    kai = hami = single = None
+    approximate = shared = False
+    # Lists in first-seen order without repeats (dicts as ordered sets), built once at the end.
+    lists: dict[str, dict[Any, None]] = {name: {} for name in _MERGED_LISTS}
+    dra_claims: list[DraClaim] = []
+    sources: list[Source] = []
+    for part in parts:
+        for total, values in ((gpus, part.gpus), (migs, part.mig),
+                              (effective, part.effective_requests)):
+            for key, value in values.items():
+                total[key] = total.get(key, 0) + value
+        equivalents += part.equivalents_known
+        if part.gpu_memory_mib is not None:
+            memory = (memory or 0) + part.gpu_memory_mib
+        kai = kai or part.kai
+        hami = hami or part.hami
+        if part.mig_single and (single is None or part.mig_single.get("status") == "unknown"):
+            single = part.mig_single
+        approximate = approximate or part.approximate
+        shared = shared or part.shared
+        for name, seen in lists.items():
+            seen.update(dict.fromkeys(getattr(part, name)))
+        dra_claims.extend(part.dra_claims)
+        sources.extend(part.sources)
+    return GPUFacts(
+        gpus=gpus,
+        mig=migs,
+        effective_requests=effective,
+        equivalents_known=equivalents,
+        approximate=approximate,
+        shared=shared,
+        gpu_memory_mib=memory,
+        kai=kai,
+        hami=hami,
+        mig_single=single,
+        dra_claims=tuple(dra_claims),
+        sources=tuple(sources),
+        **{name: tuple(seen) for name, seen in lists.items()},
+    )
+
+
+_MERGED_LISTS: Final = ("unknown", "vendors", "unrequested_access", "privileged", "invalid",
+                        "resource_problems", "warnings", "unrecognized")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-container parsing
+
+
+@dataclass
+class _Container:
+    """One container's GPU asks, before the pod-level effective-request rules."""
+
+    name: str
+    ctype: str  # initContainers / containers / ephemeralContainers
+    path: str
+    sidecar: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    equivalents: Fraction | None = ZERO
+    memory_mib: int | None = None
+    asks_gpu: bool = False
+    claims: frozenset[str] = frozenset()
+    split: dict[str, int | None] | None = None
+    asked: dict[str, int] = field(default_factory=dict)  # every GPU-related resource, as asked
+
+
+@dataclass
+class _Collector:
+    """Mutable accumulator used while reading one pod; frozen into GPUFacts at the end."""
+
+    invalid: list[str] = field(default_factory=list)
+    resource_problems: list[ResourceProblem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    unrecognized: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    vendors: list[str] = field(default_factory=list)
+    approximate: bool = False
+    shared: bool = False
+
+    def resource_problem(
+        self, container: _Container, side: str, resource: str, limits: Mapping[str, Any],
+        requests: Mapping[str, Any], problem: str,
+    ) -> None:
+        """Record one rejected extended resource of ``container``, twice: as the ``invalid``
+        text ``<path>.resources<side>[<resource>]: <problem>`` (``side`` is ``""``,
+        ``".requests"`` or ``".limits"``) and as a :class:`ResourceProblem` with both values as
+        written in ``limits`` / ``requests`` (the container's ``resources`` maps)."""
+        where = f"{container.path}.resources{side}[{resource}]"
+        self.invalid.append(f"{where}: {problem}")
+        self.resource_problems.append(ResourceProblem(
+            container=container.name,
+            container_type=container.ctype,
+            path=container.path,
+            field=where,
+            resource=resource,
+            requests=_as_written(requests, resource),
+            limits=_as_written(limits, resource),
+            problem=problem,
+        ))
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What the pod's node selection says about its GPUs (product, MIG single, sharing)."""
+
+    model: str | None = None
+    mig_profile: str | None = None
+    excluded_mig: bool = False
+    shared: bool = False
+    replicas: int | None = None
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _map(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Mapping[str, Any]:
+    """``parent[key]`` when it is a map; absent or null gives ``{}``; any other type is recorded
+    in ``invalid`` (the API server would reject it) and read as ``{}``."""
+    value = parent.get(key)
+    if value is None or type(value) is dict or isinstance(value, Mapping):
+        return value or _EMPTY
+    out.invalid.append(f"{path}.{key}: expected a map, got {type(value).__name__}")
+    return _EMPTY
+
+
+def _seq(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Sequence[Any]:
+    """``parent[key]`` when it is a list; like :func:`_map` otherwise."""
+    value = parent.get(key)
+    if value is None or isinstance(value, list):
+        return value or ()
+    out.invalid.append(f"{path}.{key}: expected a list, got {type(value).__name__}")
+    return ()
+
+
+def _as_list(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _entries(parent: Mapping[str, Any], key: str, path: str,
+             out: _Collector) -> list[tuple[int, Mapping[str, Any]]]:
+    """``(index, entry)`` of the list ``parent[key]`` whose entries must be maps (env,
+    volumeMounts, volumes, resourceClaims, ...); a wrong-typed list or entry is recorded in
+    ``invalid`` and skipped, so a malformed entry never hides or fakes a finding silently."""
+    found = []
+    for index, entry in enumerate(_seq(parent, key, path, out)):
+        if type(entry) is dict or isinstance(entry, Mapping):
+            found.append((index, entry))
+        else:
+            out.invalid.append(f"{path}.{key}[{index}]: expected a map, got "
+                               f"{type(entry).__name__}")
+    return found
+
+
+_INT64 = 2**63
+
+
+def _cel_double(value: float) -> str:
+    """``value`` as CEL's ``string()`` renders a double: the shortest digits that read back
+    exactly, in exponent form below 1e-4 and from 1e6 up (``1e-05``, ``1.2345675e+06``)."""
+    if not math.isfinite(value):
+        return str(value)  # inf, -inf, nan
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    shortest = Decimal(repr(value)).normalize()  # repr: the shortest round-trip digits
+    negative, digits, exponent = shortest.as_tuple()
+    sign = "-" if negative else ""
+    scientific = len(digits) - 1 + int(exponent)
+    if -4 <= scientific < 6:
+        return sign + format(abs(shortest), "f")
+    text = "".join(map(str, digits))
+    return f"{sign}{text[0]}{'.' + text[1:] if len(text) > 1 else ''}e{scientific:+03d}"
+
+
+def _as_written(table: Mapping[str, Any], resource: str) -> str:
+    """The value of ``resource`` in a requests / limits map as CEL's ``string()`` shows it
+    (``1``, ``500m``, ``0.5``, ``true``; ints beyond int64 as doubles, as the CEL input
+    conversion reads them, and beyond any double shortened like ``invalid`` shows them),
+    ``null`` for a null value, JSON for a list or map, and ``not set`` when the key is absent."""
+    if resource not in table:
+        return "not set"
+    value = table[resource]
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        if -_INT64 <= value < _INT64:
+            return str(value)
+        try:
+            return _cel_double(float(value))
+        except OverflowError:  # beyond any double: shortened, as invalid shows it
+            return format_fraction(Fraction(value))
+    if isinstance(value, float):
+        return _cel_double(value)
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):  # a map with keys JSON cannot hold
+        return str(value)
+
+
+def _read_quantity(
+    resource: str, limits: Mapping[str, Any], requests: Mapping[str, Any],
+    container: _Container, out: _Collector,
+) -> tuple[int, str] | None:
+    """Apply the extended-resource rules to one resource of one container.
+
+    Each rule broken is recorded in ``invalid`` and ``resource_problems``
+    (:meth:`_Collector.resource_problem`). Returns the count to use and its field path, or None
+    when the resource asks for nothing.
+    """
+
+    def problem(side: str, text: str) -> None:
+        out.resource_problem(container, side, resource, limits, requests, text)
+
+    values: dict[str, Fraction] = {}
+    for where, table in (("limits", limits), ("requests", requests)):
+        if resource not in table:
+            continue
+        try:
+            values[where] = parse_quantity(table[resource])
+        except QuantityError as exc:
+            problem(f".{where}", str(exc))
+    if not values:
+        return None
+    limit, request = values.get("limits"), values.get("requests")
+    if limit is None and request is not None:
+        # Kubernetes validation: "Limit must be set for non overcommitable resources", even 0.
+        problem(".requests", "an extended resource needs a limit; a request without a limit is "
+                "rejected by the API server")
+    elif limit is not None and request is not None and limit != request:
+        problem("", f"requests ({format_fraction(request)}) must equal limits "
+                f"({format_fraction(limit)}) for an extended resource")
+    value = max(v for v in values.values())
+    if value > MAX_COUNT:
+        problem("", f"{format_fraction(value)} is out of range (at most {MAX_COUNT})")
+        return None
+    if value < 0:
+        problem("", "negative quantity")
+        return None
+    if value.denominator != 1:
+        problem("", f"{format_fraction(value)} is not a whole number; extended resources take "
+                "integers")
+    count = math.ceil(value)
+    if count == 0:
+        return None
+    where = "limits" if limit is not None else "requests"
+    return count, f"{container.path}.resources.{where}[{resource}]"
+
+
+def _split_equivalents(
+    container: _Container, kinds: Mapping[ResourceKind, int], devices: int, out: _Collector
+) -> Fraction | None:
+    """GPU-equivalents of a HAMi / Volcano split ask: per device cores %, else memory %."""
+    if ResourceKind.SPLIT_CORES in kinds:
+        return devices * Fraction(kinds[ResourceKind.SPLIT_CORES], 100)
+    if ResourceKind.SPLIT_MEMORY_PERCENT in kinds:
+        return devices * Fraction(kinds[ResourceKind.SPLIT_MEMORY_PERCENT], 100)
+    out.unknown.append(
+        f"{container.path}: GPU memory asked in MiB without a cores share; the share of a GPU "
+        "depends on the GPU's memory size"
+    )
+    return None
+
+
+def _mig_equivalents(profile: str, model: str | None, out: _Collector) -> Fraction:
+    value, approximate = mig.equivalents(profile, model)
+    out.approximate = out.approximate or approximate
+    if model is not None and mig.lookup(model, profile) is None:
+        out.warnings.append(f"MIG profile {profile} does not exist on {model} (the GPU the pod is "
+                            "pinned to): the pod cannot be scheduled there")
+    return value
+
+
+def _container_asks(
+    container: _Container, resources: Mapping[str, Any], placement: _Placement,
+    settings: GPUSettings, out: _Collector,
+) -> None:
+    """Fill counts, equivalents and memory of one container from its resources."""
+    limits = _map(resources, "limits", f"{container.path}.resources", out)
+    requests = _map(resources, "requests", f"{container.path}.resources", out)
+    asked: dict[str, tuple[ResourceKind, int]] = {}
+    for resource in dict.fromkeys([*limits, *requests]):
+        if not isinstance(resource, str):
+            continue
+        kind = classify(resource, settings)
+        if kind is ResourceKind.OTHER:
+            continue
+        if kind is ResourceKind.UNRECOGNIZED:
+            out.unrecognized.append(resource)
+            continue
+        if kind is ResourceKind.OBSOLETE:
+            out.resource_problem(
+                container, "", resource, limits, requests,
+                f"obsolete resource name ({OBSOLETE_RESOURCES[resource]}); the API server rejects "
+                "it",
+            )
+            continue
+        read = _read_quantity(resource, limits, requests, container, out)
+        if read is not None:
+            asked[resource] = (kind, read[0])
+            out.sources.append(
+                Source(resource, str(read[0]), container.name, container.ctype, read[1])
+            )
+            out.vendors.append(vendor_of(resource))
+    container.asked = {resource: count for resource, (_, count) in asked.items()}
+    split = {kind: count for kind, count in asked.values() if kind in SPLIT_KINDS}
+    equivalents: Fraction | None = ZERO
+    for resource, (kind, count) in asked.items():
+        container.asks_gpu = True
+        if kind in SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
+            continue
+        container.counts[resource] = count
+        if split and (kind is ResourceKind.SPLIT_COUNT or resource == "nvidia.com/gpu"):
+            continue  # the devices a split spans: valued by the split below, not as whole GPUs
+        equivalents = _add(equivalents, _resource_equivalents(
+            resource, kind, count, container, placement, settings, out))
+    if split:
+        devices = container.counts.get("volcano.sh/vgpu-number") or container.counts.get(
+            "nvidia.com/gpu", 1)
+        container.split = {"gpus": devices,
+                           "gpumem_mib": split.get(ResourceKind.SPLIT_MEMORY),
+                           "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
+                           "gpucores": split.get(ResourceKind.SPLIT_CORES)}
+        # gpucores 100 is HAMi's "exclusive"; anything else shares the device.
+        out.shared = out.shared or split.get(ResourceKind.SPLIT_CORES) != 100
+        equivalents = _add(equivalents, _split_equivalents(container, split, devices, out))
+        if ResourceKind.SPLIT_MEMORY in split:
+            container.memory_mib = split[ResourceKind.SPLIT_MEMORY] * devices
+    container.equivalents = equivalents
+
+
+def _resource_equivalents(
+    resource: str, kind: ResourceKind, count: int, container: _Container,
+    placement: _Placement, settings: GPUSettings, out: _Collector,
+) -> Fraction | None:
+    """GPU-equivalents of ``count`` units of one non-split resource."""
+    if kind is ResourceKind.CORES:
+        out.unknown.append(
+            f"{container.path}: {resource} counts cores; cores per device depend on the chip"
+        )
+        return None
+    if kind is ResourceKind.MIG:
+        profile, _ = mig.profile_from_resource(resource) or ("", False)
+        return count * _mig_equivalents(profile, placement.model, out)
+    if kind is ResourceKind.SHARED:
+        out.shared = True
+        per_device = Fraction(1)
+        parsed = mig.profile_from_resource(resource)
+        if parsed is not None:
+            per_device = _mig_equivalents(parsed[0], placement.model, out)
+        replicas = settings.replicas_for(resource) or placement.replicas
+        if replicas is None:
+            out.unknown.append(
+                f"{container.path}: {resource} is a shared replica and the replica count is "
+                "unknown (set --shared-replicas)"
+            )
+            return None
+        return count * per_device / replicas
+    if resource == "nvidia.com/gpu":
+        if placement.shared:
+            out.shared = True
+            replicas = placement.replicas or settings.replicas_for(resource)
+            if replicas is None:
+                out.unknown.append(
+                    f"{container.path}: nvidia.com/gpu on a node pinned to GPU sharing is a "
+                    "replica, and the replica count is unknown (set --shared-replicas)"
+                )
+                return None
+            return Fraction(count, replicas)
+        if placement.mig_profile:
+            return count * _mig_equivalents(placement.mig_profile, placement.model, out)
+    return Fraction(count)
+
+
+def _add(total: Fraction | None, value: Fraction | None) -> Fraction:
+    """Sum of the known parts: an unknown part (None) adds nothing; it is noted in ``unknown``."""
+    if not value:
+        return total or ZERO
+    return value if not total else total + value
+
+
+def _effective(values: Sequence[tuple[_Container, _N]]) -> _N:
+    """Kubernetes ``PodRequests`` for one resource: max(app + sidecars, init peak).
+
+    Init containers run one by one, each alongside the sidecars started before it; app containers
+    run together with every sidecar. Ephemeral containers ask for nothing.
+    """
+    sidecars: Any = 0
+    init_peak: Any = 0
+    app: Any = 0
+    for container, value in values:
+        if container.ctype == "initContainers":
+            if container.sidecar:
+                sidecars += value
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, value + sidecars)
+        elif container.ctype == "containers":
+            app += value
+    effective: _N = max(app + sidecars, init_peak)
+    return effective
+
+
+# --------------------------------------------------------------------------------------------
+# Pod-level facts: placement, KAI, DRA, access
+
+
+def _selector_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
+    # Shapes were checked by _placement; here wrong types simply do not pin.
+    """Values a pod is pinned to for a node label: nodeSelector, or every required affinity term.
+
+    Returns None when the pod does not pin the label.
+    """
+    selector = as_mapping(spec.get("nodeSelector"))
+    if key in selector and isinstance(selector[key], str):
+        return {selector[key]}
+    affinity = as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity"))
+    required = as_mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = _as_list(required.get("nodeSelectorTerms"))
+    values: set[str] = set()
+    for term in terms:
+        term_values = None
+        for expression in _as_list(as_mapping(term).get("matchExpressions")):
+            expression = as_mapping(expression)
+            if expression.get("key") == key and expression.get("operator") == "In":
+                term_values = {str(v) for v in _as_list(expression.get("values"))}
+        if term_values is None:
+            return None  # one term leaves the label open: the pod is not pinned
+        values |= term_values
+    return values or None
+
+
+def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Placement:
+    """What node selection tells about the GPU: model, MIG single profile, sharing."""
+    selector = _map(spec, "nodeSelector", spec_path, out)  # an empty list is a wrong type too
+    affinity = _map(spec, "affinity", spec_path, out)
+    if not selector and not affinity:
+        return _Placement()
+    for key, value in selector.items():
+        if not isinstance(value, str):
+            out.invalid.append(f"{spec_path}.nodeSelector[{key}]: expected a string, got "
+                               f"{type(value).__name__}")
+    _map(affinity, "nodeAffinity", f"{spec_path}.affinity", out)
+    model = mig_profile = None
+    excluded = shared = False
+    replicas = None
+    products = _selector_values(spec, PRODUCT_LABEL)
+    if products:
+        parsed = {mig.parse_product(p) for p in products}
+        models = {p.model for p in parsed}
+        profiles = {p.mig_profile for p in parsed}
+        if len(models) == 1:
+            model = next(iter(models))
+        if len(profiles) == 1:
+            mig_profile = next(iter(profiles))
+            excluded = mig_profile is None
+        shared = all(p.shared for p in parsed)
+    accelerators = _selector_values(spec, GKE_ACCELERATOR)
+    if model is None and accelerators and len(accelerators) == 1:
+        model = mig.model_from_gke_accelerator(next(iter(accelerators)))
+    partitions = _selector_values(spec, GKE_PARTITION)
+    if partitions and len(partitions) == 1:
+        mig_profile, excluded = next(iter(partitions)), False
+    strategies = _selector_values(spec, SHARING_LABEL) or _selector_values(spec, GKE_SHARING)
+    if strategies and strategies <= {"time-slicing", "mps", "time-sharing"}:
+        shared = True
+    for key in (GKE_MAX_CLIENTS, REPLICAS_LABEL):
+        pinned = _selector_values(spec, key)
+        value = parse_count(next(iter(pinned))) if pinned and len(pinned) == 1 else None
+        if value is not None:
+            replicas = value if value > 1 else replicas
+    return _Placement(model, mig_profile, excluded, shared, replicas)
+
+
+def _kai(
+    annotations: Mapping[str, Any], containers: Sequence[_Container], where: str,
+    out: _Collector,
+) -> tuple[dict[str, Any] | None, Fraction | None]:
+    """Read the KAI / Run:ai annotations (``where`` is their metadata path): (details,
+    equivalents). The annotated container counts as asking for a GPU."""
+    texts: dict[str, str] = {}
+    for key in (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER):
+        if key in annotations and annotations[key] is not None:
+            value = annotations[key]
+            if not isinstance(value, str):
+                out.invalid.append(f"{where}.annotations[{key}]: annotation values must be "
+                                   f"strings, got {type(value).__name__} {value!r}")
+            texts[key] = str(value).strip()
+    if KAI_FRACTION not in texts and KAI_MEMORY not in texts:
+        return None, Fraction(0)
+    details: dict[str, Any] = {"fraction": None, "memory_mib": None, "devices": 1,
+                               "container": None}
+    if KAI_DEVICES in texts:
+        devices = parse_count(texts[KAI_DEVICES])
+        if devices:
+            details["devices"] = devices
+        else:
+            out.invalid.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
+                               "not a positive integer")
+    equivalents: Fraction | None = None
+    if KAI_FRACTION in texts:
+        # A plain decimal, as KAI writes it: Fraction('1e-999999999') alone takes minutes.
+        if _DECIMAL.fullmatch(texts[KAI_FRACTION]):
+            fraction = Fraction(texts[KAI_FRACTION])
+        else:
+            fraction = Fraction(-1)
+        if 0 < fraction <= 1:
+            details["fraction"] = float(fraction)
+            equivalents = fraction * details["devices"]
+        else:
+            out.invalid.append(
+                f"{where}.annotations[{KAI_FRACTION}]: {texts[KAI_FRACTION]!r} is not a fraction "
+                "of a GPU (expected a number above 0 and at most 1)"
+            )
+            equivalents = ZERO
+    if KAI_MEMORY in texts:
+        memory = texts[KAI_MEMORY]
+        if (memory_mib := parse_count(memory)) is not None:
+            details["memory_mib"] = memory_mib
+            if equivalents is None:
+                out.unknown.append(
+                    f"{where}.annotations[{KAI_MEMORY}]: {memory} MiB of GPU memory; the share "
+                    "of a GPU depends on the GPU's memory size"
+                )
+        else:
+            out.invalid.append(f"{where}.annotations[{KAI_MEMORY}]: {memory!r} is not a number "
+                               "of MiB")
+            equivalents = equivalents or Fraction(0)
+    wanted = texts.get(KAI_CONTAINER)
+    if wanted is not None:
+        target = next(
+            (c for c in containers if c.name == wanted and c.ctype != "ephemeralContainers"), None
+        )
+        if target is None:
+            out.invalid.append(f"{where}.annotations[{KAI_CONTAINER}]: no container named "
+                               f"{wanted!r}")
+    else:
+        target = next((c for c in containers if c.ctype == "containers"), None)
+    if target is not None:
+        details["container"] = target.name
+        target.asks_gpu = True
+    out.shared = True
+    out.vendors.append("nvidia")
+    return details, equivalents
+
+
+def _dra(
+    spec: Mapping[str, Any], spec_path: str, namespace: str | None,
+    claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]],
+    containers: Sequence[_Container], out: _Collector,
+) -> tuple[DraClaim, ...]:
+    """Pod-level ResourceClaims that ask for GPUs, with device counts when the template is known."""
+    claims = []
+    for index, entry in _entries(spec, "resourceClaims", spec_path, out):
+        name = str(entry.get("name", ""))
+        template = entry.get("resourceClaimTemplateName")
+        source = as_mapping(entry.get("source"))  # pre-1.31 shape
+        template = template or source.get("resourceClaimTemplateName")
+        claim_name = entry.get("resourceClaimName") or source.get("resourceClaimName")
+        path = f"{spec_path}.resourceClaims[{index}]"
+        device_class: str | None = None
+        count: int | None = None
+        known = claim_templates.get((namespace, str(template))) if template else None
+        if known is None and template:
+            known = claim_templates.get((None, str(template)))
+        if known is not None:
+            device_class, count = known
+            if device_class is not None and not any(
+                hint in device_class for hint in _GPU_DEVICE_CLASS_HINTS
+            ):
+                continue  # a claim for something other than a GPU (a NIC, a channel)
+            if count is None:
+                out.unknown.append(f"{path}: ResourceClaimTemplate {template!r} states no usable "
+                                   "device count (allocationMode All, or an invalid count)")
+        else:
+            what = f"ResourceClaimTemplate {template!r}" if template else \
+                f"ResourceClaim {claim_name!r}"
+            out.unknown.append(f"{path}: {what} is not in the input; its device count is unknown")
+        claims.append(DraClaim(name, str(template) if template else None, device_class, count,
+                               path))
+        for container in containers:
+            if name in container.claims:
+                container.asks_gpu = True
+        # DeviceClass names end in the driver's domain (gpu.nvidia.com, gpu.amd.com); with the
+        # class unknown (template not in the input) the vendor is unknown too.
+        if device_class and "." in device_class:
+            out.vendors.append(vendor_of(f"{device_class.split('.', 1)[1]}/device"))
+    return tuple(claims)
+
+
+def _access(
+    container_spec: Mapping[str, Any], container: _Container, volumes: Mapping[str, str],
+    out: _Collector,
+) -> tuple[list[Access], list[Access]]:
+    """(unrequested GPU access, privileged) findings for one container."""
+    reach: list[Access] = []
+    privileged: list[Access] = []
+
+    def note(target: list[Access], path: str, reason: str) -> None:
+        target.append(Access(container.name, container.ctype, f"{container.path}.{path}", reason))
+
+    security = _map(container_spec, "securityContext", container.path, out)
+    if security.get("privileged") is True:
+        note(privileged, "securityContext.privileged", "privileged container")
+    added = [str(c).upper().removeprefix("CAP_") for c in
+             _seq(_map(security, "capabilities", f"{container.path}.securityContext", out),
+                  "add", f"{container.path}.securityContext.capabilities", out)]
+    if "SYS_ADMIN" in added:
+        note(privileged, "securityContext.capabilities.add", "adds capability SYS_ADMIN")
+    env_list = _entries(container_spec, "env", container.path, out)
+    mounts = _entries(container_spec, "volumeMounts", container.path, out)
+    if container.asks_gpu:
+        return reach, privileged
+    reach.extend(
+        replace(p, reason=f"{p.reason}: sees every device on the node without requesting a GPU")
+        for p in privileged
+    )
+    for index, env in env_list:
+        name = env.get("name")
+        if name not in _DEVICE_ENV:
+            continue
+        if "valueFrom" in env:
+            note(reach, f"env[{index}]", f"{name} is set from a reference (value unknown) "
+                 "without requesting a GPU")
+            continue
+        value = str(env.get("value") or "").strip()
+        if value.lower() not in _NO_DEVICE_VALUES:
+            note(reach, f"env[{index}]", f"{name}={value} without requesting a GPU")
+    for index, mount in mounts:
+        host_path = volumes.get(str(mount.get("name")))
+        if host_path is None:
+            continue
+        normalised = "/" + host_path.strip("/")
+        if normalised == "/dev" or normalised.startswith(_DEVICE_PATHS):
+            note(reach, f"volumeMounts[{index}]",
+                 f"mounts hostPath {host_path} without requesting a GPU")
+    return reach, privileged
+
+
+def _metadata_path(spec_path: str) -> str:
+    """``spec.template.spec`` -> ``spec.template.metadata`` (``spec`` -> ``metadata``)."""
+    parent = spec_path.rpartition(".")[0]
+    return f"{parent}.metadata" if parent else "metadata"
+
+
+def _host_path_volumes(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> dict[str, str]:
+    volumes = {}
+    for index, volume in _entries(spec, "volumes", spec_path, out):
+        host = _map(volume, "hostPath", f"{spec_path}.volumes[{index}]", out)
+        if isinstance(host.get("path"), str):
+            volumes[str(volume.get("name"))] = host["path"]
+    return volumes
+
+
+def pod_facts(
+    spec: Mapping[str, Any] | None,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    spec_path: str = "spec",
+    settings: GPUSettings = DEFAULT_SETTINGS,
+    claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]] | None = None,
+    namespace: str | None = None,
+) -> GPUFacts:
+    """Compute the GPU facts of one pod or pod template.
+
+    Args:
+        spec: the PodSpec (``Pod.spec`` or ``template.spec``); None or malformed parts count as
+            empty and are reported in ``invalid``.
+        metadata: the pod's (or template's) metadata, for KAI annotations.
+        spec_path: field path of ``spec`` inside the object, e.g. ``spec.template.spec``; every
+            path in the result starts with it.
+        settings: the cluster's GPU naming and sharing (see :class:`GPUSettings`).
+        claim_templates: ``(namespace, name) -> (device class, device count)`` of
+            ResourceClaimTemplates known from the same input (namespace None matches any).
+        namespace: the pod's namespace, to look up claim templates.
+
+    Returns:
+        Frozen :class:`GPUFacts`; never raises for malformed objects.
+    """
+    out = _Collector()
+    if spec is not None and not isinstance(spec, Mapping):
+        out.invalid.append(f"{spec_path}: expected a PodSpec map, got {type(spec).__name__}")
+    spec = as_mapping(spec)
+    metadata = as_mapping(metadata)
+    placement = _placement(spec, spec_path, out)
+    volumes = _host_path_volumes(spec, spec_path, out)
+    containers: list[tuple[_Container, Mapping[str, Any]]] = []
+    for ctype in _CONTAINER_TYPES:
+        entries = spec.get(ctype)
+        if entries is not None and not isinstance(entries, list):
+            out.invalid.append(f"{spec_path}.{ctype}: expected a list of containers")
+            continue
+        for index, raw in enumerate(_as_list(entries)):
+            path = f"{spec_path}.{ctype}[{index}]"
+            if not isinstance(raw, Mapping):
+                out.invalid.append(f"{path}: expected a container object")
+                continue
+            container = _Container(
+                name=str(raw.get("name", "")), ctype=ctype, path=path,
+                sidecar=ctype == "initContainers" and raw.get("restartPolicy") == "Always",
+            )
+            resources = _map(raw, "resources", path, out)
+            container.claims = frozenset(
+                str(c.get("name")) for _, c in _entries(resources, "claims", f"{path}.resources",
+                                                        out)
+            )
+            if ctype != "ephemeralContainers":
+                _container_asks(container, resources, placement, settings, out)
+            containers.append((container, raw))
+    plain = [c for c, _ in containers]
+    annotations = _map(metadata, "annotations", _metadata_path(spec_path), out)
+    _map(metadata, "labels", _metadata_path(spec_path), out)  # queue labels: policies read them
+    kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
+    claims = _dra(spec, spec_path, namespace, claim_templates or {}, plain, out)
+
+    gpus: dict[str, int] = {}
+    for resource in dict.fromkeys(r for c in plain for r in c.counts):
+        value = _effective([(c, c.counts.get(resource, 0)) for c in plain])
+        if value:
+            gpus[resource] = int(value)
+    effective_requests = {}
+    for resource in dict.fromkeys(r for c in plain for r in c.asked):
+        value = _effective([(c, c.asked.get(resource, 0)) for c in plain])
+        if value:
+            effective_requests[resource] = int(value)
+    migs = {}
+    for resource in list(gpus):
+        parsed = mig.profile_from_resource(resource)
+        if parsed is not None and not parsed[1]:
+            migs[parsed[0]] = gpus.pop(resource)
+    equivalents = _effective([(c, c.equivalents or ZERO) for c in plain])
+    equivalents = _add(equivalents, kai_equivalents)
+    dra_gpus = [c.count for c in claims]
+    dra_total = sum(c or 0 for c in dra_gpus)
+    if dra_total:
+        equivalents = _add(equivalents, Fraction(dra_total))
+    memory = _effective([(c, c.memory_mib or 0) for c in plain])
+    if kai and kai.get("memory_mib"):
+        memory = (memory or 0) + kai["memory_mib"] * kai["devices"]
+
+    reach: list[Access] = []
+    privileged: list[Access] = []
+    for container, raw in containers:
+        found_reach, found_privileged = _access(raw, container, volumes, out)
+        reach += found_reach
+        privileged += found_privileged
+
+    single = None
+    if "nvidia.com/gpu" in gpus:
+        if placement.mig_profile:
+            single = {"status": "pinned", "profile": placement.mig_profile,
+                      "model": placement.model}
+        elif placement.excluded_mig:
+            single = {"status": "excluded", "profile": None, "model": placement.model}
+        else:
+            single = {"status": "unknown", "profile": None, "model": None}
+    hami = _hami_details(plain)
+    return GPUFacts(
+        gpus=gpus,
+        mig=migs,
+        effective_requests=effective_requests,
+        equivalents_known=equivalents,
+        approximate=out.approximate,
+        unknown=tuple(dict.fromkeys(out.unknown)),
+        shared=out.shared,
+        gpu_memory_mib=int(memory) if memory else None,
+        vendors=tuple(sorted(set(out.vendors))),
+        mig_single=single,
+        kai=kai,
+        hami=hami,
+        dra_claims=claims,
+        unrequested_access=tuple(reach),
+        privileged=tuple(privileged),
+        invalid=tuple(dict.fromkeys(out.invalid)),
+        resource_problems=tuple(dict.fromkeys(out.resource_problems)),
+        warnings=tuple(dict.fromkeys(out.warnings)),
+        unrecognized=tuple(dict.fromkeys(out.unrecognized)),
+        sources=tuple(out.sources),
+    )
+
+
+def _hami_details(containers: Sequence[_Container]) -> dict[str, int | None] | None:
+    """The HAMi / Volcano split of the first container that has one (per GPU it spans)."""
+    return next((dict(c.split) for c in containers if c.split), None)
+
+
+# KubeVirt vGPU types are named like GRID_T4-1Q / NVIDIA_A10-4C (a framebuffer share), passthrough
+# devices after the chip (GA102GL_A10); see the KubeVirt user guide, "Host devices assignment".
+_VGPU_NAME = re.compile(r"grid|vgpu|-\d+[qabc]$", re.I)
+_PASSTHROUGH_DOMAINS = ("nvidia.com/", "amd.com/", "intel.com/", "gpu.intel.com/")
+
+
+def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
+    """GPU facts of a KubeVirt VM from ``domain.devices.gpus`` and ``hostDevices``.
+
+    Each entry is one device of the resource named by ``deviceName``; passthrough GPUs are whole
+    (one GPU-equivalent each). vGPU types (``nvidia.com/GRID_A100-4C``: a framebuffer share of
+    one GPU) are shared, with a share that is unknown from the VM alone: they are counted as
+    devices, their GPU-equivalents are left out of ``equivalents_known`` and named in
+    ``unknown`` — never valued as zero without a word. ``hostDevices`` entries count only when
+    their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
+    ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
+
+    Args:
+        domain: the VM's ``domain`` (already a map; its own type is checked by the caller).
+        path: its field path (``spec.domain``; ``spec.template.spec.domain`` for a VM).
+    """
+    out = _Collector()
+    devices = _map(as_mapping(domain), "devices", path, out)
+    counts: dict[str, int] = {}
+    equivalents = ZERO
+    for key in ("gpus", "hostDevices"):
+        for index, entry in enumerate(_seq(devices, key, f"{path}.devices", out)):
+            where = f"{path}.devices.{key}[{index}]"
+            if not isinstance(entry, Mapping):
+                out.invalid.append(f"{where}: expected a device map, got {type(entry).__name__}")
+                continue
+            name = entry.get("deviceName")
+            if not isinstance(name, str) or not name:
+                out.invalid.append(f"{where}.deviceName: expected a resource name, got "
+                                   f"{shortened(repr(name))}")
+                continue
+            if key == "hostDevices" and not name.startswith(_PASSTHROUGH_DOMAINS) \
+                    and classify(name) is ResourceKind.OTHER:
+                continue
+            counts[name] = counts.get(name, 0) + 1
+            out.sources.append(Source(name, "1", str(entry.get("name", "")), key, where))
+            out.vendors.append(vendor_of(name))
+            if key == "gpus" and _VGPU_NAME.search(name.split("/", 1)[-1]):
+                out.shared = True
+                out.unknown.append(f"{where}: vGPU type {name}; its share of a GPU is unknown")
+            else:
+                equivalents += 1
+    return GPUFacts(
+        gpus=counts, effective_requests=counts, equivalents_known=equivalents,
+        unknown=tuple(out.unknown), shared=out.shared,
+        vendors=tuple(sorted(set(out.vendors))), invalid=tuple(out.invalid),
+        sources=tuple(out.sources),
+    )
+
+
+def pinned_product(spec: Mapping[str, Any] | None) -> str | None:
+    """The GPU product (``nvidia.com/gpu.product`` value) a PodSpec is pinned to, or None.
+
+    A pod is pinned when its nodeSelector names one product, or when every required node-affinity
+    term allows exactly the same single product (:func:`_selector_values`). The MIG-single and
+    ``-SHARED`` suffixes are stripped (``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb`` →
+    ``NVIDIA-A100-SXM4-80GB``), so quota per product counts the physical model. Used by quota.
+    """
+    values = _selector_values(as_mapping(spec), PRODUCT_LABEL)
+    if not values:
+        return None
+    bases = {mig.parse_product(v).base for v in values}
+    return next(iter(bases)) if len(bases) == 1 else None

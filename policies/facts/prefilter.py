@@ -1,0 +1,263 @@
+"""Which admission requests reach gpuguard at all: the webhooks' ``matchConditions``, generated.
+
+Owns the CEL text that kube-apiserver evaluates before it calls gpuguard, so that an outage of
+gpuguard blocks only what can touch a GPU (HAMi#160 and kueue#5244 are clusters stopped by GPU
+webhooks that saw every pod). A pod or pod template is sent when it has any of:
+
+- a container (init, app or ephemeral) asking for a resource that
+  :func:`policies.facts.resource_names.classify` does not call ``OTHER`` (:func:`~policies.
+  resource_names.name_patterns`: exact names, prefixes, the accelerator hint);
+- DRA ``spec.resourceClaims``;
+- an env var the GPU runtimes read to expose devices (``policies.facts.gpu``'s device env list);
+- a ``hostPath`` volume on ``/dev`` or a GPU device path (``policies.facts.gpu``'s device paths);
+- a privileged container, or one that adds ``SYS_ADMIN`` (the NVIDIA toolkit's "privileged");
+- a KAI / Run:ai (``policies.facts.gpu.KAI_*``) or HAMi placement annotation;
+
+and a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``. Workload kinds are searched
+at the pod-template locations of :data:`TEMPLATE_LOCATIONS`, which mirror
+:mod:`policies.facts.workloads`. The test is a superset of what the GPU facts count (it looks at
+names, not values: ``nvidia.com/gpu: 0`` or ``NVIDIA_VISIBLE_DEVICES=void`` are sent too), so
+nothing a policy could deny is skipped; ``tests/test_prefilter.py`` checks both against the facts.
+
+The expressions use only what the API server's CEL environment for webhook matchConditions has on
+Kubernetes 1.30 (optional types, ``matches``, the standard macros; no ``cel.bind``) and what
+:mod:`policies.cel.runtime` runs. Objects are read as the API server decodes them: a null where a
+map or list belongs (only in an invalid object, or in a CRD subtree without a schema) makes the
+evaluation fail, which the Ignore webhooks treat as "skip"; Pods reach the validating webhook only
+after the API server validated them.
+
+Must not evaluate CEL, read files or know the deploy manifests' layout: it only writes text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+# The device env vars, device paths and container types are policies.facts.gpu's own tables,
+# imported so that the conditions follow them (it has no public names for them yet).
+from policies.facts.gpu import (
+    _CONTAINER_TYPES,
+    _DEVICE_ENV,
+    _DEVICE_PATHS,
+    KAI_CONTAINER,
+    KAI_DEVICES,
+    KAI_FRACTION,
+    KAI_MEMORY,
+)
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, name_patterns
+from policies.facts.workload_kinds import EPHEMERAL_CONTAINERS, WORKLOAD_KINDS
+
+# HAMi's pod annotations that pick or steer GPUs (gpu-domain.md, "HAMi pod annotations"). The GPU
+# facts do not count them (they only matter next to a GPU resource); sending them costs nothing.
+HAMI_ANNOTATIONS: Final = (
+    "nvidia.com/use-gputype", "nvidia.com/nouse-gputype", "nvidia.com/use-gpuuuid",
+    "nvidia.com/nouse-gpuuuid", "nvidia.com/vgpu-mode", "nvidia.com/numa-bind",
+    "hami.io/gpu-scheduler-policy", "hami.io/node-scheduler-policy",
+)
+GPU_ANNOTATIONS: Final = (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER, *HAMI_ANNOTATIONS)
+"""Pod (template) annotations that make gpuguard look at an object."""
+
+CONTAINER_FIELDS: Final = _CONTAINER_TYPES
+"""The container lists of a PodSpec the GPU facts read (init, app, ephemeral)."""
+
+# Where each webhook-matched resource keeps its pod templates, and where KubeVirt lists a domain's
+# devices (policies.facts.gpu.virtual_machine_facts), from the one workload registry.
+TEMPLATE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    **{(k.group, k.plural): k.templates for k in WORKLOAD_KINDS},
+    ("", EPHEMERAL_CONTAINERS): ("",),  # the object is the whole Pod
+}
+DEVICE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (k.group, k.plural): k.devices for k in WORKLOAD_KINDS if k.devices
+}
+
+NOT_BEING_DELETED: Final = "not-an-update-of-an-object-being-deleted"
+CAN_TOUCH_GPUS: Final = "can-touch-gpus"
+# An UPDATE of an object that already has a deletionTimestamp (a controller removing its
+# finalizer, a label change) can give no new GPU access: a Pod being deleted is never scheduled
+# again. Skipping these keeps an outage from leaving GPU pods stuck Terminating. Subresources
+# (pods/ephemeralcontainers: `kubectl debug` of a running pod) are still sent.
+_NOT_BEING_DELETED_CEL: Final = (
+    "request.operation != 'UPDATE' || request.?subResource.orValue('') != '' ||\n"
+    "object == null || !object.?metadata.?deletionTimestamp.hasValue()"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class MatchCondition:
+    """One entry of a webhook's ``matchConditions``: a qualified ``name`` and a bool CEL
+    ``expression`` over ``object``, ``oldObject`` and ``request``."""
+
+    name: str
+    expression: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The API form ``{name, expression}``."""
+        return {"name": self.name, "expression": self.expression}
+
+
+def _quote(text: str) -> str:
+    """A CEL single-quoted string literal (backslash and quote escaped)."""
+    if any(ord(ch) < 0x20 for ch in text):
+        raise ValueError(f"{text!r}: control characters do not belong in a generated condition")
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_quote(v) for v in values) + "]"
+
+
+def _regex_words(words: Iterable[str]) -> str:
+    """An RE2 alternation of literal words."""
+    return "|".join(re.escape(w) for w in words)
+
+
+def _chain(var: str, fields: list[str]) -> str:
+    """``var.?a.?b`` (an optional): present when every field on the way is."""
+    for name in fields:
+        if not _IDENTIFIER.fullmatch(name):
+            raise ValueError(f"{name!r}: not a field name a generated condition can select")
+    return var + "".join(f".?{name}" for name in fields)
+
+
+def gpu_resource_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the resource name in ``var`` is a GPU (or GPU-like) resource.
+
+    Exactly :func:`policies.facts.resource_names.classify` ``is not OTHER`` for ``settings``: the
+    registry's exact names (those the hint does not already catch), its prefixes, and its
+    accelerator hint searched after the first ``/``, case-insensitively.
+    """
+    patterns = name_patterns(settings)
+    hint = re.compile(patterns.hint, re.IGNORECASE)
+    names = [n for n in patterns.names if "/" not in n or not hint.search(n.split("/", 1)[1])]
+    parts = [f"{var} in {_list(names)}"] if names else []
+    parts += [f"{var}.startsWith({_quote(p)})" for p in patterns.prefixes]
+    parts.append(f"{var}.matches({_quote('(?is)^[^/]*/.*(?:' + patterns.hint + ')')})")
+    return " || ".join(parts)
+
+
+def device_path_regex() -> str:
+    """RE2 for a hostPath that reaches GPU devices: ``/dev`` itself or a device path of
+    ``policies.facts.gpu``, with any number of slashes where the facts strip or expect one."""
+    names = [p.removeprefix("/dev/") for p in _DEVICE_PATHS]
+    if any(p == n for p, n in zip(_DEVICE_PATHS, names, strict=True)):
+        raise ValueError(f"device paths must lie under /dev/: {_DEVICE_PATHS}")
+    return f"^/*dev(?:/*$|/+(?:{_regex_words(names)}))"
+
+
+def container_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the container in ``var`` asks for, or can reach, GPUs."""
+    resources = _chain(var, ["resources"])
+    security = _chain(var, ["securityContext"])
+    return "\n  || ".join((
+        f"{resources}.?limits.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
+        f"{resources}.?requests.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
+        f"{var}.?env.orValue([]).exists(e, e.?name.orValue('') in {_list(_DEVICE_ENV)})",
+        f"{security}.?privileged.orValue(false) == true",
+        f"{security}.?capabilities.?add.orValue([]).exists(x, "
+        f"x.matches('(?i)^(?:cap_)?sys_admin$'))",
+    ))
+
+
+def pod_template_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the Pod or pod template (``{metadata, spec}``) in ``var`` can touch
+    GPUs: its annotations, DRA claims, device hostPaths, then each container of each type."""
+    spec = _chain(var, ["spec"])
+    containers = " + ".join(f"{spec}.?{f}.orValue([])" for f in CONTAINER_FIELDS)
+    body = container_test("c", settings).replace("\n", "\n  ")
+    return "\n|| ".join((
+        f"{_chain(var, ['metadata', 'annotations'])}.orValue({{}}).exists(a, "
+        f"a in {_list(GPU_ANNOTATIONS)})",
+        f"{spec}.?resourceClaims.orValue([]).size() > 0",
+        f"{spec}.?volumes.orValue([]).exists(v, "
+        f"v.?hostPath.?path.orValue('').matches({_quote(device_path_regex())}))",
+        f"({containers}).exists(c,\n    {body})",
+    ))
+
+
+def _location_list(var: str, locations: Iterable[str]) -> str:
+    """A CEL list of what lies at ``locations`` of ``var`` (absent ones dropped)."""
+    singles: list[str] = []
+    spreads: list[str] = []
+    for location in locations:
+        if location == "":
+            singles.append(var)
+            continue
+        fields = location.split(".")
+        spread = [i for i, f in enumerate(fields) if f == "*" or f.endswith("[]")]
+        if not spread:
+            singles.append("?" + _chain(var, fields))
+            continue
+        if len(spread) > 1:
+            raise ValueError(f"{location!r}: at most one '[]' or '*' per location")
+        at = spread[0]
+        rest = fields[at + 1:]
+        if fields[at] == "*":  # every value of the map at fields[:at]
+            collection = _chain(var, fields[:at]) + ".orValue({})"
+            item = var + "".join(f".{f}" for f in fields[:at]) + "[k]"
+            name = "k"
+        else:
+            collection = _chain(var, [*fields[:at], fields[at][:-2]]) + ".orValue([])"
+            item = name = "g"
+        if not rest:
+            spreads.append(f"{collection}.map({name}, {item})")
+            continue
+        guard = f"type({item}) == map && {_chain(item, rest)}.hasValue()"
+        spreads.append(f"{collection}.map({name}, {guard}, {item}.{'.'.join(rest)})")
+    parts = (["[" + ", ".join(singles) + "]"] if singles else []) + spreads
+    return "\n  + ".join(parts)
+
+
+def _locations(table: Mapping[tuple[str, str], tuple[str, ...]],
+               resources: Iterable[tuple[str, str]]) -> list[str]:
+    return list(dict.fromkeys(loc for key in resources for loc in table.get(key, ())))
+
+
+def can_touch_gpus(resources: Iterable[tuple[str, str]],
+                   settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """The CEL of :data:`CAN_TOUCH_GPUS` for a webhook whose rules match ``resources``.
+
+    Args:
+        resources: ``(apiGroup, resource)`` pairs of the webhook's rules (``("", "pods")``,
+            ``("apps", "deployments")``, ``("", "pods/ephemeralcontainers")``).
+        settings: the cluster's GPU names (``gpuguard serve``'s ``--gpu-resource``).
+
+    Returns:
+        A bool expression over ``object`` (``oldObject`` when ``object`` is null, as on DELETE).
+
+    Raises:
+        ValueError: a resource whose pod-template locations are not known (it would never match).
+    """
+    resources = list(dict.fromkeys(resources))
+    unknown = [f"{g or 'core'}/{r}" for g, r in resources if (g, r) not in TEMPLATE_LOCATIONS]
+    if unknown:
+        raise ValueError(f"no pod-template locations known for {', '.join(unknown)}: add them "
+                         "to policies.facts.prefilter.TEMPLATE_LOCATIONS (as "
+                         "policies.facts.workloads reads them)")
+    templates = _locations(TEMPLATE_LOCATIONS, resources)
+    devices = _locations(DEVICE_LOCATIONS, resources)
+    pod = pod_template_test("t", settings).replace("\n", "\n  ")
+    if templates == [""]:
+        tests = [pod_template_test("o", settings).replace("\n", "\n  ")]
+    else:
+        tests = [f"({_location_list('o', templates)}).exists(t,\n  {pod})".replace("\n", "\n  ")]
+    if devices:
+        tests.append(f"({_location_list('o', devices)}).exists(d, "
+                     "d.?gpus.orValue([]).size() > 0 || d.?hostDevices.orValue([]).size() > 0)")
+    body = "\n|| ".join(tests).replace("\n", "\n  ")
+    return f"[object != null ? object : oldObject].exists(o, o != null && (\n  {body}\n))"
+
+
+def match_conditions(resources: Iterable[tuple[str, str]],
+                     settings: GPUSettings = DEFAULT_SETTINGS) -> tuple[MatchCondition, ...]:
+    """The ``matchConditions`` of a webhook whose rules match ``resources`` (ANDed by the API
+    server; a false one skips the call even when another failed to evaluate).
+
+    Raises:
+        ValueError: see :func:`can_touch_gpus`.
+    """
+    return (MatchCondition(NOT_BEING_DELETED, _NOT_BEING_DELETED_CEL),
+            MatchCondition(CAN_TOUCH_GPUS, can_touch_gpus(resources, settings)))

@@ -1,0 +1,240 @@
+"""What the engine evaluates: one admission request (or one audited object), as plain data.
+
+Owns turning an ``admission.k8s.io/v1`` (or ``v1beta1``) AdmissionRequest — or a bare object read
+from a file — into a :class:`ReviewInput`: operation, object / oldObject, the resource and
+subresource, userInfo, dryRun, and the namespace object when known. Field names follow the
+Kubernetes API reference for AdmissionReview. The webhook parses the wire envelope and the CLI
+reads files; both end here, so admission and audit see the same input.
+
+Must not do I/O, read the clock (callers pass ``now``) or evaluate policies.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.facts.workload_kinds import PLURALS
+from policies.json_fields import mapping_at
+
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label kube-apiserver sets on every Namespace to its name (immutable, and it wins over any
+value written for it: Kubernetes API reference, "Well-Known Labels")."""
+
+
+def namespace_stub(name: str, labels: Mapping[str, Any] | None = None,
+                   annotations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Namespace object ``namespaceObject`` is for ``name``: ``labels`` (and
+    ``annotations``) plus :data:`NAMESPACE_NAME_LABEL`, which always wins, as on the API server."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {**{str(k): str(v) for k, v in (labels or {}).items()},
+                   NAMESPACE_NAME_LABEL: name},
+    }
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+class ReviewError(ValueError):
+    """An AdmissionRequest that cannot be evaluated.
+
+    The message names the field and what was expected (e.g. ``request.operation: expected one of
+    CREATE, UPDATE, DELETE, CONNECT``).
+    """
+
+
+@dataclass(frozen=True)
+class GroupVersionResource:
+    """``{group, version, resource}`` as in AdmissionRequest.resource (group ``""`` is core)."""
+
+    group: str
+    version: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """The requesting user (AdmissionRequest.userInfo)."""
+
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``userInfo`` map as the API writes it."""
+        return {"username": self.username, "uid": self.uid, "groups": list(self.groups),
+                "extra": dict(self.extra)}
+
+
+@dataclass(frozen=True)
+class ReviewInput:
+    """One thing to evaluate.
+
+    Attributes:
+        operation: CREATE, UPDATE, DELETE or CONNECT.
+        object / old_object: the new and old objects (None where the API sends null: DELETE has
+            no ``object``, CREATE no ``oldObject``).
+        resource: the resource requested; ``subresource`` e.g. ``ephemeralcontainers`` or ``""``.
+        kind: the object's ``(group, version, kind)``.
+        namespace / name: from the request (``name`` is empty for ``generateName`` objects).
+        user: the requesting user. dry_run: nothing may be recorded or reserved.
+        request: the AdmissionRequest map exposed to CEL as ``request``.
+        namespace_object: the Namespace object when known (labels for namespaceSelector).
+        now: the time the request is evaluated at (exception expiry).
+    """
+
+    operation: str
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+    resource: GroupVersionResource
+    subresource: str
+    kind: tuple[str, str, str]
+    namespace: str | None
+    name: str
+    user: UserInfo
+    dry_run: bool
+    request: Mapping[str, Any]
+    namespace_object: Mapping[str, Any] | None = None
+    now: datetime.datetime = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+    @property
+    def subject(self) -> Mapping[str, Any] | None:
+        """The object policies look at: ``object``, or ``oldObject`` for DELETE."""
+        return self.object if self.object is not None else self.old_object
+
+    @property
+    def resource_path(self) -> str:
+        """``pods`` or ``pods/ephemeralcontainers``: what match.resources names."""
+        return f"{self.resource.resource}/{self.subresource}" if self.subresource \
+            else self.resource.resource
+
+
+def _split_api_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def plural_of(kind: str) -> str:
+    """The plural resource name of a kind (``Deployment`` → ``deployments``)."""
+    return PLURALS.get(kind, kind.lower() + "s")
+
+
+def from_object(
+    obj: Mapping[str, Any],
+    *,
+    operation: str = "CREATE",
+    user: UserInfo | None = None,
+    namespace_object: Mapping[str, Any] | None = None,
+    now: datetime.datetime | None = None,
+) -> ReviewInput:
+    """A review of a bare object, as if it were being created (the audit and ``check`` path),
+    or updated, deleted, connected to with ``operation``: on DELETE the object is ``oldObject``
+    and ``object`` is null, as kube-apiserver sends it (Kubernetes API reference,
+    AdmissionRequest)."""
+    metadata = mapping_at(obj, "metadata")
+    group, version = _split_api_version(str(obj.get("apiVersion", "")))
+    kind = str(obj.get("kind", ""))
+    user = user or UserInfo()
+    namespace = metadata.get("namespace")
+    if not namespace and isinstance(namespace_object, Mapping) and kind != "Namespace":
+        ns_meta = namespace_object.get("metadata")
+        namespace = ns_meta.get("name") if isinstance(ns_meta, Mapping) else None
+    name = str(metadata.get("name") or "")
+    resource = GroupVersionResource(group, version, plural_of(kind))
+    current, old = (None, obj) if operation == "DELETE" else (obj, None)
+    request = {
+        "uid": "", "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource.resource},
+        "name": name, "namespace": namespace, "operation": operation,
+        "userInfo": user.to_dict(), "object": current, "oldObject": old, "dryRun": False,
+    }
+    return ReviewInput(
+        operation=operation, object=current, old_object=old, resource=resource, subresource="",
+        kind=(group, version, kind), namespace=namespace, name=name, user=user, dry_run=False,
+        request=request, namespace_object=namespace_object,
+        now=now or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
+    )
+
+
+def _gvk(value: Any, where: str) -> tuple[str, str, str]:
+    if not isinstance(value, Mapping):
+        raise ReviewError(f"{where}: expected an object with group, version and kind")
+    return (str(value.get("group") or ""), str(value.get("version") or ""),
+            str(value.get("kind") or ""))
+
+
+def from_request(
+    request: Any,
+    *,
+    namespace_object: Mapping[str, Any] | None = None,
+    now: datetime.datetime | None = None,
+) -> ReviewInput:
+    """Parse an AdmissionRequest (the ``request`` of an AdmissionReview).
+
+    Tolerates what real API servers and hand-written fixtures send: missing ``resource`` (taken
+    from the object's kind), ``kind`` without a group, null ``oldObject`` / ``options``.
+
+    Raises:
+        ReviewError: ``request`` is not an object, ``operation`` is unknown, or ``object`` /
+            ``oldObject`` is present but not an object.
+    """
+    if not isinstance(request, Mapping):
+        raise ReviewError("request: expected an AdmissionRequest object")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(f"request.operation: expected one of {', '.join(OPERATIONS)}, got "
+                          f"{operation!r}")
+    objects = {}
+    for key in ("object", "oldObject"):
+        value = request.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise ReviewError(f"request.{key}: expected an object or null, got "
+                              f"{type(value).__name__}")
+        objects[key] = value
+    if objects["object"] is None and operation in ("CREATE", "UPDATE"):
+        raise ReviewError(f"request.object: a {operation} carries the object, got null")
+    subject = objects["object"] if objects["object"] is not None else objects["oldObject"]
+    kind = _gvk(request.get("kind") or {}, "request.kind")
+    if not kind[2] and isinstance(subject, Mapping):
+        kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
+    resource_value = request.get("resource")
+    if isinstance(resource_value, Mapping) and resource_value.get("resource"):
+        resource = GroupVersionResource(str(resource_value.get("group") or ""),
+                                        str(resource_value.get("version") or ""),
+                                        str(resource_value["resource"]))
+    else:
+        resource = GroupVersionResource(kind[0], kind[1], plural_of(kind[2]))
+    info = request.get("userInfo")
+    if info is None:
+        info = {}
+    elif not isinstance(info, Mapping):
+        raise ReviewError(f"request.userInfo: expected an object, got {type(info).__name__}")
+    for key, expected in (("username", str), ("uid", str), ("groups", list)):
+        if info.get(key) is not None and not isinstance(info[key], expected):
+            raise ReviewError(f"request.userInfo.{key}: expected a {expected.__name__}, got "
+                              f"{type(info[key]).__name__}")
+    groups = info.get("groups") or []
+    user = UserInfo(
+        username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
+        groups=tuple(str(g) for g in groups),
+        extra=mapping_at(info, "extra"),
+    )
+    metadata = mapping_at(subject, "metadata") if isinstance(subject, Mapping) else {}
+    namespace = request.get("namespace") or metadata.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")
+    return ReviewInput(
+        operation=str(operation), object=objects["object"], old_object=objects["oldObject"],
+        resource=resource, subresource=str(request.get("subResource") or ""), kind=kind,
+        namespace=str(namespace) if namespace else None,
+        name=str(request.get("name") or metadata.get("name") or ""), user=user,
+        dry_run=request.get("dryRun") is True, request=request,
+        namespace_object=namespace_object,
+        now=now or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
+    )

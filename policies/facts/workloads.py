@@ -1,0 +1,508 @@
+"""Pod templates inside workload objects, and the replica arithmetic that turns them into pods.
+
+Owns the knowledge of where each workload kind keeps its pod template(s) and how many pods each
+template becomes: core kinds (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob),
+Kubeflow training jobs, KubeRay, LeaderWorkerSet, Volcano Job, JobSet, KubeVirt, and a generic
+search for unknown kinds. Also reads DRA ResourceClaimTemplates so claims can be counted. The rules
+are listed in ``docs/gpu-facts.md``; field names follow each project's API reference.
+
+Must not decide GPU semantics (that is :mod:`policies.facts.gpu`) or read files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
+
+from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.facts.quantity import MAX_COUNT
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.json_fields import as_mapping
+from policies.sources import shortened
+
+KUBEFLOW_REPLICA_SPECS = {
+    "PyTorchJob": "pytorchReplicaSpecs",
+    "TFJob": "tfReplicaSpecs",
+    "MPIJob": "mpiReplicaSpecs",
+    "XGBoostJob": "xgbReplicaSpecs",
+    "PaddleJob": "paddleReplicaSpecs",
+    "JAXJob": "jaxReplicaSpecs",
+    "MXJob": "mxReplicaSpecs",
+}
+_REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet", "ReplicationController")
+_RAY = {"RayCluster": (), "RayService": ("rayClusterConfig",), "RayJob": ("rayClusterSpec",)}
+_GPU_CLASS_HINTS = ("gpu", "mig")
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """One pod template and how many pods it becomes.
+
+    Attributes:
+        path: field path of the template (``spec.template``; ``""`` for a Pod itself).
+        spec_path: field path of its PodSpec (``spec.template.spec``).
+        role: the replica group (``Worker``, ``leader``, a Ray group, a Volcano task) or ``""``.
+        replicas: pods made from it; None for one per node (DaemonSet).
+        min_replicas / max_replicas: autoscaling bounds where the kind has them (KubeRay).
+        metadata / spec: the template's metadata and PodSpec.
+    """
+
+    path: str
+    spec_path: str
+    role: str
+    replicas: int | None
+    min_replicas: int | None
+    max_replicas: int | None
+    metadata: Mapping[str, Any]
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A Kubernetes object that makes pods, with its templates.
+
+    ``generic`` is True when the kind is not known and templates were found by searching;
+    ``invalid`` lists replica fields that are not usable numbers.
+    """
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str | None
+    generic: bool
+    templates: tuple[PodTemplate, ...]
+    invalid: tuple[str, ...] = ()
+    vm_domain_path: str | None = None  # KubeVirt: GPUs come from domain.devices, not a PodSpec
+
+    @property
+    def replicas(self) -> int | None:
+        """Total pods over all templates; None when some template runs one pod per node."""
+        counts = [t.replicas for t in self.templates]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """GPU facts of a workload: per template (one pod) and the total over all its pods."""
+
+    workload: Workload
+    per_template: tuple[GPUFacts, ...]
+    total: GPUFacts
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``gpuguard gpus -o json`` (see ``docs/gpu-facts.md``)."""
+        w = self.workload
+        return {
+            "kind": w.kind,
+            "apiVersion": w.api_version,
+            "namespace": w.namespace,
+            "name": w.name,
+            "generic": w.generic,
+            "replicas": w.replicas,
+            "per_pod": self.per_template[0].to_dict() if len(self.per_template) == 1 else None,
+            "templates": [
+                {
+                    "path": t.path,
+                    "role": t.role,
+                    "replicas": t.replicas,
+                    "min_replicas": t.min_replicas,
+                    "max_replicas": t.max_replicas,
+                    "per_pod": f.to_dict(),
+                }
+                for t, f in zip(w.templates, self.per_template, strict=True)
+            ],
+            "total": self.total.to_dict(),
+        }
+
+
+class _Identity(TypedDict):
+    """The :class:`Workload` fields read from ``kind``, ``apiVersion`` and ``metadata``."""
+
+    kind: str
+    api_version: str
+    namespace: str | None
+    name: str | None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+class _Replicas:
+    """Reads replica-like integer fields, recording the unusable ones."""
+
+    def __init__(self) -> None:
+        self.invalid: list[str] = []
+
+    def read(
+        self, owner: Mapping[str, Any], key: str, path: str, default: int | None
+    ) -> int | None:
+        """``owner[key]`` as a non-negative int, else ``default`` (recording a bad value)."""
+        value = owner.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            self.invalid.append(f"{path}.{key}: expected a non-negative integer, got "
+                                f"{shortened(repr(value))}")
+            return default
+        return value
+
+    def map(self, owner: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+        """``owner[key]`` as a map (``{}`` when absent), recording any other type."""
+        value = owner.get(key)
+        if value is None or isinstance(value, Mapping):
+            return value or {}
+        where = f"{path}.{key}" if path else key
+        self.invalid.append(f"{where}: expected a map, got {type(value).__name__}")
+        return {}
+
+    def list(self, owner: Mapping[str, Any], key: str, path: str) -> list[Any]:
+        """``owner[key]`` as a list (``[]`` when absent), recording any other type."""
+        value = owner.get(key)
+        if value is None or isinstance(value, list):
+            return value or []
+        where = f"{path}.{key}" if path else key
+        self.invalid.append(f"{where}: expected a list, got {type(value).__name__}")
+        return []
+
+
+def _template(
+    reader: _Replicas,
+    template: Any,
+    path: str,
+    role: str,
+    replicas: int | None,
+    bounds: tuple[int | None, int | None] = (None, None),
+) -> PodTemplate:
+    if template is not None and not isinstance(template, Mapping):
+        reader.invalid.append(f"{path}: expected a pod template map, got {type(template).__name__}")
+    template = as_mapping(template)
+    return PodTemplate(
+        path=path,
+        spec_path=f"{path}.spec",
+        role=role,
+        replicas=replicas,
+        min_replicas=bounds[0],
+        max_replicas=bounds[1],
+        metadata=reader.map(template, "metadata", path),
+        spec=reader.map(template, "spec", path),
+    )
+
+
+def _job_pods(job_spec: Mapping[str, Any], path: str, reader: _Replicas) -> int:
+    """Pods a Job runs at once: parallelism (default 1), capped by completions when set."""
+    parallelism = reader.read(job_spec, "parallelism", path, 1) or 0
+    completions = reader.read(job_spec, "completions", path, None)
+    return parallelism if completions is None else min(parallelism, completions)
+
+
+def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTemplate] | None:
+    """Templates of a known kind, or None when the kind is not one gpuguard knows."""
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else ""
+    api_version = str(obj.get("apiVersion", ""))
+    spec = reader.map(obj, "spec", "")
+    if kind == "Pod":
+        return [PodTemplate("", "spec", "", 1, None, None, as_mapping(obj.get("metadata")), spec)]
+    if kind == "PodTemplate":
+        return [_template(reader, obj.get("template"), "template", "", 1)]
+    if kind in _REPLICATED:
+        return [
+            _template(
+                reader,
+                spec.get("template"),
+                "spec.template",
+                "",
+                reader.read(spec, "replicas", "spec", 1),
+            )
+        ]
+    if kind == "DaemonSet":
+        return [_template(reader, spec.get("template"), "spec.template", "", None)]
+    if kind == "Job" and api_version.startswith("batch.volcano.sh/"):
+        return [
+            _template(
+                reader,
+                as_mapping(task).get("template"),
+                f"spec.tasks[{i}].template",
+                str(as_mapping(task).get("name", i)),
+                reader.read(as_mapping(task), "replicas", f"spec.tasks[{i}]", 1),
+            )
+            for i, task in enumerate(reader.list(spec, "tasks", "spec"))
+        ]
+    if kind == "Job":
+        return [
+            _template(
+                reader, spec.get("template"), "spec.template", "", _job_pods(spec, "spec", reader)
+            )
+        ]
+    if kind == "CronJob":
+        job = reader.map(reader.map(spec, "jobTemplate", "spec"), "spec", "spec.jobTemplate")
+        return [
+            _template(
+                reader,
+                job.get("template"),
+                "spec.jobTemplate.spec.template",
+                "",
+                _job_pods(job, "spec.jobTemplate.spec", reader),
+            )
+        ]
+    if kind in KUBEFLOW_REPLICA_SPECS and api_version.startswith("kubeflow.org/"):
+        key = KUBEFLOW_REPLICA_SPECS[kind]
+        return [
+            _template(
+                reader,
+                as_mapping(group).get("template"),
+                f"spec.{key}.{role}.template",
+                str(role),
+                reader.read(as_mapping(group), "replicas", f"spec.{key}.{role}", 1),
+            )
+            for role, group in reader.map(spec, key, "spec").items()
+        ]
+    if kind in _RAY and api_version.startswith("ray.io/"):
+        return _ray_templates(spec, _RAY[kind], reader)
+    if kind == "LeaderWorkerSet":
+        return _lws_templates(spec, reader)
+    if kind == "JobSet" and api_version.startswith("jobset.x-k8s.io/"):
+        templates = []
+        for i, group in enumerate(reader.list(spec, "replicatedJobs", "spec")):
+            group = as_mapping(group)
+            job = as_mapping(as_mapping(group.get("template")).get("spec"))
+            path = f"spec.replicatedJobs[{i}]"
+            jobs = reader.read(group, "replicas", path, 1) or 0
+            templates.append(
+                _template(
+                    reader,
+                    job.get("template"),
+                    f"{path}.template.spec.template",
+                    str(group.get("name", i)),
+                    jobs * _job_pods(job, f"{path}.template.spec", reader),
+                )
+            )
+        return templates
+    return None
+
+
+def _ray_templates(
+    spec: Mapping[str, Any], cluster_path: tuple[str, ...], reader: _Replicas
+) -> list[PodTemplate]:
+    cluster = spec
+    for key in cluster_path:
+        cluster = as_mapping(cluster.get(key))
+    prefix = ".".join(("spec", *cluster_path))
+    templates = [
+        _template(
+            reader,
+            as_mapping(cluster.get("headGroupSpec")).get("template"),
+            f"{prefix}.headGroupSpec.template",
+            "head",
+            1,
+        )
+    ]
+    for i, group in enumerate(_list(cluster.get("workerGroupSpecs"))):
+        group = as_mapping(group)
+        path = f"{prefix}.workerGroupSpecs[{i}]"
+        low = reader.read(group, "minReplicas", path, None)
+        high = reader.read(group, "maxReplicas", path, None)
+        replicas = reader.read(group, "replicas", path, low if low is not None else 1) or 0
+        hosts = reader.read(group, "numOfHosts", path, 1) or 0
+        templates.append(
+            _template(
+                reader,
+                group.get("template"),
+                f"{path}.template",
+                str(group.get("groupName", i)),
+                replicas * hosts,
+                (None if low is None else low * hosts, None if high is None else high * hosts),
+            )
+        )
+    return templates
+
+
+def _lws_templates(spec: Mapping[str, Any], reader: _Replicas) -> list[PodTemplate]:
+    groups = reader.read(spec, "replicas", "spec", 1) or 0
+    lwt = as_mapping(spec.get("leaderWorkerTemplate"))
+    size = reader.read(lwt, "size", "spec.leaderWorkerTemplate", 1) or 0
+    worker = _template(
+        reader,
+        lwt.get("workerTemplate"),
+        "spec.leaderWorkerTemplate.workerTemplate",
+        "worker",
+        groups * max(size - 1, 0),
+    )
+    if "leaderTemplate" not in lwt:
+        return [_template(reader, lwt.get("workerTemplate"), worker.path, "worker", groups * size)]
+    leader = _template(
+        reader,
+        lwt.get("leaderTemplate"),
+        "spec.leaderWorkerTemplate.leaderTemplate",
+        "leader",
+        groups,
+    )
+    return [leader, worker]
+
+
+def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
+    """Find pod templates in an unknown kind: ``template.spec.containers``, sibling replicas."""
+    if isinstance(value, Mapping):
+        template = as_mapping(value.get("template"))
+        if isinstance(as_mapping(template.get("spec")).get("containers"), list):
+            count = reader.read(value, "replicas", path, 1)
+            sub = f"{path}.template" if path else "template"
+            role = str(value.get("name", value.get("tf_replica_type", "")))
+            yield _template(reader, template, sub, role, count)
+            return
+        for key, child in value.items():
+            yield from _search_templates(child, f"{path}.{key}" if path else str(key), reader)
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _search_templates(child, f"{path}[{index}]", reader)
+
+
+def find_workload(obj: Mapping[str, Any]) -> Workload | None:
+    """Locate the pod templates of one Kubernetes object.
+
+    Returns:
+        A :class:`Workload`, or None for objects that make no pods (Service, ConfigMap, …).
+        KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
+        whose GPUs come from ``domain.devices`` (``vm_domain_path``).
+    """
+    reader = _Replicas()
+    kind = obj.get("kind", "")
+    if not isinstance(kind, str):
+        reader.invalid.append(f"kind: expected a string, got {type(kind).__name__}")
+        kind = ""
+    metadata = reader.map(obj, "metadata", "")
+    names: dict[str, str | None] = {}
+    for key in ("namespace", "name", "generateName"):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, str):
+            reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
+            value = None
+        names[key] = value or None
+    if kind != "Pod":  # a Pod's labels and annotations are its template's: pod_facts reads them
+        for key in ("labels", "annotations"):  # queue labels, KAI annotations live here too
+            reader.map(metadata, key, "metadata")
+    base: _Identity = {
+        "kind": kind,
+        "api_version": str(obj.get("apiVersion", "")),
+        "namespace": names["namespace"],
+        "name": names["name"] or names["generateName"],
+    }
+    if kind in ("VirtualMachine", "VirtualMachineInstance") and str(
+        obj.get("apiVersion", "")
+    ).startswith("kubevirt.io/"):
+        path = "spec.template.spec.domain" if kind == "VirtualMachine" else "spec.domain"
+        domain: Mapping[str, Any] = obj
+        keys = path.split(".")
+        for depth, key in enumerate(keys):  # each level must be a map (null: absent)
+            domain = reader.map(domain, key, ".".join(keys[:depth]))
+        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, domain)
+        return Workload(
+            **base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
+            vm_domain_path=path,
+        )
+    templates = _known_templates(obj, reader)
+    generic = templates is None
+    if templates is None:
+        templates = list(_search_templates(obj.get("spec"), "spec", reader))
+        if not templates and isinstance(as_mapping(obj.get("spec")).get("containers"), list):
+            templates = [
+                PodTemplate("", "spec", "", 1, None, None, metadata, as_mapping(obj.get("spec")))
+            ]
+        if not templates:
+            return None
+    return Workload(
+        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid)
+    )
+
+
+def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """(GPU device class, device count) asked by a ResourceClaimTemplate (or ResourceClaim).
+
+    Reads ``resource.k8s.io`` v1beta1 (``devices.requests[].deviceClassName/count``) and v1
+    (``requests[].exactly``; ``firstAvailable`` takes its first, preferred entry). Count is None
+    for ``allocationMode: All``. Requests for non-GPU classes are not counted.
+    """
+    spec = as_mapping(obj.get("spec"))
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec = as_mapping(spec.get("spec"))
+    device_class: str | None = None
+    total: int | None = 0
+    for request in _list(as_mapping(spec.get("devices")).get("requests")):
+        request = as_mapping(request)
+        exact = (
+            as_mapping(request.get("exactly"))
+            or as_mapping((_list(request.get("firstAvailable")) or [{}])[0])
+            or request
+        )
+        name = exact.get("deviceClassName")
+        if not isinstance(name, str) or not any(h in name for h in _GPU_CLASS_HINTS):
+            continue
+        device_class = device_class or name
+        if exact.get("allocationMode") == "All":
+            total = None
+        elif total is not None:
+            count = exact.get("count", 1)
+            valid = (
+                isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_COUNT
+            )
+            total = total + count if valid else None  # an unusable count: unknown, not 1
+    return device_class, total if device_class else 0
+
+
+def claim_templates_of(
+    objects: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str | None, str], tuple[str | None, int | None]]:
+    """Index the ResourceClaimTemplates among ``objects`` by (namespace, name)."""
+    index: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
+    for obj in objects:
+        if obj.get("kind") == "ResourceClaimTemplate" and str(obj.get("apiVersion", "")).startswith(
+            "resource.k8s.io/"
+        ):
+            metadata = as_mapping(obj.get("metadata"))
+            namespace, name = metadata.get("namespace"), metadata.get("name")
+            if not isinstance(name, str) or not name:
+                continue  # no pod can name it; a claim naming it is reported as not found
+            index[(namespace if isinstance(namespace, str) and namespace else None, name)] = \
+                claim_template_devices(obj)
+    return index
+
+
+def workload_facts(
+    obj: Mapping[str, Any],
+    *,
+    settings: GPUSettings = DEFAULT_SETTINGS,
+    claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]] | None = None,
+) -> WorkloadFacts | None:
+    """GPU facts per template and in total for one object; None when it makes no pods.
+
+    Per-node workloads (DaemonSet) are totalled for one node. Never raises on malformed objects:
+    problems are in the facts' ``invalid``.
+    """
+    workload = find_workload(obj)
+    if workload is None:
+        return None
+    if workload.vm_domain_path is not None:
+        vm = workload.templates[0]
+        facts = virtual_machine_facts(vm.spec, vm.path)
+        if workload.invalid:
+            facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
+        return WorkloadFacts(workload, (facts,), facts)
+    per_template = tuple(
+        pod_facts(
+            t.spec,
+            t.metadata,
+            spec_path=t.spec_path,
+            settings=settings,
+            claim_templates=claim_templates,
+            namespace=workload.namespace,
+        )
+        for t in workload.templates
+    )
+    total = merge(
+        f.scaled(1 if t.replicas is None else t.replicas)
+        for t, f in zip(workload.templates, per_template, strict=True)
+    )
+    if workload.invalid:
+        total = replace(total, invalid=tuple(dict.fromkeys(total.invalid + workload.invalid)))
+    return WorkloadFacts(workload, per_template, total)

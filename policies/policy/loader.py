@@ -1,0 +1,764 @@
+"""Policy files in, a compiled :class:`~policies.policy.model.PolicySet` (and every error) out.
+
+Owns: checking ``GPUPolicy`` documents against the JSON Schema shipped in the package
+(``policies/data/gpupolicy.schema.json``), mapping native ``admissionregistration.k8s.io``
+ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects and their Bindings (with param objects
+from the same files) onto the same model, and compiling every CEL expression once. All errors are
+collected, each naming the file, line, document index and field path (``spec.validations[2]
+.expression``) and, for CEL, the expression's own line and column — loading never stops at the
+first. A source is whole or refused: a file with no document, or none the set uses, is an error
+(:func:`load_snapshot`), and the set built from a :class:`~policies.sources.Snapshot` carries its
+digest and, per file, what it took from it (``PolicySet.contents``: what a reload compares).
+
+Must not evaluate policies, read the clock or touch files other than through
+:mod:`policies.sources`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jsonschema
+
+from policies.cel import scanner as cel_scanner
+from policies.cel.gpu import GPU_FIELDS
+from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpression
+from policies.facts.workload_kinds import DEFAULT_RESOURCES
+from policies.json_fields import mapping_at
+from policies.policy.model import (
+    Exception_,
+    LabelSelector,
+    Match,
+    Mutation,
+    Origin,
+    Policy,
+    PolicySet,
+    Requirement,
+    ResourceRule,
+    Rule,
+    Subject,
+)
+from policies.policy.mutation import SHORTCUTS
+from policies.policy.quota import QUOTA_KIND, Quota, parse_quota
+from policies.sources import (
+    Document,
+    LoadError,
+    Snapshot,
+    file_documents,
+    load_package_yaml,
+    read_snapshot,
+)
+from policies.vocabulary import FailurePolicy, ValidationAction, parsed
+
+GPUPOLICY_API = "gpuguard.io/v1alpha1"
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+
+@dataclass(frozen=True)
+class PolicyError:
+    """One problem in a policy file; ``str()`` is the full one-line message."""
+
+    source: str
+    index: int | None
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        """``file:line: document N: field.path: message``."""
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        if self.index is not None:
+            where += f": document {self.index}"
+        if self.path:
+            where += f": {self.path}"
+        return f"{where}: {self.message}"
+
+
+@functools.cache
+def _schema_validator(name: str = "gpupolicy.schema.json") -> jsonschema.protocols.Validator:
+    schema = load_package_yaml("policies.data", name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _path(parts: Iterable[Any]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+class _Builder:
+    """Collects errors for one document while building its policy."""
+
+    def __init__(self, document: Document, environment: CelEnvironment,
+                 errors: list[PolicyError]) -> None:
+        self.document = document
+        self.environment = environment
+        self.errors = errors
+        self.expressions: list[tuple[str, str]] = []  # (field path, source) of each compiled one
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(PolicyError(self.document.source, self.document.index,
+                                       self.document.line_of(path), path, message))
+
+    def compile(self, expression: Any, path: str) -> CompiledExpression | None:
+        if not isinstance(expression, str) or not expression.strip():
+            # The schema check has reported it already (a string, not empty, is required).
+            if isinstance(expression, str):
+                self.error(path, "expected a CEL expression, got an empty string")
+            return None
+        self.expressions.append((path, expression))
+        try:
+            return self.environment.compile(expression, field_path=path)
+        except CelCompileError as exc:
+            for issue in exc.issues:
+                where = f"expression line {issue.line}, column {issue.column}" if issue.line > 0 \
+                    else "the expression as a whole"
+                hint = " (the CEL parser allows 32 levels of nesting, e.g. 32 chained '+'; " \
+                    "split it into variables)" if "recursion limit" in issue.message else ""
+                self.error(path, f"CEL error at {where}: {issue.message}{hint}")
+            return None
+
+    def check_references(self, params: Any, variables: Sequence[str], *,
+                         native: bool = False) -> None:
+        """Static checks CEL's type checker cannot make on ``dyn`` data: every ``gpu.<field>``
+        is a GPU fact, every ``variables.<name>`` is declared (before its use, for variables),
+        and for inline GPUPolicy params every ``params.<key>`` exists. A typo here would
+        otherwise fail at admission time, and under failurePolicy Fail deny every request."""
+        for path, text in self.expressions:
+            # Names a comprehension or cel.bind binds are local there, not the facts.
+            for field in cel_scanner.fields(text, "gpu"):
+                if field not in GPU_FIELDS:
+                    close = difflib.get_close_matches(field, GPU_FIELDS, n=1)
+                    hint = f" (did you mean gpu.{close[0]}?)" if close else ""
+                    self.error(path, f"gpu.{field} is not a GPU fact{hint}; see docs/cel.md")
+            visible = variables
+            if path.startswith("spec.variables["):
+                visible = variables[: int(path.split("[", 1)[1].split("]", 1)[0])]
+            for name in cel_scanner.fields(text, "variables"):
+                if name not in visible:
+                    where = "declared" if name not in variables else "declared before this one"
+                    self.error(path, f"variables.{name} is not {where} in spec.variables")
+            if not native and isinstance(params, Mapping | type(None)):
+                for key in cel_scanner.fields(text, "params"):
+                    if key not in (params or {}):
+                        known = ", ".join(sorted(params or {})) or "none"
+                        self.error(path, f"params.{key} is not in spec.params (keys: {known})")
+
+    def rules(self, items: Any, path: str, key: str = "expression") -> tuple[Rule, ...]:
+        rules = []
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            item = item if isinstance(item, Mapping) else {}
+            where = f"{path}[{i}]"
+            compiled = self.compile(item.get(key), f"{where}.{key}")
+            message_expression = None
+            if "messageExpression" in item:
+                message_expression = self.compile(item["messageExpression"],
+                                                  f"{where}.messageExpression")
+            if compiled is not None:
+                rules.append(Rule(
+                    name=str(item.get("name") or item.get("key")
+                             or where.rsplit(".", maxsplit=1)[-1]),
+                    path=f"{where}.{key}", expression=compiled,
+                    message=item.get("message"), message_expression=message_expression,
+                    reason=str(item.get("reason") or "Forbidden"),
+                ))
+        names = [r.name for r in rules]
+        if key == "expression" and path.endswith(("variables", "matchConditions")):
+            for name in {n for n in names if names.count(n) > 1}:
+                self.error(path, f"name {name!r} is used more than once")
+        return tuple(rules)
+
+
+def _selector(value: Any) -> LabelSelector:
+    value = value if isinstance(value, Mapping) else {}
+    labels = mapping_at(value, "matchLabels")
+    requirements = tuple(
+        Requirement(str(e.get("key")), str(e.get("operator")),
+                    tuple(str(v) for v in e.get("values") or ()))
+        for e in value.get("matchExpressions") or () if isinstance(e, Mapping)
+    )
+    return LabelSelector({str(k): str(v) for k, v in labels.items()}, requirements)
+
+
+def _subjects(items: Any) -> tuple[Subject, ...]:
+    return tuple(Subject(str(s["kind"]), str(s["name"]), str(s.get("namespace") or ""))
+                 for s in items or () if isinstance(s, Mapping))
+
+
+def _gpupolicy_match(match: Mapping[str, Any]) -> Match:
+    resources = tuple(match.get("resources") or DEFAULT_RESOURCES)
+    operations = tuple(match.get("operations") or ("CREATE", "UPDATE"))
+    subjects = mapping_at(match, "subjects")
+    return Match(
+        rules=(ResourceRule(resources=resources, operations=operations),),
+        namespace_selector=_selector(match.get("namespaceSelector")),
+        object_selector=_selector(match.get("objectSelector")),
+        namespaces=tuple(match.get("namespaces") or ()),
+        exclude_namespaces=tuple(match.get("excludeNamespaces") or ()),
+        subjects=_subjects(subjects.get("include")),
+        exclude_subjects=_subjects(subjects.get("exclude")),
+    )
+
+
+def _exceptions(items: Any, builder: _Builder) -> tuple[Exception_, ...]:
+    result = []
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, Mapping) or "reason" not in item:
+            continue  # the schema check reports it
+        expires = None
+        if item.get("expires"):
+            try:
+                expires = datetime.date.fromisoformat(str(item["expires"]))
+            except ValueError:
+                builder.error(f"spec.exceptions[{i}].expires",
+                              f"{item['expires']!r} is not a date (expected YYYY-MM-DD)")
+                continue
+        result.append(Exception_(
+            namespaces=tuple(item.get("namespaces") or ()), names=tuple(item.get("names") or ()),
+            labels=dict(item.get("labels") or {}), reason=str(item["reason"]), expires=expires,
+        ))
+    return tuple(result)
+
+
+def _mutations(items: Any, builder: _Builder, base: str) -> tuple[Mutation, ...]:
+    result = []
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if not isinstance(item, Mapping):
+            continue  # the schema check reports it
+        where = f"{base}[{i}]"
+        name = str(item.get("name") or f"mutations[{i}]")
+        condition = builder.compile(item["condition"], f"{where}.condition") \
+            if "condition" in item else None
+        if "expression" in item:
+            compiled = builder.compile(item["expression"], f"{where}.expression")
+            if compiled is not None:
+                result.append(Mutation(name, f"{where}.expression", expression=compiled,
+                                       condition=condition))
+            continue
+        for key in SHORTCUTS:
+            if key in item:
+                result.append(Mutation(name, f"{where}.{key}", shortcut=(key, item[key]),
+                                       condition=condition))
+    return tuple(result)
+
+
+def _schema_errors(document: Document, builder: _Builder,
+                   schema: str = "gpupolicy.schema.json") -> None:
+    """Report every JSON Schema error of a gpuguard document (GPUPolicy, GPUQuota)."""
+    for error in sorted(_schema_validator(schema).iter_errors(document.body),
+                        key=lambda e: [str(p) for p in e.absolute_path]):
+        path = _path(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            extra = sorted(set(error.instance) - set(_schema_properties(error)))
+            path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
+        builder.error(path, _schema_message(error))
+
+
+def _build_quota(document: Document, builder: _Builder) -> Quota | None:
+    """Check a GPUQuota against ``gpuquota.schema.json`` and build it; None on any error."""
+    before = len(builder.errors)
+    _schema_errors(document, builder, "gpuquota.schema.json")
+    if len(builder.errors) != before:
+        return None
+    quota, problems = parse_quota(document.body, document.location)
+    for path, message in problems:
+        builder.error(path, message)
+    return quota
+
+
+def _build_gpupolicy(document: Document, builder: _Builder) -> Policy | None:
+    """Check a GPUPolicy against the schema and compile its CEL; None when anything is wrong.
+
+    CEL is compiled even when the schema check fails, so one run lists every error.
+    """
+    before = len(builder.errors)
+    _schema_errors(document, builder)
+    body = document.body
+    spec = mapping_at(body, "spec")
+    metadata = mapping_at(body, "metadata")
+    name = str(metadata.get("name", ""))
+    policy = Policy(
+        name=name,
+        kind="GPUPolicy",
+        origin=Origin(document.source, document.index, document.line_of("")),
+        description=str(spec.get("description") or ""),
+        match=_gpupolicy_match(mapping_at(spec, "match")),
+        failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
+        actions=_actions(spec.get("validationActions")),
+        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
+        variables=builder.rules(spec.get("variables"), "spec.variables"),
+        validations=builder.rules(spec.get("validations"), "spec.validations"),
+        mutations=_mutations(spec.get("mutations"), builder, "spec.mutations"),
+        audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
+                                        "valueExpression"),
+        exceptions=_exceptions(spec.get("exceptions"), builder),
+        params=spec.get("params"),
+    )
+    builder.check_references(spec.get("params"), _declared(spec))
+    return policy if len(builder.errors) == before else None
+
+
+def _schema_properties(error: jsonschema.ValidationError) -> Mapping[str, Any]:
+    """The ``properties`` of the subschema that raised ``error`` (none for a boolean schema)."""
+    schema = error.schema
+    return schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    """A jsonschema error in words a policy author understands."""
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        extra = sorted(set(error.instance) - set(_schema_properties(error)))
+        allowed = ", ".join(sorted(_schema_properties(error)))
+        return f"unknown field(s) {', '.join(extra)} (allowed: {allowed})"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator == "enum" and isinstance(error.validator_value, list):
+        return f"{error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "const":
+        return f"expected {error.validator_value!r}, got {error.instance!r}"
+    if error.validator == "maxLength" and isinstance(error.instance, str):
+        return f"longer than {error.validator_value} characters ({len(error.instance)})"
+    if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping) and \
+            isinstance(error.validator_value, list):
+        options = [next(iter(s.get("required", [])), "?") for s in error.validator_value]
+        return f"expected exactly one of {', '.join(options)}"
+    return error.message
+
+
+# --- native admissionregistration.k8s.io policies -------------------------------------------
+
+
+def _resource_rules(items: Any) -> tuple[ResourceRule, ...]:
+    rules = []
+    for item in items or ():
+        if not isinstance(item, Mapping):
+            continue
+        rules.append(ResourceRule(
+            api_groups=tuple(item.get("apiGroups") or ("*",)),
+            api_versions=tuple(item.get("apiVersions") or ("*",)),
+            resources=tuple(item.get("resources") or ("*",)),
+            operations=tuple(item.get("operations") or ("*",)),
+            resource_names=tuple(item.get("resourceNames") or ()),
+        ))
+    return tuple(rules)
+
+
+def _native_match(constraints: Any) -> Match:
+    constraints = constraints if isinstance(constraints, Mapping) else {}
+    return Match(
+        rules=_resource_rules(constraints.get("resourceRules")),
+        exclude_rules=_resource_rules(constraints.get("excludeResourceRules")),
+        namespace_selector=_selector(constraints.get("namespaceSelector")),
+        object_selector=_selector(constraints.get("objectSelector")),
+    )
+
+
+def _combine(policy: Match, binding: Match | None) -> Match:
+    """A binding's matchResources narrows the policy's matchConstraints (both must match)."""
+    if binding is None:
+        return policy
+    return Match(
+        rules=policy.rules,
+        narrowing_rules=binding.rules,
+        exclude_rules=policy.exclude_rules + binding.exclude_rules,
+        namespace_selector=LabelSelector(
+            {**policy.namespace_selector.match_labels, **binding.namespace_selector.match_labels},
+            policy.namespace_selector.requirements + binding.namespace_selector.requirements),
+        object_selector=LabelSelector(
+            {**policy.object_selector.match_labels, **binding.object_selector.match_labels},
+            policy.object_selector.requirements + binding.object_selector.requirements),
+    )
+
+
+def rewrite_jsonpatch_literals(expression: str) -> str:
+    """Turn MutatingAdmissionPolicy's typed ``JSONPatch{op: ..., path: ...}`` into CEL maps.
+
+    The runtime cannot construct the ``JSONPatch`` type, but a map with the same fields carries the
+    same operation. Field names are quoted only at the top level of each literal and outside
+    string literals; everything else is copied as written.
+    """
+    edits = [(start, start + len("JSONPatch"), "")
+             for start in cel_scanner.typed_literal_openings(expression, "JSONPatch")]
+    edits += [(start, end, f'"{expression[start:end]}"')
+              for start, end in cel_scanner.map_literal_fields(expression, "JSONPatch")]
+    out, position = [], 0
+    for start, end, text in sorted(edits):
+        out.append(expression[position:start] + text)
+        position = end
+    out.append(expression[position:])
+    return "".join(out)
+
+
+def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(param_kind, Mapping):
+        return []
+    return [d.body for d in documents
+            if d.body.get("apiVersion") == param_kind.get("apiVersion")
+            and d.body.get("kind") == param_kind.get("kind")]
+
+
+def _bound_params(
+    binding: Document, candidates: list[Mapping[str, Any]], warnings: list[str],
+) -> list[tuple[Any, str | None]]:
+    """(params, missing-action) pairs for one binding's paramRef (one per selected object)."""
+    ref = (binding.body.get("spec") or {}).get("paramRef")
+    if not isinstance(ref, Mapping):
+        return [(None, None)]
+    action = str(ref.get("parameterNotFoundAction") or ValidationAction.DENY)
+    found: list[tuple[Any, str | None]] = []
+    for candidate in candidates:
+        meta = mapping_at(candidate, "metadata")
+        if ref.get("namespace") and meta.get("namespace") != ref["namespace"]:
+            continue
+        if ref.get("name") and meta.get("name") != ref["name"]:
+            continue
+        if "selector" in ref and not _selector(ref["selector"]).matches(meta.get("labels") or {}):
+            continue
+        found.append((candidate, None))
+    if not found:
+        what = ref.get("name") or "selector"
+        warnings.append(f"{binding.location}: spec.paramRef: no param object {what!r} of the "
+                        f"policy's paramKind in the input; parameterNotFoundAction {action} "
+                        "applies")
+        return [(None, action)]
+    return found
+
+
+@functools.cache
+def _native_validator(kind: str) -> jsonschema.protocols.Validator:
+    schema = load_package_yaml("policies.data", "native-admission.schema.json")
+    cls = jsonschema.validators.validator_for(schema)
+    return cls({**schema, "$ref": f"#/$defs/{kind}"})
+
+
+def _check_spec(document: Document, builder: _Builder) -> bool:
+    """Validate a native object's spec against the admissionregistration fields; True if clean."""
+    spec = document.body.get("spec")
+    if not isinstance(spec, Mapping):
+        builder.error("spec", "required (expected a map)")
+        return False
+    before = len(builder.errors)
+    validator = _native_validator(str(document.body.get("kind")))
+    errors = sorted(validator.iter_errors(spec), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in errors:
+        path = _path(["spec", *error.absolute_path])
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            extra = sorted(set(error.instance) - set(_schema_properties(error)))
+            path = f"{path}.{extra[0]}" if extra else path
+        builder.error(path, _schema_message(error))
+    return len(builder.errors) == before
+
+
+def _native_template(document: Document, builder: _Builder) -> Policy | None:
+    """A native policy compiled once (name, match and actions are filled per binding)."""
+    body = document.body
+    spec = body["spec"]
+    kind = str(body.get("kind"))
+    metadata = mapping_at(body, "metadata")
+    before = len(builder.errors)
+    mutations: list[Mutation] = []
+    for i, mutation in enumerate(spec.get("mutations") or () if kind.startswith("Mutating")
+                                 else ()):
+        where = f"spec.mutations[{i}]"
+        if mutation.get("patchType") != "JSONPatch":
+            builder.error(f"{where}.patchType", f"{mutation.get('patchType')!r} is not "
+                          "supported (gpuguard evaluates JSONPatch mutations only)")
+            continue
+        source = (mutation.get("jsonPatch") or {}).get("expression")
+        compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
+                                   f"{where}.jsonPatch.expression")
+        if compiled is not None:
+            mutations.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
+                                      expression=compiled))
+    annotations = mapping_at(metadata, "annotations")
+    policy = Policy(
+        name=str(metadata.get("name", "")),
+        kind=kind,
+        origin=Origin(document.source, document.index, document.line_of("")),
+        description=str(annotations.get("gpuguard.io/description", "")),
+        match=_native_match(spec.get("matchConstraints")),
+        failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
+        actions=(ValidationAction.DENY,),
+        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
+        variables=builder.rules(spec.get("variables"), "spec.variables"),
+        validations=builder.rules(spec.get("validations"), "spec.validations"),
+        mutations=tuple(mutations),
+        audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
+                                        "valueExpression"),
+    )
+    builder.check_references(None, _declared(spec), native=True)
+    return policy if len(builder.errors) == before else None
+
+
+def _actions(value: Any) -> tuple[ValidationAction, ...]:
+    """``validationActions`` as given, ``(Deny,)`` when absent (the schema rejects others)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return (ValidationAction.DENY,)
+    return tuple(parsed(ValidationAction, action, ValidationAction.DENY) for action in value)
+
+
+def _bind(template: Policy, binding: Document, params: Any, missing: str | None) -> Policy:
+    """One evaluation instance of a native policy: its binding's name, match and actions."""
+    spec = binding.body.get("spec") or {}
+    name = str((binding.body.get("metadata") or {}).get("name", ""))
+    actions = _actions(spec.get("validationActions"))
+    return replace(
+        template,
+        name=f"{template.name}/{name}",
+        match=_combine(template.match, _native_match(spec.get("matchResources"))
+                       if spec.get("matchResources") else None),
+        actions=actions if template.kind == "ValidatingAdmissionPolicy" else
+        (ValidationAction.DENY,),
+        params=params,
+        param_missing=missing,
+    )
+
+
+def read_policy_files(paths: Sequence[str]) -> Snapshot:
+    """Every policy file under ``paths``, read once into memory (one snapshot).
+
+    Directories are walked skipping hidden entries, so that a mounted ConfigMap yields each key
+    once (:func:`policies.sources.iter_paths`). Load it with :func:`load_snapshot`.
+    """
+    return read_snapshot(paths)
+
+
+def load_policies(
+    paths: Sequence[str], environment: CelEnvironment,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Load and compile every policy under ``paths`` (files, directories).
+
+    :func:`read_policy_files`, then :func:`load_snapshot`.
+
+    Returns:
+        ``(policy set, errors)``; the set holds only policies that loaded cleanly.
+    """
+    return load_snapshot(read_policy_files(paths), environment)
+
+
+NO_DOCUMENT = ("a policy file holds GPUPolicy, ValidatingAdmissionPolicy, "
+               "MutatingAdmissionPolicy, their Bindings and param objects, or GPUQuota "
+               "documents (to remove a file's policies, delete the file)")
+
+
+def _from_load_error(error: LoadError) -> PolicyError:
+    return PolicyError(error.source, error.index, error.line, "", error.message)
+
+
+def _snapshot_documents(snapshot: Snapshot, errors: list[PolicyError]) -> list[Document]:
+    """The documents of every file of ``snapshot``; an unreadable path, a broken document and a
+    file with no document at all (0 bytes; only comments, blank lines or ``---``: what a writer
+    that truncates before it writes leaves) each add an error."""
+    errors.extend(_from_load_error(e) for e in snapshot.errors)
+    documents: list[Document] = []
+    for file in snapshot.files:
+        found = problems = 0
+        for entry in file_documents(file, with_lines=True):
+            if isinstance(entry, LoadError):
+                errors.append(_from_load_error(entry))
+                problems += 1
+            else:
+                documents.append(entry)
+                found += 1
+        if not found and not problems:
+            what = "the file is empty (0 bytes)" if not file.data else \
+                f"the file holds no document, only comments, blank lines or '---' " \
+                f"({len(file.data)} bytes)"
+            errors.append(PolicyError(file.path, None, None, "",
+                                      f"no policy document: {what}; {NO_DOCUMENT}"))
+    return documents
+
+
+def load_snapshot(
+    snapshot: Snapshot, environment: CelEnvironment,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Load and compile every policy in ``snapshot`` (built from its bytes only).
+
+    GPUPolicy documents are checked against the schema; native ValidatingAdmissionPolicy /
+    MutatingAdmissionPolicy objects become one policy per Binding (and per param object the
+    binding selects); other documents are kept as candidate param objects. A policy with any error
+    is left out; every error is returned. A file is whole or refused: one with no document, or
+    with none the set uses (no policy, binding, param object or GPUQuota), is an error too —
+    an emptied file must not drop its policies silently.
+
+    Returns:
+        ``(policy set, errors)``; the set holds only policies that loaded cleanly, its
+        ``digest`` is the snapshot's and ``contents`` says what each file gave.
+    """
+    errors: list[PolicyError] = []
+    documents = _snapshot_documents(snapshot, errors)
+    policy_set, errors = build_policy_set(documents, environment, errors)
+    used = {source for source, _ in policy_set.contents}
+    kinds: dict[str, list[str]] = {}
+    for document in documents:
+        if document.source not in used:
+            kinds.setdefault(document.source, []).append(str(document.body.get("kind")))
+    for source, found in kinds.items():
+        listed = ", ".join(dict.fromkeys(found))
+        errors.append(PolicyError(source, None, None, "", f"no policy document: its documents "
+                                                          f"are kind {listed}; {NO_DOCUMENT}"))
+    return replace(policy_set, digest=snapshot.digest), errors
+
+
+_NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
+_NATIVE_BINDINGS = ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding")
+
+
+def _declared(spec: Mapping[str, Any]) -> list[str]:
+    """The variable names ``spec`` declares, in order, whether or not their expressions compile
+    (a variable with a CEL error is reported there, not again where it is used)."""
+    items = spec.get("variables")
+    return [str(item.get("name")) for item in (items if isinstance(items, list) else [])
+            if isinstance(item, Mapping)]
+
+
+def build_policy_set(
+    documents: Sequence[Document], environment: CelEnvironment,
+    errors: list[PolicyError] | None = None,
+) -> tuple[PolicySet, list[PolicyError]]:
+    """Compile already-read documents; see :func:`load_policies`."""
+    errors = errors if errors is not None else []
+    policies: list[Policy] = []
+    quotas: list[Quota] = []
+    warnings: list[str] = []
+    bindings: dict[str, list[Document]] = {}
+    used: set[int] = set()
+    for document in documents:
+        kind = document.body.get("kind")
+        group = str(document.body.get("apiVersion", "")).rpartition("/")[0]
+        if group != ADMISSION_GROUP:
+            continue
+        if kind in _NATIVE_BINDINGS:
+            used.add(id(document))
+            if _check_spec(document, _Builder(document, environment, errors)):
+                name = str(document.body["spec"].get("policyName", ""))
+                bindings.setdefault(f"{kind.removesuffix('Binding')}/{name}", []).append(document)
+        elif kind not in _NATIVE_POLICIES:
+            used.add(id(document))
+            warnings.append(f"{document.location}: {ADMISSION_GROUP} kind {kind!r} is not one "
+                            "gpuguard reads (ValidatingAdmissionPolicy, MutatingAdmissionPolicy "
+                            "and their Bindings); ignored")
+    policy_names = set()
+    for document in documents:
+        body = document.body
+        kind = body.get("kind")
+        group = str(body.get("apiVersion", "")).rpartition("/")[0]
+        builder = _Builder(document, environment, errors)
+        if kind == "GPUPolicy" or body.get("apiVersion") == GPUPOLICY_API:
+            used.add(id(document))
+            if kind == QUOTA_KIND:
+                quota = _build_quota(document, builder)
+                if quota is not None:
+                    quotas.append(quota)
+                continue
+            policy = _build_gpupolicy(document, builder)
+            if policy is not None:
+                policies.append(policy)
+        elif group == ADMISSION_GROUP and kind in _NATIVE_POLICIES:
+            used.add(id(document))
+            name = str((body.get("metadata") or {}).get("name", ""))
+            policy_names.add(f"{kind}/{name}")
+            template = _native_template(document, builder) if _check_spec(document, builder) \
+                else None
+            if template is None:
+                continue
+            if any(cel_scanner.fields(source, "gpu") for _, source in builder.expressions):
+                warnings.append(f"{document.location}: {kind} {name!r} uses gpuguard's 'gpu' "
+                                "variable: gpuguard evaluates it, Kubernetes itself cannot")
+            bound = bindings.get(f"{kind}/{name}", [])
+            if not bound:
+                warnings.append(f"{document.location}: {kind} {name!r} has no binding in the "
+                                "input; Kubernetes does not enforce it, and neither does gpuguard")
+            candidates = _param_objects(documents, body["spec"].get("paramKind"))
+            chosen = {id(c) for c in candidates}  # param bodies; `used` holds documents
+            used.update(id(d) for d in documents if id(d.body) in chosen)
+            for binding in bound:
+                selected = _bound_params(binding, candidates, warnings)
+                for params, missing in selected:
+                    instance = _bind(template, binding, params, missing)
+                    if len(selected) > 1:  # a selector picked several param objects
+                        param_name = (params.get("metadata") or {}).get("name", "?")
+                        instance = replace(instance, name=f"{instance.name}/{param_name}")
+                    policies.append(instance)
+    for key, bound in bindings.items():
+        if key not in policy_names:
+            for binding in bound:
+                warnings.append(f"{binding.location}: binds {key.replace('/', ' ', 1)!r}, which "
+                                "is not in the input; the binding does nothing")
+    contents: dict[str, dict[str, None]] = {}
+    for document in documents:
+        if id(document) in used:
+            contents.setdefault(document.source, {})[_identity(document)] = None
+    ignored = [d for d in documents if id(d) not in used]
+    if ignored:
+        kinds = ", ".join(sorted({str(d.body.get("kind")) for d in ignored}))
+        warnings.append(f"{len(ignored)} document(s) are not policies, bindings or their params "
+                        f"(kinds: {kinds}); ignored")
+    seen: dict[str, Policy] = {}
+    for policy in policies:
+        if policy.name in seen:
+            first = seen[policy.name].origin
+            errors.append(PolicyError(policy.origin.source, policy.origin.index,
+                                      policy.origin.line, "metadata.name",
+                                      f"policy name {policy.name!r} is already used by "
+                                      f"{first.source}: document {first.index}"))
+        seen.setdefault(policy.name, policy)
+    policies = [p for p in policies if seen[p.name] is p]
+    quotas = unique_quotas(quotas, errors)
+    return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),
+                     contents=tuple((s, tuple(ids)) for s, ids in contents.items())), errors
+
+
+def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],
+                  served: Sequence[Quota] = ()) -> list[Quota]:
+    """``quotas`` without those whose name is already used (by an earlier one, or by one of
+    ``served``); each such duplicate is an error naming both places, since the name names the
+    reservation ledger (two quotas on one ledger would count each other's reservations)."""
+    first: dict[str, Quota] = {q.name: q for q in reversed(served)}
+    kept: list[Quota] = []
+    for quota in quotas:
+        if quota.name in first:
+            errors.append(PolicyError(quota.source, None, None, "metadata.name",
+                                      f"GPUQuota name {quota.name!r} is already used by "
+                                      f"{first[quota.name].source} (it names the reservation "
+                                      "ledger)"))
+            continue
+        first[quota.name] = quota
+        kept.append(quota)
+    return kept
+
+
+def _identity(document: Document) -> str:
+    """``Kind/name`` (``Kind/namespace/name`` when namespaced) of a policy-file document."""
+    body = document.body
+    metadata = mapping_at(body, "metadata")
+    namespace = metadata.get("namespace")
+    name = f"{namespace}/{metadata.get('name', '')}" if namespace else \
+        str(metadata.get("name", ""))
+    return f"{body.get('kind')}/{name}"
+
+
+def load_quotas(paths: Sequence[str]) -> tuple[tuple[Quota, ...], list[PolicyError]]:
+    """Load only the ``GPUQuota`` documents under ``paths`` (files, directories).
+
+    Returns:
+        ``(quotas in file order, errors)``; a quota with any error is left out, and a file with
+        no document at all is an error (see :func:`load_snapshot`).
+    """
+    errors: list[PolicyError] = []
+    documents = _snapshot_documents(read_policy_files(paths), errors)
+    quotas = []
+    for document in documents:
+        if document.body.get("kind") == QUOTA_KIND and \
+                document.body.get("apiVersion") == GPUPOLICY_API:
+            quota = _build_quota(document, _Builder(document, None, errors))  # type: ignore[arg-type]
+            if quota is not None:
+                quotas.append(quota)
+    return tuple(unique_quotas(quotas, errors)), errors

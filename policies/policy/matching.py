@@ -1,0 +1,151 @@
+"""Does a policy apply to this request? Resource rules, selectors, namespaces, subjects, exceptions.
+
+Owns the matching semantics of ``matchConstraints`` / ``matchResources`` as the Kubernetes API
+reference defines them for admission policies (``*`` wildcards; ``*`` covers resources but not
+subresources, ``pods/*`` every subresource of pods, ``*/*`` everything; the object selector is
+tried on the new and the old object; namespaceSelector uses the Namespace's labels, or the
+object's own labels when the object is a Namespace, and never excludes cluster-scoped objects),
+plus GPUPolicy's ``namespaces`` / ``excludeNamespaces`` and ``subjects``.
+
+:func:`applicability` is the one decision "match, then exceptions" that the engine, the
+webhook's fail-closed fallback and the policy test-suite runner all use; matchConditions, the
+third step, are CEL and belong to the engine, which reports them as ``skip`` results.
+
+Must not evaluate CEL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from policies.facts.review import ReviewInput
+from policies.json_fields import mapping_at
+from policies.policy.model import Exception_, Match, Policy, ResourceRule, Subject
+from policies.vocabulary import EvaluationPoint
+
+AUDIT_OPERATION = "CREATE"  # at the audit point, existing objects are judged as if created
+
+
+def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        return {}
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _resource_matches(patterns: tuple[str, ...], resource: str, subresource: str) -> bool:
+    if "*/*" in patterns:
+        return True
+    if not subresource:
+        return resource in patterns or "*" in patterns
+    return (f"{resource}/{subresource}" in patterns or f"{resource}/*" in patterns
+            or f"*/{subresource}" in patterns)
+
+
+def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> bool:
+    """Whether one resource rule covers the request's group, version, resource and operation."""
+    resource = review.resource
+    if "*" not in rule.api_groups and resource.group not in rule.api_groups:
+        return False
+    if "*" not in rule.api_versions and resource.version not in rule.api_versions:
+        return False
+    if "*" not in rule.operations and operation not in rule.operations:
+        return False
+    if rule.resource_names and review.name not in rule.resource_names:
+        return False
+    return _resource_matches(rule.resources, resource.resource, review.subresource)
+
+
+def subject_matches(subject: Subject, review: ReviewInput) -> bool:
+    """Whether the requesting user is this User, in this Group, or is this ServiceAccount."""
+    user = review.user
+    if subject.kind == "User":
+        return subject.name in ("*", user.username)
+    if subject.kind == "Group":
+        return subject.name == "*" or subject.name in user.groups
+    prefix = "system:serviceaccount:"
+    if not user.username.startswith(prefix):
+        return False
+    namespace, _, name = user.username.removeprefix(prefix).partition(":")
+    return subject.name in ("*", name) and subject.namespace in ("", "*", namespace)
+
+
+def matches(match: Match, review: ReviewInput, *,
+            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
+    """Whether ``match`` selects this request (every given part must hold)."""
+    operation = AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
+    if not any(rule_matches(r, review, operation) for r in match.rules):
+        return False
+    if match.narrowing_rules and not any(
+        rule_matches(r, review, operation) for r in match.narrowing_rules
+    ):
+        return False
+    if any(rule_matches(r, review, operation) for r in match.exclude_rules):
+        return False
+    namespace = review.namespace
+    selector = match.namespace_selector
+    if selector.match_labels or selector.requirements:  # the empty selector selects all
+        if review.kind[2] == "Namespace":
+            if not selector.matches(_labels(review.subject)):
+                return False
+        elif namespace and not selector.matches(_labels(review.namespace_object)):
+            return False
+    if namespace:
+        if match.namespaces and namespace not in match.namespaces:
+            return False
+        if namespace in match.exclude_namespaces:
+            return False
+    selector = match.object_selector
+    if selector.match_labels or selector.requirements:
+        objects = [o for o in (review.object, review.old_object) if isinstance(o, Mapping)]
+        if not any(selector.matches(_labels(o)) for o in objects):
+            # (CONNECT-style requests carry no labels an objectSelector could match)
+            return False
+    if match.subjects and not any(subject_matches(s, review) for s in match.subjects):
+        return False
+    return not any(subject_matches(s, review) for s in match.exclude_subjects)
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """Why a policy does not apply to a request.
+
+    Attributes:
+        rule / path: ``match`` / ``spec.match`` when the match leaves the request out;
+            ``exceptions`` / ``spec.exceptions`` when an exception exempts it.
+        message: for people (the exception's reason and expiry, or what left it out).
+        exemption: the exception that applies, when that is the reason.
+    """
+
+    rule: str
+    path: str
+    message: str
+    exemption: Exception_ | None = None
+
+
+OUT_OF_MATCH = NotApplicable("match", "spec.match", "the match leaves this request out")
+
+
+def applicability(policy: Policy, review: ReviewInput, *,
+                  point: EvaluationPoint = EvaluationPoint.ADMISSION) -> NotApplicable | None:
+    """None when ``policy`` applies to ``review`` before its matchConditions: its match
+    selects the request and no exception exempts it (an expired exception exempts nothing;
+    expiry is read against ``review.now``, in UTC); else why not."""
+    if not matches(policy.match, review, point=point):
+        return OUT_OF_MATCH
+    if not policy.exceptions:
+        return None
+    subject = review.subject if isinstance(review.subject, Mapping) else {}
+    metadata = mapping_at(subject, "metadata")
+    labels = mapping_at(metadata, "labels")
+    name = review.name or str(metadata.get("name") or metadata.get("generateName") or "")
+    today = review.now.date()
+    for exemption in policy.exceptions:
+        if exemption.applies(review.namespace, name, labels, today):
+            until = f" (until {exemption.expires})" if exemption.expires else ""
+            return NotApplicable("exceptions", "spec.exceptions",
+                                 f"{exemption.reason}{until}", exemption)
+    return None

@@ -1,0 +1,220 @@
+"""The compiled policy model: what the loader builds and the engine runs.
+
+Owns the frozen shapes of a loaded policy set — match rules, CEL rules already compiled, mutations,
+exceptions — shared by GPUPolicy documents and native ValidatingAdmissionPolicy /
+MutatingAdmissionPolicy (+ Binding) objects, which the loader maps onto the same shapes so the
+engine has one code path. Field meanings follow the Kubernetes API reference for
+``admissionregistration.k8s.io/v1``.
+
+Must not parse files or evaluate anything.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from policies.cel.runtime import CompiledExpression
+from policies.vocabulary import FailurePolicy, ValidationAction
+
+if TYPE_CHECKING:
+    from policies.policy.quota import Quota
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a policy came from: file, 0-based document index, and its 1-based line if known."""
+
+    source: str
+    index: int
+    line: int | None = None
+
+    def at(self, path: str, line: int | None = None) -> str:
+        """``file:line: document N: path`` for messages."""
+        where = f"{self.source}:{line}" if line else self.source
+        return f"{where}: document {self.index}: {path}" if path else \
+            f"{where}: document {self.index}"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions`` entry of a label selector."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A Kubernetes LabelSelector; the empty selector matches everything."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    requirements: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, Any]) -> bool:
+        """Whether ``labels`` satisfy every term (Kubernetes label-selector semantics)."""
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        for req in self.requirements:
+            present = req.key in labels
+            key_value = labels.get(req.key)
+            if req.operator == "In" and (not present or key_value not in req.values):
+                return False
+            if req.operator == "NotIn" and present and key_value in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class ResourceRule:
+    """One rule of ``matchConstraints.resourceRules`` (``*`` wildcards allowed)."""
+
+    api_groups: tuple[str, ...] = ("*",)
+    api_versions: tuple[str, ...] = ("*",)
+    resources: tuple[str, ...] = ("*",)
+    operations: tuple[str, ...] = ("*",)
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A user, group or service account (``namespace`` empty: any namespace)."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class Match:
+    """What a policy applies to; every given part must match.
+
+    ``rules`` / ``exclude_rules`` select resources and operations; selectors use the namespace's and
+    the object's labels; ``namespaces`` / ``exclude_namespaces`` name namespaces directly;
+    ``subjects`` / ``exclude_subjects`` the requesting user.
+    """
+
+    rules: tuple[ResourceRule, ...]
+    narrowing_rules: tuple[ResourceRule, ...] = ()  # a binding's matchResources: must match too
+    exclude_rules: tuple[ResourceRule, ...] = ()
+    namespace_selector: LabelSelector = field(default_factory=LabelSelector)
+    object_selector: LabelSelector = field(default_factory=LabelSelector)
+    namespaces: tuple[str, ...] = ()
+    exclude_namespaces: tuple[str, ...] = ()
+    subjects: tuple[Subject, ...] = ()
+    exclude_subjects: tuple[Subject, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A compiled CEL rule: a validation, matchCondition, variable or audit annotation.
+
+    ``name`` is the rule's name (or ``validations[i]``); ``path`` its field path in the file.
+    """
+
+    name: str
+    path: str
+    expression: CompiledExpression
+    message: str | None = None
+    message_expression: CompiledExpression | None = None
+    reason: str = "Forbidden"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One mutation: a CEL expression returning RFC 6902 operations, or a declarative shortcut.
+
+    ``shortcut`` is ``(name, argument)`` for ``addToleration``, ``setRuntimeClassName``,
+    ``setSchedulerName``, ``setLabel``, ``setAnnotation`` or ``setNodeSelector``; ``condition`` an
+    optional CEL guard.
+    """
+
+    name: str
+    path: str
+    expression: CompiledExpression | None = None
+    shortcut: tuple[str, Any] | None = None
+    condition: CompiledExpression | None = None
+
+
+@dataclass(frozen=True)
+class Exception_:
+    """A documented exemption: objects it matches are skipped, and listed as exempted."""
+
+    namespaces: tuple[str, ...]
+    names: tuple[str, ...]
+    labels: Mapping[str, str]
+    reason: str
+    expires: datetime.date | None
+
+    def applies(self, namespace: str | None, name: str, labels: Mapping[str, Any],
+                today: datetime.date) -> bool:
+        """Whether it exempts this object today (an expired exception exempts nothing)."""
+        if self.expires is not None and today > self.expires:
+            return False
+        if self.namespaces and namespace not in self.namespaces:
+            return False
+        if self.names and name not in self.names:
+            return False
+        return all(labels.get(k) == v for k, v in self.labels.items())
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One loaded policy instance (a GPUPolicy, or a native policy bound by one binding and param).
+
+    Attributes:
+        name: policy name (``policy/binding`` for native bindings).
+        kind: ``GPUPolicy``, ``ValidatingAdmissionPolicy`` or ``MutatingAdmissionPolicy``.
+        origin: where it was defined.
+        failure_policy: ``Fail`` or ``Ignore``; actions: validationActions (in file order).
+        params: the params object (inline GPUPolicy params or a bound param object).
+        param_missing: a binding's paramRef found nothing (with ``Deny`` action).
+    """
+
+    name: str
+    kind: str
+    origin: Origin
+    description: str
+    match: Match
+    failure_policy: FailurePolicy
+    actions: tuple[ValidationAction, ...]
+    match_conditions: tuple[Rule, ...] = ()
+    variables: tuple[Rule, ...] = ()
+    validations: tuple[Rule, ...] = ()
+    mutations: tuple[Mutation, ...] = ()
+    audit_annotations: tuple[Rule, ...] = ()
+    exceptions: tuple[Exception_, ...] = ()
+    params: Any = None
+    param_missing: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """Everything loaded from policy files, in file order; evaluation follows this order.
+
+    Attributes:
+        digest: ``sha256:<hex>`` of the bytes the set was built from
+            (:attr:`policies.sources.Snapshot.digest`); "" when built from documents in memory.
+        contents: per source file, the documents the set took from it (``GPUPolicy/name``,
+            ``ValidatingAdmissionPolicyBinding/name``, ``GPUQuota/name``, a param object's
+            ``Kind/namespace/name``), in file order: what a reload compares to notice a file
+            that lost a policy.
+    """
+
+    policies: tuple[Policy, ...]
+    warnings: tuple[str, ...] = ()
+    quotas: tuple[Quota, ...] = ()  # GPUQuota documents (policies.policy.quota), in file order
+    digest: str = ""
+    contents: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Policy names, in evaluation order."""
+        return tuple(p.name for p in self.policies)

@@ -1,0 +1,252 @@
+"""Mutations: RFC 6902 operations applied to a working copy, and the response patch as a diff.
+
+Owns applying one policy mutation — operations returned by a CEL expression, or a declarative GPU
+shortcut (``addToleration``, ``setRuntimeClassName``, ``setSchedulerName``, ``setLabel``,
+``setAnnotation``, ``setNodeSelector``) — to a copy of the object, and :func:`diff`, the patch
+sent back to the API server: ``jsonpatch.make_patch(original, final)``, so JSON Pointer escaping
+(``~0``, ``~1``), missing parents (``annotations: null``) and untouched keys are right by
+construction (DESIGN.md). Shortcuts act on every pod template of the object
+(:mod:`policies.facts.workloads`), on the templates that ask for GPUs when some do.
+
+Must not decide whether a mutation runs (that is the engine) or do I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import jsonpatch
+import jsonpointer
+
+from policies.cel.json_values import to_json_data
+from policies.facts.workloads import WorkloadFacts
+
+_OPS = {"add", "remove", "replace", "move", "copy", "test"}
+
+
+class MutationError(ValueError):
+    """A mutation could not be applied; the message says which operation and why."""
+
+
+def validate_operations(value: Any) -> list[dict[str, Any]]:
+    """Check a CEL result is a list of RFC 6902 operations.
+
+    Raises:
+        MutationError: not a list of maps with a known ``op`` and a string ``path`` (and
+            ``from`` for move / copy, ``value`` for add / replace / test).
+    """
+    if not isinstance(value, list):
+        raise MutationError(f"expected a list of JSONPatch operations, got {type(value).__name__}")
+    operations = []
+    for index, op in enumerate(value):
+        if not isinstance(op, Mapping):
+            raise MutationError(f"operation {index}: expected a map with op and path")
+        name, path = op.get("op"), op.get("path")
+        if name not in _OPS:
+            raise MutationError(f"operation {index}: op {name!r} is not one of "
+                                f"{', '.join(sorted(_OPS))}")
+        if not isinstance(path, str) or (path and not path.startswith("/")):
+            raise MutationError(f"operation {index}: path {path!r} is not a JSON Pointer")
+        if name in ("move", "copy") and not isinstance(op.get("from"), str):
+            raise MutationError(f"operation {index}: {name} needs a 'from' JSON Pointer")
+        if name in ("add", "replace", "test") and "value" not in op:
+            raise MutationError(f"operation {index}: {name} needs a value")
+        operations.append(dict(op))
+    return operations
+
+
+def apply_operations(target: Mapping[str, Any],
+                     operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Apply RFC 6902 operations to a copy of ``target`` and return it.
+
+    Raises:
+        MutationError: an operation does not apply (missing path, failed test, bad index).
+    """
+    failures = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
+                ValueError, KeyError, IndexError)
+    try:
+        return check_identity(jsonpatch.JsonPatch(operations).apply(target, in_place=False))
+    except failures:
+        pass
+    # Replay one operation at a time only to say which one failed (rare path).
+    for index, operation in enumerate(operations):
+        try:
+            target = jsonpatch.JsonPatch([operation]).apply(target, in_place=False)
+        except failures as exc:
+            # The library's text can embed whole sub-documents (env values included): bound it.
+            reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+            raise MutationError(f"operation {index} ({operation['op']} {operation['path']}) "
+                                f"does not apply: {reason}") from None
+    return check_identity(target)
+
+
+_IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),
+             ("metadata", "uid"))
+
+
+def check_identity(result: Any, original: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Refuse a result that is not an object, or that renames, moves or retypes it.
+
+    Raises:
+        MutationError: the mutated document is not a map, or ``apiVersion``, ``kind``,
+            ``metadata.name`` / ``namespace`` / ``uid`` differ from ``original``.
+    """
+    if not isinstance(result, dict):
+        raise MutationError(f"the patched object is a {type(result).__name__}, not an object")
+    if original is not None:
+        for path in _IDENTITY:
+            before: Any = original
+            after: Any = result
+            for key in path:
+                before = before.get(key) if isinstance(before, Mapping) else None
+                after = after.get(key) if isinstance(after, Mapping) else None
+            if before != after:
+                raise MutationError(f"a mutation may not change {'.'.join(path)} "
+                                    f"({before!r} -> {after!r})")
+    return result
+
+
+def diff(original: Mapping[str, Any] | None,
+         final: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The RFC 6902 patch turning ``original`` into ``final`` (``[]`` when they are equal)."""
+    if original is None or final is None or original == final:
+        return []
+    try:
+        patch = jsonpatch.make_patch(original, final).patch
+        json.dumps(patch)  # small; what the response carries
+        return patch
+    except (TypeError, ValueError):
+        # YAML input (``gpuguard check``, the audit) may hold what JSON cannot: timestamps,
+        # binary, keys that are not strings. The patch is a JSON document: diff the JSON forms.
+        return jsonpatch.make_patch(to_json_data(original), to_json_data(final)).patch
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _at(obj: dict[str, Any], field_path: str) -> dict[str, Any] | None:
+    """The dict at a field path (``spec.template.spec``, ``spec.workerGroupSpecs[0].template``),
+    or None when some step is missing or of another type."""
+    node: Any = obj
+    for name, index in _STEP.findall(field_path):
+        if name:
+            node = node.get(name) if isinstance(node, dict) else None
+        else:
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+    return node if isinstance(node, dict) else None
+
+
+def _pod_targets(obj: dict[str, Any], facts: WorkloadFacts | None) -> list[tuple[str, str]]:
+    """(spec path, metadata path) of each pod template to change; GPU templates when any."""
+    if facts is None:
+        return []
+    pairs = []
+    asking = [per.requested for per in facts.per_template]
+    for template, wants in zip(facts.workload.templates, asking, strict=True):
+        if any(asking) and not wants:
+            continue
+        metadata = f"{template.path}.metadata" if template.path else "metadata"
+        pairs.append((template.spec_path, metadata))
+    return pairs
+
+
+def _tolerates(existing: Any, wanted: Mapping[str, Any]) -> bool:
+    if not isinstance(existing, Mapping):
+        return False
+    if existing.get("key") != wanted.get("key") and existing.get("key") not in (None, ""):
+        return False
+    if existing.get("effect") not in (None, "", wanted.get("effect")):
+        return False
+    if existing.get("operator", "Equal") == "Exists":
+        return True
+    return existing.get("value") == wanted.get("value") and wanted.get("operator") != "Exists"
+
+
+def _add_toleration(spec: dict[str, Any], toleration: Any) -> bool:
+    tolerations = spec.get("tolerations")
+    changed = False
+    if not isinstance(tolerations, list):
+        tolerations = spec["tolerations"] = []
+        changed = True
+    if not any(_tolerates(t, toleration) for t in tolerations):
+        tolerations.append(dict(toleration))
+        changed = True
+    return changed
+
+
+def _setter(field: str) -> Callable[[dict[str, Any], Any], bool]:
+    def set_field(spec: dict[str, Any], value: Any) -> bool:
+        changed = bool(spec.get(field) != value)
+        spec[field] = value
+        return changed
+    return set_field
+
+
+def _set_node_selector(spec: dict[str, Any], argument: Any) -> bool:
+    return _set_key(spec, "nodeSelector", argument["key"], argument["value"])
+
+
+# The declarative shortcuts, by what they change: a pod template's spec, or metadata (of the
+# object, or of its pod templates). The schema (data/gpupolicy.schema.json, "mutation") lists
+# the same names; tests/test_mutation_shortcuts.py keeps them equal.
+_POD_SPEC_SHORTCUTS: Final[Mapping[str, Callable[[dict[str, Any], Any], bool]]] = {
+    "addToleration": _add_toleration,
+    "setRuntimeClassName": _setter("runtimeClassName"),
+    "setSchedulerName": _setter("schedulerName"),
+    "setNodeSelector": _set_node_selector,
+}
+_METADATA_SHORTCUTS: Final[Mapping[str, str]] = {"setLabel": "labels",
+                                                 "setAnnotation": "annotations"}
+SHORTCUTS: Final[tuple[str, ...]] = (*_POD_SPEC_SHORTCUTS, *_METADATA_SHORTCUTS)
+"""Every declarative mutation shortcut a GPUPolicy may use, in schema order."""
+
+
+def apply_shortcut(
+    obj: dict[str, Any], shortcut: tuple[str, Any], facts: WorkloadFacts | None,
+) -> bool:
+    """Apply one declarative GPU shortcut to ``obj`` in place; True when it changed something.
+
+    The caller owns ``obj`` (a private copy of the request's object). ``setLabel`` /
+    ``setAnnotation`` take ``target: object`` (default, the object's own metadata: where Kueue
+    reads ``kueue.x-k8s.io/queue-name``) or ``podTemplates``.
+
+    Raises:
+        MutationError: the object's metadata is not a map.
+    """
+    name, argument = shortcut
+    field = _METADATA_SHORTCUTS.get(name)
+    if field is not None and argument.get("target", "object") == "object":
+        if not isinstance(obj.get("metadata"), dict):
+            raise MutationError(f"{name}: the object's metadata is "
+                                f"{type(obj.get('metadata')).__name__}, not a map")
+        return _set_key(obj["metadata"], field, argument["key"], argument["value"])
+    changed = False
+    for spec_path, metadata_path in _pod_targets(obj, facts):
+        spec = _at(obj, spec_path)
+        if spec is None:
+            continue
+        if field is None:
+            changed = _POD_SPEC_SHORTCUTS[name](spec, argument) or changed
+            continue
+        parent_path, _, key = metadata_path.rpartition(".")
+        parent = _at(obj, parent_path)
+        if parent is None:
+            continue
+        if not isinstance(parent.get(key), dict):
+            parent[key] = {}
+            changed = True
+        changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
+    return changed
+
+
+def _set_key(parent: dict[str, Any], field: str, key: str, value: Any) -> bool:
+    """``parent[field][key] = value``, creating the map (a null one too); True when it changed."""
+    if not isinstance(parent.get(field), dict):
+        parent[field] = {}
+    if parent[field].get(key) == value and key in parent[field]:
+        return False
+    parent[field][key] = value
+    return True
