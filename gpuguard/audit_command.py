@@ -116,6 +116,34 @@ def _connect(args: argparse.Namespace) -> Any:
     return connect(args.kubeconfig, args.context)
 
 
+def _publish(cluster: Any, report: dict[str, Any], failed: list[str]) -> int:
+    """Write the report objects of a complete scan and delete gpuguard's reports of namespaces
+    it no longer reports on; a partial scan publishes nothing (its missing namespaces would lose
+    reports that are still true, and its present ones could be judged without their pods)."""
+    from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
+
+    if failed:
+        _error(f"error: --write-reports: {len(failed)} resource(s) could not be listed "
+               f"({', '.join(failed)}): the scan is partial, no PolicyReport written or deleted")
+        return EXIT_ENVIRONMENT
+    writer = ReportWriter(cluster.api_client)
+    objects = policy_reports.build(report)
+    status = EXIT_OK
+    outcomes = writer.write_all(objects)
+    if not any(outcome.action == "failed" for outcome in outcomes):
+        outcomes += writer.prune(objects, name=policy_reports.REPORT_NAME,
+                                 labels=policy_reports.LABELS)
+    for outcome in outcomes:
+        where = f"{outcome.namespace}/" if outcome.namespace else ""
+        if outcome.action == "failed":
+            _error(f"error: {outcome.kind} {where}{outcome.name}: {outcome.message}")
+            status = EXIT_ENVIRONMENT
+        else:
+            print(f"gpuguard: {outcome.kind} {where}{outcome.name} {outcome.action}",
+                  file=sys.stderr)
+    return status
+
+
 def _cluster_items(cluster: Any, scan_state: Any,
                    page_progress: Callable[[str, int], None] | None,
                    notes: list[str]) -> Iterator[Document | LoadError]:
@@ -342,16 +370,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
             _error(f"error: --out {args.out}: {exc.strerror or exc}")
             status = EXIT_USAGE
     if args.write_reports and cluster is not None:
-        from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
-
-        for outcome in ReportWriter(cluster.api_client).write_all(policy_reports.build(report)):
-            where = f"{outcome.namespace}/" if outcome.namespace else ""
-            if outcome.action == "failed":
-                _error(f"error: {outcome.kind} {where}{outcome.name}: {outcome.message}")
-                status = EXIT_USAGE
-            else:
-                print(f"gpuguard: {outcome.kind} {where}{outcome.name} {outcome.action}",
-                      file=sys.stderr)
+        status = max(status, _publish(cluster, report, scan_state.failed))
 
     summary = report["summary"]
     if summary["errors"] or summary["warnings"]:

@@ -3,7 +3,10 @@
 Owns the only writes the audit makes, and only when asked (``gpuguard audit --write-reports``):
 one ``PolicyReport`` per namespace and one ``ClusterPolicyReport``, each created when missing and
 otherwise replaced with the resourceVersion just read (optimistic concurrency; a ``409 Conflict``
-is retried a few times). The report objects are built by the auditor; this module only moves them.
+is retried a few times); then :meth:`ReportWriter.prune` deletes gpuguard's own PolicyReports of
+namespaces the complete scan no longer reports on (their workloads are gone), so no report keeps
+saying a namespace fails after its last violating workload was deleted. The report objects are
+built by the auditor; this module only moves them.
 
 Must not build or interpret reports; only :mod:`kube` imports ``kubernetes``.
 """
@@ -14,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
@@ -25,7 +29,8 @@ _CONFLICT_RETRIES = 3
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What happened to one report: ``action`` is ``created``, ``replaced`` or ``failed``."""
+    """What happened to one report: ``action`` is ``created``, ``replaced``, ``deleted`` (a
+    namespace with nothing left to report) or ``failed``."""
 
     kind: str
     namespace: str | None
@@ -97,3 +102,45 @@ class ReportWriter:
     def write_all(self, reports: Iterable[Mapping[str, Any]]) -> list[WriteResult]:
         """Write every report; failures are returned, never raised."""
         return [self.write(report) for report in reports]
+
+    def prune(self, written: Iterable[Mapping[str, Any]], *, name: str,
+              labels: Mapping[str, str]) -> list[WriteResult]:
+        """Delete the ``PolicyReport`` objects called ``name`` carrying ``labels`` in namespaces
+        that ``written`` has none for; failures are returned, never raised.
+
+        Only call after a complete scan: a namespace missing from a partial one would lose a
+        report that is still true. Each delete is conditional on the uid and resourceVersion
+        just listed (``Preconditions``), so a report another audit rewrote meanwhile stays.
+        """
+        keep = {str((r.get("metadata") or {}).get("namespace")) for r in written
+                if r.get("kind") == "PolicyReport"}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        query = f"?labelSelector={quote(selector)}&fieldSelector={quote('metadata.name=' + name)}"
+        try:
+            listed = self._call("GET", f"/apis/{GROUP}/{VERSION}/policyreports{query}")
+        except ApiException as exc:
+            return [WriteResult("PolicyReport", None, name, "failed",
+                                f"listing the reports to prune: {exc.status} {exc.reason or ''}")]
+        except Exception as exc:  # network failures: report, the written reports stand
+            return [WriteResult("PolicyReport", None, name, "failed",
+                                f"listing the reports to prune: {type(exc).__name__}: {exc}")]
+        results = []
+        for item in (listed or {}).get("items") or []:
+            metadata = item.get("metadata") or {}
+            namespace = str(metadata.get("namespace"))
+            if namespace in keep or metadata.get("name") != name:
+                continue
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
+                "uid": metadata.get("uid"), "resourceVersion": metadata.get("resourceVersion")}}
+            try:
+                self._call("DELETE", _path("PolicyReport", namespace, name), body)
+                results.append(WriteResult("PolicyReport", namespace, name, "deleted"))
+            except ApiException as exc:
+                if exc.status in (404, 409):  # gone, or rewritten meanwhile: not ours to delete
+                    continue
+                results.append(WriteResult("PolicyReport", namespace, name, "failed",
+                                           f"{exc.status} {exc.reason or ''}"))
+            except Exception as exc:
+                results.append(WriteResult("PolicyReport", namespace, name, "failed",
+                                           f"{type(exc).__name__}: {exc}"))
+        return results

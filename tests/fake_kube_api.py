@@ -8,7 +8,10 @@ answers (Kubernetes API concepts, "Retrieving large results sets in chunks"):
 - injected faults per resource path: ``expire``: the first continue token used gets ``410 Gone``
   (reason ``Expired``); ``throttle``: that many ``429 Too Many Requests`` with ``Retry-After``;
   ``forbid``: ``403``;
-- ``GET/POST/PUT`` PolicyReports and ClusterPolicyReports (resourceVersion bumped on each write).
+- ``GET/POST/PUT/DELETE`` PolicyReports and ClusterPolicyReports (resourceVersion bumped on each
+  write; DELETE honours ``preconditions`` uid/resourceVersion with 409), and the list of
+  PolicyReports across namespaces with equality ``labelSelector`` / ``fieldSelector``
+  (``metadata.name``, ``metadata.namespace``), as kube-apiserver serves a CRD's collection.
 
 Every request is recorded (method, path, query) for assertions. Runs an aiohttp app in a
 background thread so the synchronous ``kubernetes`` client can talk to it.
@@ -119,6 +122,25 @@ class FakeKubeAPI(ThreadedAPIServer):
             else "PolicyReport"
         return kind, request.match_info.get("namespace"), request.match_info.get("name")
 
+    async def _all_reports(self, request: web.Request) -> web.Response:
+        self.requests.append((request.method, request.path, dict(request.query)))
+
+        def pairs(selector: str) -> list[tuple[str, str]]:
+            return [tuple(term.split("=", 1)) for term in selector.split(",") if term]  # type: ignore[misc]
+        labels = pairs(request.query.get("labelSelector", ""))
+        fields = pairs(request.query.get("fieldSelector", ""))
+        items = []
+        for (kind, namespace, name), report in sorted(self.reports.items(), key=str):
+            metadata = report["metadata"]
+            field_values = {"metadata.name": name, "metadata.namespace": namespace}
+            if kind == "PolicyReport" and all(
+                    (metadata.get("labels") or {}).get(k) == v for k, v in labels) and all(
+                    field_values.get(k) == v for k, v in fields):
+                items.append(report)
+        return web.json_response({"apiVersion": "wgpolicyk8s.io/v1alpha2",
+                                  "kind": "PolicyReportList", "metadata": {},
+                                  "items": items})
+
     async def _report(self, request: web.Request) -> web.Response:
         self.requests.append((request.method, request.path, dict(request.query)))
         kind, namespace, name = self._report_key(request)
@@ -127,6 +149,18 @@ class FakeKubeAPI(ThreadedAPIServer):
             if found is None:
                 return self._status(404, "NotFound", f"{kind} {name} not found")
             return web.json_response(found)
+        if request.method == "DELETE":
+            key = (kind, namespace, str(name))
+            current = self.reports.get(key)
+            if current is None:
+                return self._status(404, "NotFound", f"{kind} {name} not found")
+            wanted = (await request.json() if request.can_read_body else {}).get(
+                "preconditions") or {}
+            for field in ("uid", "resourceVersion"):
+                if field in wanted and wanted[field] != current["metadata"].get(field):
+                    return self._status(409, "Conflict", f"Precondition failed: {field}")
+            del self.reports[key]
+            return web.json_response(current)
         body = await request.json()
         name = name or body["metadata"]["name"]
         key = (kind, namespace, str(name))
@@ -147,6 +181,7 @@ class FakeKubeAPI(ThreadedAPIServer):
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         reports = "/apis/wgpolicyk8s.io/v1alpha2"
+        app.router.add_get(f"{reports}/policyreports", self._all_reports)
         for route in (f"{reports}/namespaces/{{namespace}}/policyreports",
                       f"{reports}/namespaces/{{namespace}}/policyreports/{{name}}",
                       f"{reports}/clusterpolicyreports",

@@ -174,6 +174,44 @@ def test_cli_audits_the_cluster_and_writes_policy_reports(objects, file_report, 
     assert len(creates) == len(replaces) == 6
 
 
+def test_write_reports_deletes_the_report_of_a_namespace_with_nothing_left(objects, tmp_path,
+                                                                          capsys):
+    with FakeKubeAPI(objects) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        assert run_cli("--kubeconfig", kubeconfig, "--policies", str(POLICIES),
+                       "--write-reports", "-o", "json", "--jobs", "0")[0] == 0
+        reports = api.reports
+    assert ("PolicyReport", "sandbox", "gpuguard-audit") in reports
+    # the next scan: sandbox's workloads are gone; a report of another tool stays untouched
+    foreign = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "kyverno-report", "namespace": "sandbox",
+                            "resourceVersion": "1"}}
+    remaining = [o for o in objects if (o.get("metadata") or {}).get("namespace") != "sandbox"]
+    capsys.readouterr()
+    with FakeKubeAPI(remaining) as api:
+        api.reports = {**reports, ("PolicyReport", "sandbox", "kyverno-report"): foreign}
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        assert run_cli("--kubeconfig", kubeconfig, "--policies", str(POLICIES),
+                       "--write-reports", "-o", "json", "--jobs", "0")[0] == 0
+        after = dict(api.reports)
+    assert "PolicyReport sandbox/gpuguard-audit deleted" in capsys.readouterr().err
+    assert ("PolicyReport", "sandbox", "gpuguard-audit") not in after
+    assert ("PolicyReport", "sandbox", "kyverno-report") in after
+    assert {k for k in after if k[1] != "sandbox"} == {k for k in reports if k[1] != "sandbox"}
+
+
+def test_a_partial_scan_publishes_nothing(objects, tmp_path, capsys):
+    with FakeKubeAPI(objects, forbid={"/apis/apps/v1/daemonsets"}) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        code, out = run_cli("--kubeconfig", kubeconfig, "--policies", str(POLICIES),
+                            "--write-reports", "-o", "json", "--jobs", "0")
+        writes = [(m, p) for m, p, _ in api.requests if "wgpolicyk8s.io" in p]
+    assert code == 3  # environment: RBAC or the API, not the workloads
+    assert writes == [] and api.reports == {}
+    assert "the scan is partial, no PolicyReport written or deleted" in capsys.readouterr().err
+    assert json.loads(out)["errors"]  # the report itself still says what it could not read
+
+
 def test_cli_cluster_errors_are_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -92,7 +92,8 @@ AUDIT_RULES = {
         ("jobset.x-k8s.io", "jobsets"), ("batch.volcano.sh", "jobs"),
         ("kubevirt.io", "virtualmachines"), ("resource.k8s.io", "resourceclaimtemplates"),
     ]},
-    ("wgpolicyk8s.io", "policyreports"): {"get", "create", "update"},
+    # list + delete: stale reports of namespaces with nothing left are pruned
+    ("wgpolicyk8s.io", "policyreports"): {"get", "create", "update", "list", "delete"},
     ("wgpolicyk8s.io", "clusterpolicyreports"): {"get", "create", "update"},
 }
 INVENTORY_RULES = {("", "nodes"): {"get", "patch"}}

@@ -31,7 +31,7 @@ SOURCE = "gpuguard"
 MAX_REPORT_BYTES = 1_000_000
 _RESULT = {"deny": ("fail", "high"), "warn": ("warn", "medium"), "audit": ("fail", "low"),
            "error": ("error", "medium")}
-_LABELS = {"app.kubernetes.io/managed-by": "gpuguard"}
+LABELS = {"app.kubernetes.io/managed-by": "gpuguard"}
 
 
 def _timestamp(report: Mapping[str, Any]) -> dict[str, int]:
@@ -139,7 +139,7 @@ def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                    "warn": findings.get("warn", 0), "error": findings.get("error", 0),
                    "skip": entry["exceptions"]}
         obj = {"apiVersion": API_VERSION, "kind": "PolicyReport",
-               "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(_LABELS)},
+               "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(LABELS)},
                "summary": summary}
         reports.append(_finish(obj, results))
     return reports
@@ -179,7 +179,7 @@ def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
                "error": counts["error"], "skip": counts["skip"]}
     results = [*compliance, *results]
     obj = {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
-           "metadata": {"name": REPORT_NAME, "labels": dict(_LABELS)}, "summary": summary}
+           "metadata": {"name": REPORT_NAME, "labels": dict(LABELS)}, "summary": summary}
     return _finish(obj, results)
 
 

@@ -32,11 +32,13 @@ from policies.sources import Document, LoadError
 @dataclass
 class ClusterScan:
     """What a live scan read: per resource path, its :class:`~kube.lists.ListStats`; the
-    resources not served; and why the API server could not be reached, when it could not (the
-    scan stopped there)."""
+    resources not served; the resources that could not be listed (``failed``: the scan is
+    partial, so nothing may be published from it); and why the API server could not be reached,
+    when it could not (the scan stopped there)."""
 
     stats: dict[str, ListStats] = field(default_factory=dict)
     not_served: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
     unreachable: str | None = None
 
     def notes(self) -> list[str]:
@@ -78,4 +80,5 @@ def iter_cluster(lister: Lister, scan: ClusterScan,
             yield LoadError("cluster", None, f"cannot list {exc}")
             return
         except ListError as exc:
+            scan.failed.append(resource.path)
             yield LoadError("cluster", None, f"cannot list {exc}")
