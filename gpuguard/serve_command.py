@@ -48,6 +48,7 @@ from certs.generate import generate_ca, generate_serving_cert
 from certs.material import utc_now
 from certs.tls import ReloadingTLS, TLSError, describe
 from gpuguard import policy_set
+from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
 from gpuguard.settings import add_gpu_settings
 from kube.config import ClusterConfigError, detect
 from kube.namespaces import (
@@ -66,7 +67,6 @@ from webhook.quota import QuotaGate
 from webhook.server import Server, run
 from webhook.settings import ServerSettings
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 LOG = logging.getLogger("gpuguard.serve")
 SAMPLE_REVIEW = Path(__file__).resolve().parent.parent / "examples" / "admission" / \
     "gpu-pod-review.json"
@@ -185,7 +185,8 @@ def serve_worker(config: ServeConfig) -> int:
     if pod_cache is not None:
         pod_cache.start()
     try:
-        return run(server)
+        # a port that is taken or an address that is not this machine's: the environment (3)
+        return EXIT_OK if run(server) else EXIT_ENVIRONMENT
     finally:
         if pod_cache is not None:
             pod_cache.stop()
@@ -227,7 +228,7 @@ def supervise(config: ServeConfig) -> int:
     workers = {i: start(i) for i in range(config.server.workers)}
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     restarts: dict[int, int] = {}
-    failed = False
+    code = EXIT_OK  # the first worker failure decides: 2 bad input, 3 environment, else 70
     try:
         while workers:
             wait([p.sentinel for p in workers.values()], timeout=1.0)
@@ -237,11 +238,15 @@ def supervise(config: ServeConfig) -> int:
                 process.join()
                 mark_worker_dead(process.pid)
                 del workers[index]
+                exitcode = process.exitcode
                 if stopping:
-                    failed = failed or process.exitcode not in (EXIT_OK, -signal.SIGTERM)
+                    if code == EXIT_OK and exitcode not in (EXIT_OK, -signal.SIGTERM):
+                        code = exitcode if exitcode in (EXIT_USAGE, EXIT_ENVIRONMENT) \
+                            else EXIT_SOFTWARE
                     continue
-                if process.exitcode == EXIT_USAGE:
-                    failed = True  # bad input: restarting cannot help
+                if exitcode in (EXIT_USAGE, EXIT_ENVIRONMENT):
+                    # bad input, or a port taken / an address not ours: restarting cannot help
+                    code = code or exitcode
                     stop(signal.SIGTERM, None)
                     continue
                 count = restarts.get(index, 0)
@@ -256,7 +261,7 @@ def supervise(config: ServeConfig) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         shutil.rmtree(metrics_dir, ignore_errors=True)
-    return EXIT_FAILED if failed else EXIT_OK
+    return code
 
 
 @dataclass(frozen=True)

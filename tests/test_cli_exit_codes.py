@@ -9,6 +9,7 @@ replacing a function the command calls with one that raises.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,21 @@ def test_the_installed_entry_point_exits_70_on_a_crash(tmp_path):
                           timeout=120, check=False)
     assert done.returncode == EXIT_SOFTWARE
     assert done.stderr.startswith("gpuguard gpus: internal error: MemoryError: injected")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_that_is_taken_is_the_environment_not_a_finding(workers):
+    # The port is held by this test (no SO_REUSEPORT), so every bind fails: one error line and
+    # exit 3, with or without the worker supervisor, and no restart loop.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", "--port",
+                               str(port), "--workers", workers], capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert "address already in use" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_codes_are_distinct():

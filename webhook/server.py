@@ -280,10 +280,11 @@ async def serve(server: Server, stop: asyncio.Event) -> None:
     await server.shutdown()
 
 
-def run(server: Server) -> int:
-    """Run ``server`` until SIGTERM or SIGINT; returns the exit code (0 after a clean stop).
+def run(server: Server) -> bool:
+    """Run ``server`` until SIGTERM or SIGINT; True after a clean stop.
 
-    Returns 1 when the server cannot start (e.g. the port is taken), after logging why.
+    False when the server cannot start (e.g. the port is taken, an address that is not this
+    machine's), after logging why: the environment's fault, which the CLI maps to its exit code.
     """
 
     async def main() -> None:
@@ -297,5 +298,5 @@ def run(server: Server) -> int:
         asyncio.run(main())
     except OSError as exc:
         LOG.error("cannot start the server", extra={"fields": {"error": str(exc)}})
-        return 1
-    return 0
+        return False
+    return True
