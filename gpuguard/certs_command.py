@@ -40,9 +40,15 @@ from certs.material import (
     subject_alt_names,
     timestamp,
 )
-from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
+from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE
 from kube.config import ClusterConfigError, detect
-from kube.webhooks import WebhookConfigError, admission_api, parse_target, set_ca_bundle
+from kube.webhooks import (
+    ApiUnreachable,
+    WebhookConfigError,
+    admission_api,
+    parse_target,
+    set_ca_bundle,
+)
 from policies.facts.resource_names import GPUSettings
 
 EXIT_ERROR = EXIT_USAGE
@@ -222,7 +228,8 @@ def inject(args: argparse.Namespace) -> int:
 
 
 def _inject_live(targets: list[tuple[str, str]], value: str, kubeconfig: str | None) -> int:
-    """Patch the caBundle of each (kind, name) in the cluster; exit 2 if any fails."""
+    """Patch the caBundle of each (kind, name) in the cluster; exit 2 if any is refused (not
+    found, forbidden, changed meanwhile), 3 if the API server cannot be reached."""
     try:
         cluster = detect(kubeconfig)
     except ClusterConfigError as exc:
@@ -231,13 +238,16 @@ def _inject_live(targets: list[tuple[str, str]], value: str, kubeconfig: str | N
         raise _Refused("--live: no cluster configured (no in-cluster service account, "
                        "$KUBECONFIG or ~/.kube/config); give --kubeconfig FILE")
     api = admission_api(cluster.api_client)
-    failed = False
+    code = EXIT_OK
     for kind, name in targets:
         try:
             result = set_ca_bundle(api, kind, name, value)
+        except ApiUnreachable as exc:
+            _error("inject", exc)
+            return EXIT_ENVIRONMENT  # every other target would fail the same way
         except WebhookConfigError as exc:
             _error("inject", exc)
-            failed = True
+            code = EXIT_ERROR
             continue
         if result.changed:
             print(f"{kind}/{name} ({cluster.source}): caBundle set on {len(result.changed)} of "
@@ -245,7 +255,7 @@ def _inject_live(targets: list[tuple[str, str]], value: str, kubeconfig: str | N
         else:
             print(f"{kind}/{name} ({cluster.source}): up to date "
                   f"({len(result.webhooks)} webhook(s))")
-    return EXIT_ERROR if failed else EXIT_OK
+    return code
 
 
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {

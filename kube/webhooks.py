@@ -11,6 +11,7 @@ Must not read certificates (it is given the caBundle value) or know about HTTP s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,27 @@ _METHODS = {
 
 class WebhookConfigError(Exception):
     """A live caBundle update failed; ``str(error)`` is ``"<Kind>/<name>: <problem>"``."""
+
+
+class ApiUnreachable(WebhookConfigError):
+    """The API server cannot be reached (connection refused or reset, DNS, TLS, timeouts): the
+    environment, not the configuration object."""
+
+
+def _call(kind: str, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` with the client's errors as :class:`WebhookConfigError`."""
+    try:
+        return function(*args, **kwargs)
+    except ApiException as exc:
+        raise WebhookConfigError(f"{kind}/{name}: {_problem(exc)}") from None
+    except OSError as exc:
+        raise ApiUnreachable(f"{kind}/{name}: cannot reach the API server: "
+                             f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # urllib3 raises its own hierarchy (MaxRetryError, ...)
+        if type(exc).__module__.startswith("urllib3"):
+            raise ApiUnreachable(f"{kind}/{name}: cannot reach the API server: "
+                                 f"{type(exc).__name__}") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -97,16 +119,14 @@ def set_ca_bundle(api: Any, kind: str, name: str, ca_bundle: str, *,
         A :class:`LiveInjection`.
 
     Raises:
-        WebhookConfigError: not found, forbidden, changed concurrently, other API errors.
+        WebhookConfigError: not found, forbidden, changed concurrently, other API errors;
+            :class:`ApiUnreachable` (a subclass) when the API server cannot be reached.
         ValueError: an unknown ``kind``.
     """
     if kind not in _METHODS:
         raise ValueError(f"kind {kind!r}: not a webhook configuration kind")
     read, patch = (getattr(api, method) for method in _METHODS[kind])
-    try:
-        current = api.api_client.sanitize_for_serialization(read(name))
-    except ApiException as exc:
-        raise WebhookConfigError(f"{kind}/{name}: {_problem(exc)}") from None
+    current = api.api_client.sanitize_for_serialization(_call(kind, name, read, name))
     webhooks = current.get("webhooks") or []
     operations: list[dict[str, Any]] = []
     changed: list[str] = []
@@ -122,10 +142,7 @@ def set_ca_bundle(api: Any, kind: str, name: str, ca_bundle: str, *,
             operations.insert(0, {"op": "test", "path": "/metadata/resourceVersion",
                                   "value": version})
         options = {"dry_run": "All"} if dry_run else {}
-        try:
-            patch(name, operations, **options)
-        except ApiException as exc:
-            raise WebhookConfigError(f"{kind}/{name}: {_problem(exc)}") from None
+        _call(kind, name, patch, name, operations, **options)
     return LiveInjection(kind, name, tuple(str(w.get("name", "")) for w in webhooks),
                          tuple(changed))
 

@@ -6,6 +6,7 @@ only the generated CA, hostname verification on, X.509 strict mode), never a tim
 
 import base64
 import datetime
+import json
 import os
 import shutil
 import socket
@@ -870,3 +871,23 @@ def test_ca_bundle_accepts_a_rotation_bundle_of_two_cas():
     first, second = generate_ca("old", 5)[0], generate_ca("new", 5)[0]
     value = ca_bundle(b"# rotation\n" + first + second, "ca.crt")
     assert base64.b64decode(value) == first + second
+
+
+def test_inject_live_against_an_unreachable_api_server_is_the_environment(tmp_path, capsys):
+    # A kubeconfig whose server refuses connections (port 1 on loopback): exit 3 in one line,
+    # not 2 (a refused object) and not 70 (the client's urllib3 error escaping as a crash).
+    out = _generated(tmp_path, capsys)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    rc, _, err = run_cli(capsys, "inject", "--ca", out / "ca.crt", "--live",
+                         "validatingwebhookconfiguration/gpuguard", "--live",
+                         "mutatingwebhookconfiguration/gpuguard", "--kubeconfig", kubeconfig)
+    assert rc == 3, err
+    [line] = err.splitlines()  # the second target is not tried: it would fail the same way
+    assert line.startswith("gpuguard certs inject: error: ValidatingWebhookConfiguration/"
+                           "gpuguard: cannot reach the API server")
