@@ -378,6 +378,12 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
               "warning(s) (listed in the report)", file=sys.stderr)
     if status != EXIT_OK:
         return status
+    if summary["errors"]:
+        # Part of the input could not be read: the report (printed, listing each error) is
+        # incomplete, so it can neither pass nor fail a gate as if it were whole.
+        if scan_state is not None and scan_state.failed:
+            return EXIT_ENVIRONMENT  # resources the cluster would not list (RBAC, the API)
+        return EXIT_USAGE
     if args.fail_on and any(summary["findings"][level] for level in _FAIL_LEVELS[args.fail_on]):
         return EXIT_FINDINGS
     return EXIT_OK

@@ -197,7 +197,8 @@ NODES_OUT_OF_RANGE = EDGE / "nodes-out-of-range.yaml"
 
 def test_node_values_beyond_int64_or_negative_are_input_errors_and_the_audit_completes(capsys):
     where = f"{NODES_OUT_OF_RANGE}: document"
-    assert main(["audit", "-f", str(NODES_OUT_OF_RANGE), "-o", "json"]) == 0
+    # exit 2: the report is printed, but incomplete input passes no gate
+    assert main(["audit", "-f", str(NODES_OUT_OF_RANGE), "-o", "json"]) == 2
     report = json.loads(capsys.readouterr().out)
     assert report["errors"] == [
         f"{where} 0: Node n1: status.allocatable[nvidia.com/gpu]: 100000...e400 is out of range "

@@ -77,7 +77,8 @@ def test_bad_inventory_is_an_input_error(tmp_path, capsys):
            "(this gpuguard reads version 1)"
     assert line in report["errors"]
     assert f"gpuguard: {line}" in err
-    assert code == 0 and report["inventory"]["nodes"] == [name]
+    # the good inventory is used and the report printed; the bad file makes it exit 2
+    assert code == 2 and report["inventory"]["nodes"] == [name]
     # A path that gives no inventory at all refuses the audit (issue 13), naming the error.
     code = main(["audit", "-f", snapshot(tmp_path), "--inventory", str(bad), "-o", "json"])
     captured = capsys.readouterr()
