@@ -327,8 +327,10 @@ def test_message_queue_label_missing() -> None:
     verdict = _verdict(deployment, "team-a", **{"gpuguard.io/team": "a"})
     assert verdict.message == (
         "require-queue-label: Deployment 'mistral-7b' asks for GPUs in team namespace 'team-a' "
-        "but names no queue: set the label kueue.x-k8s.io/queue-name or kai.scheduler/queue in "
-        "metadata.labels of the Deployment itself. Kueue reads kueue.x-k8s.io/queue-name (a "
-        "LocalQueue of this namespace) and KAI kai.scheduler/queue from the workload object; a "
-        "label on the pod template alone does not queue it."
+        "but names no queue: set the label kueue.x-k8s.io/queue-name or kai.scheduler/queue or "
+        "runai/queue in metadata.labels of the Deployment (kai.scheduler/queue or runai/queue "
+        "may instead be on every GPU pod template). Kueue reads kueue.x-k8s.io/queue-name on the "
+        "workload object (a LocalQueue of this namespace); KAI reads kai.scheduler/queue on the "
+        "workload, else on its pods; Run:ai runai/queue; Volcano spec.queue or the pod "
+        "annotation scheduling.volcano.sh/queue-name."
     )

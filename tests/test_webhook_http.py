@@ -92,14 +92,14 @@ async def app_client(aiohttp_client, tmp_path):
     decode executor and a fake trim; returns ``(client, harness, executor, trim, memory)``."""
     clients = []
 
-    async def make(**overrides):
+    async def make(clock=None, **overrides):
         settings = ServerSettings(port=0, benchmark_routes=True, **overrides)
         harness = Harness([write_policies(tmp_path, DENY_GPUS)], settings=settings)
         executor = RecordingExecutor()
         trim = FakeTrim()
         returner = MemoryReturn(trim, quiet_s=0.0, collect=lambda: 0)
         app = build_app(harness.admitter, harness.health, harness.metrics, settings,
-                        decode_executor=executor, memory=returner)
+                        decode_executor=executor, memory=returner, clock=clock)
         server = TestServer(app)
         await server.start_server(**SERVER_ARGS)  # (aiohttp_client drops server keywords)
         client = await aiohttp_client(server)
@@ -279,11 +279,16 @@ async def test_a_large_request_whose_deadline_passes_waiting_for_its_turn_is_429
 async def test_deadline_counts_from_the_arrival_of_the_request(app_client):
     """The evaluation gets what is left of the deadline after reading and decoding: past it,
     the failurePolicy answers (a 200 AdmissionReview), not a late evaluation."""
-    client, harness, _executor, _, _ = await app_client(inline_max_bytes=1024, deadline_ms=5)
+    # The handlers' clock moves only in the decode: "past the deadline" is the decode's doing,
+    # however long the machine takes to schedule the rest (a loaded run once answered 429
+    # because taking the decode turn itself outlasted a 5 ms deadline on the real clock).
+    clock = [1000.0]
+    client, harness, _executor, _, _ = await app_client(inline_max_bytes=1024, deadline_ms=5,
+                                                        clock=lambda: clock[0])
     real = wire.decode_body
 
     def slow_decode(*args, **kwargs):  # a decode that outlasts the whole deadline
-        threading.Event().wait(0.05)
+        clock[0] += 0.05
         return real(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:

@@ -146,12 +146,17 @@ class AdmissionHandlers:
             executor.
         memory: told when large requests begin and end (it trims the heap after a burst);
             None: nothing is trimmed.
+        clock: monotonic seconds for the deadline's accounting (a request's arrival, its wait
+            for a turn); None: the event loop's clock. Tests inject one so that "past the
+            deadline" does not depend on how busy the machine is.
     """
 
     def __init__(self, admitter: Admitter, health: Health, metrics: Metrics,
                  settings: ServerSettings, *,
                  decode_executor: concurrent.futures.Executor | None = None,
-                 memory: MemoryReturn | None = None) -> None:
+                 memory: MemoryReturn | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock
         self.admitter = admitter
         self.health = health
         self.metrics = metrics
@@ -233,6 +238,9 @@ class AdmissionHandlers:
         return wire.parse_envelope(wire.decode_json(data, max_depth=self.settings.max_depth),
                                    len(data))
 
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
     def _check_deadline(self, started_at: float, body: _Body) -> None:
         """Raise the 429 of a large request whose deadline passed while it waited for a turn
         (dropping what was read of its body first).
@@ -240,7 +248,7 @@ class AdmissionHandlers:
         Raises:
             WireError: 429.
         """
-        waited = asyncio.get_running_loop().time() - started_at
+        waited = self._now() - started_at
         if waited < self.settings.deadline_s:
             return
         body.chunks.clear()  # the error's traceback holds the caller's frame, and so the body
@@ -267,7 +275,7 @@ class AdmissionHandlers:
         body = _Body()
         await self._turns.acquire()
         turn[0] = True
-        if asyncio.get_running_loop().time() - started_at >= self.settings.deadline_s:
+        if self._now() - started_at >= self.settings.deadline_s:
             # Read it all the same (in turn, to keep the loop quick): the connection stays
             # usable.
             await self._read_body(request, limit, body)
@@ -307,7 +315,7 @@ class AdmissionHandlers:
     async def admission(self, request: web.Request, endpoint: Endpoint) -> web.Response:
         """``POST /validate`` and ``POST /mutate``."""
         start = time.perf_counter()
-        started_at = asyncio.get_running_loop().time()
+        started_at = self._now()
         self.in_flight += 1
         self.metrics.in_flight.inc()
         envelope: wire.Envelope | None = None
@@ -325,7 +333,7 @@ class AdmissionHandlers:
             # A large request's deadline counts its wait for a decode turn and its read; a
             # small one's read is bounded by the body timeout and not counted, so the deadline
             # is the admitter's own clock alone (tests move it by hand).
-            waited_s = asyncio.get_running_loop().time() - started_at if large is not None else 0.0
+            waited_s = self._now() - started_at if large is not None else 0.0
             decision = await self.admitter.admit(envelope, Endpoint(endpoint), waited_s=waited_s)
         except wire.WireError as error:
             seconds = time.perf_counter() - start
@@ -405,8 +413,7 @@ class AdmissionHandlers:
             if self.large(request):
                 large = [False]
                 self._begin_large()
-                envelope = await self._large_envelope(
-                    request, asyncio.get_running_loop().time(), large)
+                envelope = await self._large_envelope(request, self._now(), large)
             else:
                 envelope = await self._envelope(request)
         except wire.WireError as error:
@@ -490,11 +497,12 @@ def build_app(admitter: Admitter, health: Health, metrics: Metrics,
               settings: ServerSettings, *,
               decode_executor: concurrent.futures.Executor | None = None,
               memory: MemoryReturn | None = None,
-              middlewares: tuple[Any, ...] = ()) -> web.Application:
+              middlewares: tuple[Any, ...] = (),
+              clock: Callable[[], float] | None = None) -> web.Application:
     """The application (see module docstring); ``app[HANDLERS_KEY]`` holds the handlers.
 
-    ``decode_executor`` / ``memory``: see :class:`AdmissionHandlers`; ``middlewares`` run
-    outside the ``Status`` one (the connection guard's). Serve it with aiohttp's body
+    ``decode_executor`` / ``memory`` / ``clock``: see :class:`AdmissionHandlers`;
+    ``middlewares`` run outside the ``Status`` one (the connection guard's). Serve it with aiohttp's body
     decompression off (:func:`webhook.connections.handler_args`): this app inflates bodies
     itself, under the limit and off the loop.
     """
@@ -502,7 +510,7 @@ def build_app(admitter: Admitter, health: Health, metrics: Metrics,
     app = web.Application(client_max_size=settings.max_body_bytes,
                           middlewares=[*middlewares, status_errors])
     handlers = AdmissionHandlers(admitter, health, metrics, settings,
-                                 decode_executor=decode_executor, memory=memory)
+                                 decode_executor=decode_executor, memory=memory, clock=clock)
     app[HANDLERS_KEY] = handlers
     for endpoint in ENDPOINTS:
         app.router.add_post(f"/{endpoint}", _endpoint(handlers, endpoint))
