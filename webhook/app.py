@@ -502,9 +502,9 @@ def build_app(admitter: Admitter, health: Health, metrics: Metrics,
     """The application (see module docstring); ``app[HANDLERS_KEY]`` holds the handlers.
 
     ``decode_executor`` / ``memory`` / ``clock``: see :class:`AdmissionHandlers`;
-    ``middlewares`` run outside the ``Status`` one (the connection guard's). Serve it with aiohttp's body
-    decompression off (:func:`webhook.connections.handler_args`): this app inflates bodies
-    itself, under the limit and off the loop.
+    ``middlewares`` run outside the ``Status`` one (the connection guard's). Serve it with
+    aiohttp's body decompression off (:func:`webhook.connections.handler_args`): this app
+    inflates bodies itself, under the limit and off the loop.
     """
     # Bodies are read by the handlers (under the limit); this bounds any other reader.
     app = web.Application(client_max_size=settings.max_body_bytes,
