@@ -873,14 +873,15 @@ def test_ca_bundle_accepts_a_rotation_bundle_of_two_cas():
     assert base64.b64decode(value) == first + second
 
 
-def test_inject_live_against_an_unreachable_api_server_is_the_environment(tmp_path, capsys):
-    # A kubeconfig whose server refuses connections (port 1 on loopback): exit 3 in one line,
+def test_inject_live_against_an_unreachable_api_server_is_the_environment(tmp_path, capsys,
+                                                                         closed_port):
+    # A kubeconfig whose server refuses connections (a bound, not listening port): exit 3 in one line,
     # not 2 (a refused object) and not 70 (the client's urllib3 error escaping as a crash).
     out = _generated(tmp_path, capsys)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port}",
                                                "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
