@@ -1,5 +1,7 @@
 """Every relative link in the project's Markdown resolves: the file exists, and an ``#anchor``
-names a heading of the page it points to (GitHub's heading ids).
+names a heading of the page it points to (GitHub's heading ids). And the pages that describe the
+code (docs/ARCHITECTURE.md, docs/DESIGN.md) name only code that exists: each repository path and
+each dotted name (``policies.policy.matching.applicability``) in their inline code.
 
 The pages are README.md and every ``.md`` under docs/, deploy/, policies/ and examples/ (the corpus
 under tests/data/ quotes outside documents and is left out). Links inside fenced code blocks and
@@ -9,6 +11,7 @@ run has no network.
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -133,4 +136,60 @@ def test_a_broken_link_is_reported(tmp_path):
         "page.md:4: other.md#nowhere: no heading #nowhere in other.md",
         "page.md:4: ../../etc/passwd: points outside the repository",
         "page.md:12: missing-too.md: missing-too.md does not exist",
+    ]
+
+
+#: Pages whose inline code names the code itself (paths, modules, functions).
+CODE_PAGES = [ROOT / "docs" / "ARCHITECTURE.md", ROOT / "docs" / "DESIGN.md"]
+_PACKAGES = ("policies", "webhook", "audit", "kube", "certs", "gpuguard")
+_TOP = ("policies", "webhook", "audit", "kube", "certs", "gpuguard", "tests", "benchmarks",
+        "deploy", "docs", "examples")
+_CODE_PATH = re.compile(rf"^(?:{'|'.join(_TOP)})/[\w./-]*$")
+_DOTTED = re.compile(rf"^(?:{'|'.join(_PACKAGES)})(?:\.\w+)+$")
+_FILE_NAME = re.compile(r"\.(?:md|py|ya?ml|json|sh)$")  # `policies.md` is a page, not a module
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of gpuguard's packages, or an attribute chain of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(value, name):
+                return False
+            value = getattr(value, name)
+        return True
+    return False
+
+
+def missing_code(page: Path, root: Path = ROOT) -> list[str]:
+    """One line per inline-code path or dotted name in ``page`` that does not exist."""
+    problems = []
+    for number, line in _prose_lines(page.read_text(encoding="utf-8"), code=True):
+        for match in _INLINE_CODE.finditer(line):
+            span = match[0].strip("`").strip()
+            where = f"{page.relative_to(root)}:{number}: `{span}`"
+            if _CODE_PATH.match(span) and not (root / span).exists():
+                problems.append(f"{where}: no such file or directory")
+            elif _DOTTED.match(span) and not _FILE_NAME.search(span) and not _resolves(span):
+                problems.append(f"{where}: no such module, class or function")
+    return problems
+
+
+@pytest.mark.parametrize("page", CODE_PAGES, ids=lambda p: p.name)
+def test_the_code_pages_name_code_that_exists(page):
+    assert missing_code(page) == []
+
+
+def test_a_stale_code_name_is_reported(tmp_path):
+    (tmp_path / "policies").mkdir()
+    page = tmp_path / "page.md"
+    page.write_text("`policies/` and `policies/gone.py`; `policies.policy.matching.applicability`"
+                    " and `policies.policy.matching.gone`, `nvidia.com/gpu`\n")
+    assert missing_code(page, root=tmp_path) == [
+        "page.md:1: `policies/gone.py`: no such file or directory",
+        "page.md:1: `policies.policy.matching.gone`: no such module, class or function",
     ]
