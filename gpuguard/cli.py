@@ -1,12 +1,12 @@
 """``gpuguard`` command line: parse arguments, build settings once, dispatch, return an exit code.
 
-Exit codes (:mod:`gpuguard.exit_codes`, the README's "Exit codes" table): 0 success; 1 a check
-found something to report (policy denial, finding at ``--fail-on``, failed test, lint error); 2 bad
-input or usage (the message names the file, document and field); 3 the environment lacks something
-(no NVML, the API server cannot be reached); 70 an internal error. No command lets a traceback
-escape: an unexpected exception is one line on stderr naming the command, the error and where it
-was raised — the traceback only with ``--debug`` or ``GPUGUARD_DEBUG=1`` — and exit code 70, never
-1, which CI reads as findings.
+Exit codes (:mod:`gpuguard.exit_codes`; the table of ``docs/commands/README.md``, "Exit codes"):
+0 success; 1 a check found something to report (policy denial, finding at ``--fail-on``, failed
+test, lint error); 2 bad input or usage (the message names the file, document and field); 3 the
+environment lacks something (no NVML, the API server cannot be reached); 70 an internal error.
+No command lets a traceback escape: an unexpected exception is one line on stderr naming the
+command, the error and where it was raised — the traceback only with ``--debug`` or
+``GPUGUARD_DEBUG=1`` — and exit code 70, never 1, which CI reads as findings.
 """
 
 from __future__ import annotations

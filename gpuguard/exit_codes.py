@@ -1,5 +1,5 @@
-"""The exit codes of every ``gpuguard`` command, in one place (the table in the README's "Exit
-codes" section says what each command means by them).
+"""The exit codes of every ``gpuguard`` command, in one place (the table in
+``docs/commands/README.md``, "Exit codes", says what each command means by them).
 
 Owns the numbers only; each command decides which applies. 1 is reserved for what a command was
 asked to find (a denial, a finding at ``--fail-on``, a failed test case, a lint error), so that CI

@@ -1,4 +1,4 @@
-"""Exit codes of the CLI: a crash is never 1 (issue 13), and the README documents every command.
+"""Exit codes of the CLI: a crash is never 1 (issue 13), and the command reference documents them.
 
 1 is what ``--fail-on`` and ``check`` use for findings, so CI must never read a crash as one: an
 unexpected exception in any command is caught at the top (``gpuguard.cli.main``), reported as one
@@ -139,14 +139,18 @@ def test_codes_are_distinct():
     assert len(set(codes)) == len(codes)
 
 
-def test_readme_documents_the_exit_codes_of_every_command():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+def test_the_command_reference_documents_the_exit_codes_of_every_command():
+    # One table, in docs/commands/README.md; each command's page points to it.
+    reference = ROOT / "docs" / "commands"
+    index = (reference / "README.md").read_text(encoding="utf-8")
+    section = index.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     commands = set(cli.build_parser()[1])
     rows = dict(re.findall(r"^\| `gpuguard ([\w-]+)[^`]*` \| (.+) \|$", section, re.MULTILINE))
     assert set(rows) == commands
     assert "| command | 0 | 1 | 2 | 3 |" in section
     assert f"**{EXIT_SOFTWARE}** (`EX_SOFTWARE`) is an internal error" in section
     assert f"**{EXIT_INTERRUPTED}** is an interrupt" in section
-    # Where a command's section mentions exit codes, it points to the table.
-    assert readme.count("(#exit-codes)") >= 4
+    for command in commands:
+        page = (reference / f"{command}.md").read_text(encoding="utf-8")
+        assert page.startswith(f"# `gpuguard {command}`"), command
+        assert "## Exit codes" in page and "(README.md#exit-codes)" in page, command

@@ -66,13 +66,13 @@ def test_documented_example_evaluates_to_a_bool(expression):
     assert isinstance(value, bool), (expression, value)
 
 
-def test_readme_policy_example_loads_and_decides(tmp_path, capsys):
+def test_policies_page_example_loads_and_decides(tmp_path, capsys):
     from gpuguard.cli import main
 
-    readme = (DOC.parent.parent / "README.md").read_text()
+    page = (DOC.parent / "policies.md").read_text()
     block = re.search(r"```yaml\n(apiVersion: gpuguard.io/v1alpha1\nkind: GPUPolicy\n.*?)```",
-                      readme, re.S)
-    assert block, "README has a GPUPolicy example"
+                      page, re.S)
+    assert block, "docs/policies.md has a GPUPolicy example"
     policy = tmp_path / "policy.yaml"
     policy.write_text(block[1])
     assert main(["lint", str(policy)]) == 0

@@ -397,9 +397,10 @@ def test_envelope_helper_wraps_requests():
     assert envelope({"uid": "x"})["request"] == {"uid": "x"}
 
 
-def test_readme_webhook_match_condition_selects_gpu_objects_only():
-    # The registration README.md describes ("Registering the webhook": the snippet, completed by
-    # `gpuguard match-conditions`, whose output for deploy/ is deploy/base/match-conditions.yaml),
+def test_documented_webhook_match_condition_selects_gpu_objects_only():
+    # The registration docs/commands/match-conditions.md describes ("Registering the webhook": the
+    # snippet, completed by `gpuguard match-conditions`, whose output for deploy/ is
+    # deploy/base/match-conditions.yaml),
     # evaluated with the same CEL runtime family the API server uses for matchConditions.
     import re
 
@@ -409,8 +410,8 @@ def test_readme_webhook_match_condition_selects_gpu_objects_only():
     from policies.cel.runtime import CelEnvironment
 
     root = DATA.parent.parent
-    readme = (root / "README.md").read_text()
-    section = readme.split("**Registering the webhook.**", 1)[1]
+    page = (root / "docs" / "commands" / "match-conditions.md").read_text()
+    section = page.split("## Registering the webhook", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)[1]
     (webhook,) = yaml.safe_load(block)["webhooks"]
     assert webhook["timeoutSeconds"] * 1000 > 2500  # above the default deadline

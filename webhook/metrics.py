@@ -32,7 +32,8 @@ Metrics (``endpoint`` is ``validate`` or ``mutate``):
   worker's value is kept (a ``pid`` label), so a worker serving another set shows.
 - ``gpuguard_http_connections_open``; ``gpuguard_http_connections_closed_total{reason}``:
   connections the server closed itself: ``header_timeout`` (no complete request header, or no
-  TLS handshake, in time: slow clients), ``connection_limit`` (evicted or refused at
+  TLS handshake, in time: slow clients), ``idle_limit`` (the longest-idle keep-alive connections
+  beyond ``--max-idle-connections``), ``connection_limit`` (evicted or refused at
   ``--max-connections``), ``malformed`` (bytes that are not HTTP/1.1, answered 400).
 - ``gpuguard_memory_trims_total``: times freed heap memory was handed back to the operating
   system after a burst of large requests.

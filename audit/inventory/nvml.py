@@ -182,7 +182,7 @@ def load_backend() -> NvmlBackend:
     """The real NVML binding: the ``pynvml`` module of ``nvidia-ml-py`` (not yet initialised).
 
     Importing it does not load libnvidia-ml; ``nvmlInit`` does, in
-    :func:`audit.inventory.nvml_reader.read`.
+    :func:`audit.inventory.nvml_reader.read_inventory`.
 
     Raises:
         NvmlUnavailable: the ``nvidia-ml-py`` package is not installed.

@@ -2,7 +2,8 @@
 
 Owns the evaluation order and semantics, following ValidatingAdmissionPolicy /
 MutatingAdmissionPolicy (Kubernetes API reference, "Validating Admission Policy"): match →
-matchConditions (all must be true) → exceptions → mutations (policy order, each policy seeing the
+exceptions (:func:`policies.policy.matching.applicability`) → matchConditions (all must be
+true) → mutations (policy order, each policy seeing the
 previous ones' result) → variables (lazy, per request) → validations with ``message`` /
 ``messageExpression`` → ``validationActions`` (Deny → denial, Warn → warning, Audit → audit
 annotation) → ``auditAnnotations``. An evaluation error never escapes: it becomes an ``error``
