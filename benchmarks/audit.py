@@ -7,8 +7,8 @@ pods.json holding every pod) into a temporary directory, then runs ``gpuguard au
 process — so the generator's memory is not measured — twice:
 
 1. file input: ``gpuguard audit -f DIR``;
-2. live input: the same objects served by the fake kube-apiserver of ``tests/fake_kube_api.py``
-   (pages of 500, through the real ``kubernetes`` client).
+2. live input: the same objects served by the fake kube-apiserver of
+   ``tests/fakes/fake_kube_api.py`` (pages of 500, through the real ``kubernetes`` client).
 
 For each it prints wall time, pods/s and the child's peak RSS (``wait4`` rusage: the largest
 resident set of the audit process and of the policy workers it forks); the file audit runs
@@ -280,7 +280,7 @@ def main() -> None:
             print(f"       (median of {len(runs)} runs: {runs[len(runs) // 2][0]:.1f} s)")
         if args.skip_live:
             return
-        from tests.fake_kube_api import FakeKubeAPI
+        from tests.fakes.fake_kube_api import FakeKubeAPI
 
         objects = (item.body for item in iter_snapshot([str(directory)])
                    if isinstance(item, Document))

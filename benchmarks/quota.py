@@ -26,8 +26,8 @@ from kube.quota_ledger import (
     QuotaAdmission,
     QuotaLedger,
 )
-from tests.fake_ledger_api import FakeLedgerAPI
-from tests.test_quota import pod, quota, request
+from tests.core.test_quota import pod, quota, request
+from tests.fakes.fake_ledger_api import FakeLedgerAPI
 
 
 def _index() -> PodUsageIndex:

@@ -4,7 +4,7 @@
 # Why a copy: kustomize refuses to read files outside a kustomization's root, so the ConfigMap
 # cannot be generated from ../../policies/library directly; and configMapGenerator takes no globs,
 # so the file list is written here too. Run it after changing the library;
-# tests/test_deploy.py fails while the copy differs from policies/library.
+# tests/project/test_deploy.py fails while the copy differs from policies/library.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src="$here/../policies/library"

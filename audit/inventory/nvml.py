@@ -3,8 +3,8 @@
 Owns the only ``import pynvml`` of the project (the official ``nvidia-ml-py`` package; the
 deprecated ``pynvml`` PyPI package must not be installed next to it, both provide the module) and
 the :class:`NvmlBackend` protocol: the subset of ``pynvml`` that :mod:`audit.inventory.nvml_reader`
-calls, with the same names and signatures, so the real module and a fake (``tests/fake_nvml.py``)
-are interchangeable. Function list, return shapes and error codes:
+calls, with the same names and signatures, so the real module and a fake
+(``tests/fakes/fake_nvml.py``) are interchangeable. Function list, return shapes and error codes:
 ``shared/reference/gpu-domain.md`` section 6 (nvidia-ml-py 13.615.71's ``pynvml.py``).
 
 Must not read devices itself (that is :mod:`audit.inventory.nvml_reader`), touch the cluster or

@@ -17,7 +17,7 @@ produce), the ``authz`` library (``authorizer`` is declared but has no functions
 construction for MutatingAdmissionPolicy (``Object{...}``, ``JSONPatch{...}``), and
 ``<Quantity>.div``/``divInt``.
 
-Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/test_cel.py`` pins it):
+Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py`` pins it):
 
 * Compile errors are raised as ``RuntimeError`` with text such as ``INVALID_ARGUMENT: ERROR:
   <input>:1:40: Syntax error: mismatched input ')' expecting {...}\n | <line>\n | ....^

@@ -17,7 +17,8 @@ and a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``. Workload ki
 at the pod-template locations of :data:`TEMPLATE_LOCATIONS`, which mirror
 :mod:`policies.facts.workloads`. The test is a superset of what the GPU facts count (it looks at
 names, not values: ``nvidia.com/gpu: 0`` or ``NVIDIA_VISIBLE_DEVICES=void`` are sent too), so
-nothing a policy could deny is skipped; ``tests/test_prefilter.py`` checks both against the facts.
+nothing a policy could deny is skipped; ``tests/core/test_prefilter.py`` checks both against the
+facts.
 
 The expressions use only what the API server's CEL environment for webhook matchConditions has on
 Kubernetes 1.30 (optional types, ``matches``, the standard macros; no ``cel.bind``) and what

@@ -164,7 +164,7 @@ class NamePatterns:
     ``prefixes``, or contains ``/`` and the text after the first ``/`` has a match of ``hint``
     (case-insensitive). ``hint`` is written in the syntax both Python's ``re`` and RE2 (the
     regex engine of CEL's ``matches``) read. Used by :mod:`policies.facts.prefilter` to generate the
-    webhooks' matchConditions; ``tests/test_prefilter.py`` checks it against :func:`classify`.
+    webhooks' matchConditions; ``tests/core/test_prefilter.py`` checks it against :func:`classify`.
     """
 
     names: tuple[str, ...]

@@ -191,7 +191,7 @@ def _set_node_selector(spec: dict[str, Any], argument: Any) -> bool:
 
 # The declarative shortcuts, by what they change: a pod template's spec, or metadata (of the
 # object, or of its pod templates). The schema (data/gpupolicy.schema.json, "mutation") lists
-# the same names; tests/test_mutation_shortcuts.py keeps them equal.
+# the same names; tests/core/test_mutation_shortcuts.py keeps them equal.
 _POD_SPEC_SHORTCUTS: Final[Mapping[str, Callable[[dict[str, Any], Any], bool]]] = {
     "addToleration": _add_toleration,
     "setRuntimeClassName": _setter("runtimeClassName"),

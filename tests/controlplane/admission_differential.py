@@ -323,8 +323,8 @@ def policy_set(name: str, path: Path) -> PolicySet:
 
 def policy_sets(scratch: Path) -> list[PolicySet]:
     """Every native policy file of the repository: tests/data/native-admission/**, the native
-    policies written inline in tests/test_engine.py, and the VAP of deploy/ (its only one)."""
-    from tests import test_engine
+    policies written inline in tests/core/test_engine.py, and the VAP of deploy/ (its only one)."""
+    from tests.core import test_engine
 
     scratch.mkdir(parents=True, exist_ok=True)
     sets = [policy_set(str(p.relative_to(DATA / "native-admission")).removesuffix(".yaml"), p)
@@ -332,7 +332,7 @@ def policy_sets(scratch: Path) -> list[PolicySet]:
     for name in ("NATIVE_VAP", "NATIVE_MAP"):
         path = scratch / f"test_engine.{name}.yaml"
         path.write_text(getattr(test_engine, name), encoding="utf-8")
-        sets.append(policy_set(f"tests/test_engine.py:{name}", path))
+        sets.append(policy_set(f"tests/core/test_engine.py:{name}", path))
     deploy = ROOT / "deploy" / "overlays" / "inventory-daemonset" / "restrict-node-patch.yaml"
     sets.append(policy_set("deploy/inventory-daemonset/restrict-node-patch", deploy))
     return sets

@@ -3,7 +3,7 @@ against ``gpuguard check``, on the same objects with the same policy files.
 
 Every native policy file of the repository (tests/data/native-admission: the library's rules as
 native policies and the Kubernetes documentation's examples; the native policies of
-tests/test_engine.py; deploy/'s node-patch VAP) is applied to a real kube-apiserver, and the
+tests/core/test_engine.py; deploy/'s node-patch VAP) is applied to a real kube-apiserver, and the
 corpus workloads in every variant of ``admission_differential.VARIANTS`` are created there with
 ``dryRun=All`` (admission runs, nothing is stored), with gpuguard out of the path. The same
 objects go through ``gpuguard check`` with the same file, namespace labels and user. Allowed or
@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders.corpus import documents
 from tests.controlplane.admission_differential import (
     AUDIT_POLICY,
     NAMESPACE,
@@ -45,7 +46,6 @@ from tests.controlplane.admission_differential import (
     workload_cases,
 )
 from tests.controlplane.cluster import ControlPlane
-from tests.corpus import documents
 
 MIN_OBJECTS = 300
 
@@ -54,7 +54,7 @@ MIN_OBJECTS = 300
 def audited(control_plane_bin: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[tuple[ControlPlane, AuditLog]]:
     """A control plane of its own with an audit log (the audit annotations are only there) and
-    admissionregistration.k8s.io/v1beta1 served (tests/test_engine.py's MAP is written in it)."""
+    admissionregistration.k8s.io/v1beta1 served (tests/core/test_engine.py's MAP is written in it)."""
     folder = tmp_path_factory.mktemp("audit")
     policy, log = folder / "audit-policy.yaml", folder / "audit.log"
     policy.write_text(json.dumps(AUDIT_POLICY), encoding="utf-8")

@@ -1,0 +1,155 @@
+"""Exit codes of the CLI: a crash is never 1 (issue 13), and the command reference documents them.
+
+1 is what ``--fail-on`` and ``check`` use for findings, so CI must never read a crash as one: an
+unexpected exception in any command is caught at the top (``gpuguard.cli.main``), reported as one
+line naming the command and the error, and exits 70 (EX_SOFTWARE). Failures are injected by
+replacing a function the command calls with one that raises.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from gpuguard import certs_command, check_command, cli, gpus_command, lint_command, test_command
+from gpuguard.exit_codes import (
+    EXIT_ENVIRONMENT,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+)
+from tests.paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "cluster"
+REVIEW = ROOT / "examples" / "admission" / "gpu-pod-review.json"
+
+
+def _raise(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("injected failure\nsecond line")
+
+
+@pytest.mark.parametrize("argv, module, function", [
+    (["gpus", "-f", str(EXAMPLE)], gpus_command, "collect"),
+    (["check", "-f", str(REVIEW)], check_command, "read_documents"),
+    (["lint", str(ROOT / "policies" / "library")], lint_command.policy_set, "load"),
+    (["test", str(ROOT / "policies" / "library")], test_command, "run_paths"),
+])
+def test_an_unexpected_exception_is_one_line_and_exit_70(capsys, monkeypatch, argv, module,
+                                                         function):
+    # The line names the innermost frame in gpuguard's packages: here the command's run().
+    monkeypatch.setattr(module, function, _raise)
+    code = cli.main(argv, environ={})
+    err = capsys.readouterr().err
+    assert code == EXIT_SOFTWARE != EXIT_FINDINGS
+    assert "Traceback" not in err
+    [line] = err.splitlines()  # the message's newline is escaped: one error, one line
+    assert re.fullmatch(
+        rf"gpuguard {argv[0]}: internal error: RuntimeError: injected failure\\nsecond line "
+        rf"\(at gpuguard/{argv[0]}_command.py:\d+ in run; a bug in gpuguard, please report it; "
+        r"run again with --debug or GPUGUARD_DEBUG=1 for the traceback\)", line), line
+
+
+def test_the_crash_of_the_audit_names_the_frame_in_gpuguard(capsys, monkeypatch):
+    def broken(self: object, *args: object) -> None:
+        raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
+
+    monkeypatch.setattr("audit.scan.compliance.Compliance.finish", broken)
+    code = cli.main(["audit", "-f", str(EXAMPLE), "--jobs", "0", "-o", "json"], environ={})
+    captured = capsys.readouterr()
+    assert code == EXIT_SOFTWARE
+    assert captured.out == ""  # no report from a run that did not finish
+    assert captured.err.splitlines()[-1].startswith(
+        "gpuguard audit: internal error: TypeError: '<' not supported between instances of "
+        "'str' and 'NoneType' (at audit/scan/scanner.py:")
+
+
+@pytest.mark.parametrize("debug", [["--debug"], []])
+def test_debug_flag_or_variable_prints_the_traceback(capsys, monkeypatch, debug):
+    monkeypatch.setattr(gpus_command, "collect", _raise)
+    environ = {} if debug else {cli.DEBUG_VARIABLE: "1"}
+    assert cli.main([*debug, "gpus", "-f", str(EXAMPLE)], environ=environ) == EXIT_SOFTWARE
+    err = capsys.readouterr().err
+    assert err.startswith("gpuguard gpus: internal error: RuntimeError: injected failure")
+    assert "the traceback follows" in err
+    assert "Traceback (most recent call last):" in err and 'in _raise' in err
+
+
+def test_debug_variable_set_to_0_keeps_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(gpus_command, "collect", _raise)
+    assert cli.main(["gpus", "-f", str(EXAMPLE)],
+                    environ={cli.DEBUG_VARIABLE: "0"}) == EXIT_SOFTWARE
+    assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+def test_sub_command_is_named(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(certs_command._HANDLERS, "generate", _raise)
+    assert cli.main(["certs", "generate", "--service", "s", "--namespace", "n", "--out",
+                     str(tmp_path)], environ={}) == EXIT_SOFTWARE
+    assert capsys.readouterr().err.startswith(
+        "gpuguard certs generate: internal error: RuntimeError")
+
+
+def test_ctrl_c_is_130_without_a_traceback(capsys, monkeypatch):
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpus_command, "collect", interrupted)
+    assert cli.main(["gpus", "-f", str(EXAMPLE)], environ={}) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "gpuguard gpus: interrupted\n"
+
+
+def test_the_installed_entry_point_exits_70_on_a_crash(tmp_path):
+    # A real process: sys.exit(main()) in gpuguard/__main__.py passes the code through.
+    script = ("import sys, gpuguard.gpus_command as g\n"
+              "def boom(*a, **k):\n    raise MemoryError('injected')\n"
+              "g.collect = boom\n"
+              "from gpuguard.cli import main\n"
+              f"sys.exit(main(['gpus', '-f', {str(EXAMPLE)!r}], environ={{}}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == EXIT_SOFTWARE
+    assert done.stderr.startswith("gpuguard gpus: internal error: MemoryError: injected")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_that_is_taken_is_the_environment_not_a_finding(workers):
+    # The port is held by this test (no SO_REUSEPORT), so every bind fails: one error line and
+    # exit 3, with or without the worker supervisor, and no restart loop.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", "--port",
+                               str(port), "--workers", workers], capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert "address already in use" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_codes_are_distinct():
+    codes = [EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_SOFTWARE,
+             EXIT_INTERRUPTED]
+    assert len(set(codes)) == len(codes)
+
+
+def test_the_command_reference_documents_the_exit_codes_of_every_command():
+    # One table, in docs/commands/README.md; each command's page points to it.
+    reference = ROOT / "docs" / "commands"
+    index = (reference / "README.md").read_text(encoding="utf-8")
+    section = index.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    commands = set(cli.build_parser()[1])
+    rows = dict(re.findall(r"^\| `gpuguard ([\w-]+)[^`]*` \| (.+) \|$", section, re.MULTILINE))
+    assert set(rows) == commands
+    assert "| command | 0 | 1 | 2 | 3 |" in section
+    assert f"**{EXIT_SOFTWARE}** (`EX_SOFTWARE`) is an internal error" in section
+    assert f"**{EXIT_INTERRUPTED}** is an interrupt" in section
+    for command in commands:
+        page = (reference / f"{command}.md").read_text(encoding="utf-8")
+        assert page.startswith(f"# `gpuguard {command}`"), command
+        assert "## Exit codes" in page and "(README.md#exit-codes)" in page, command
