@@ -37,7 +37,9 @@ from policies.facts.resource_names import (
     SPLIT_KINDS,
     GPUSettings,
     ResourceKind,
+    SplitFamily,
     classify,
+    split_family,
     vendor_of,
 )
 from policies.json_fields import as_mapping
@@ -543,16 +545,21 @@ def _read_quantity(
 
 
 def _split_equivalents(
-    container: _Container, kinds: Mapping[ResourceKind, int], devices: int, out: _Collector
+    container: _Container, family: SplitFamily, split: Mapping[ResourceKind, int], devices: int,
+    out: _Collector,
 ) -> Fraction | None:
-    """GPU-equivalents of a HAMi / Volcano split ask: per device cores %, else memory %."""
-    if ResourceKind.SPLIT_CORES in kinds:
-        return devices * Fraction(kinds[ResourceKind.SPLIT_CORES], 100)
-    if ResourceKind.SPLIT_MEMORY_PERCENT in kinds:
-        return devices * Fraction(kinds[ResourceKind.SPLIT_MEMORY_PERCENT], 100)
+    """GPU-equivalents of a split ask (HAMi, Volcano, a vendor's sharing): per device its cores
+    share, else its memory percentage; memory in units alone (or cores that are not a share of
+    the device) depends on the device's size, so unknown."""
+    cores = split.get(ResourceKind.SPLIT_CORES)
+    if cores is not None and family.cores_per_device:
+        return devices * Fraction(cores, family.cores_per_device)
+    if ResourceKind.SPLIT_MEMORY_PERCENT in split:
+        return devices * Fraction(split[ResourceKind.SPLIT_MEMORY_PERCENT], 100)
+    what = "GPU memory" if ResourceKind.SPLIT_MEMORY in split else f"{family.vendor} core groups"
     out.unknown.append(
-        f"{container.path}: GPU memory asked in MiB without a cores share; the share of a GPU "
-        "depends on the GPU's memory size"
+        f"{container.path}: {what} asked without a share of the device's compute; the share of "
+        "the device depends on its size"
     )
     return None
 
@@ -580,8 +587,16 @@ def _container_asks(
         kind = classify(resource, settings)
         if kind is ResourceKind.OTHER:
             continue
+        if kind is ResourceKind.QUALIFIER:
+            continue  # qualifies the GPU ask (HAMi priority); asks for no device
         if kind is ResourceKind.UNRECOGNIZED:
             out.unrecognized.append(resource)
+            side = "limits" if resource in limits else "requests"
+            # Listed (name in unrecognized, path here), never valued silently as zero.
+            out.warnings.append(
+                f"{container.path}.resources.{side}[{resource}]: unrecognized accelerator "
+                f"resource; not counted (--gpu-resource {resource} counts it as whole devices)"
+            )
             continue
         if kind is ResourceKind.OBSOLETE:
             out.resource_problem(
@@ -598,29 +613,38 @@ def _container_asks(
             )
             out.vendors.append(vendor_of(resource))
     container.asked = {resource: count for resource, (_, count) in asked.items()}
-    split = {kind: count for kind, count in asked.values() if kind in SPLIT_KINDS}
+    families: dict[SplitFamily, dict[ResourceKind, int]] = {}
+    for resource, (kind, count) in asked.items():
+        family = split_family(resource, settings) if kind in SPLIT_KINDS else None
+        if family is not None:
+            families.setdefault(family, {})[kind] = count
+    spanned = {f.count for f in families if f.count}
     equivalents: Fraction | None = ZERO
     for resource, (kind, count) in asked.items():
         container.asks_gpu = True
         if kind in SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
             continue
         container.counts[resource] = count
-        if split and (kind is ResourceKind.SPLIT_COUNT or resource == "nvidia.com/gpu"):
+        if resource in spanned:
             continue  # the devices a split spans: valued by the split below, not as whole GPUs
         equivalents = _add(equivalents, _resource_equivalents(
             resource, kind, count, container, placement, settings, out))
-    if split:
-        devices = container.counts.get("volcano.sh/vgpu-number") or container.counts.get(
-            "nvidia.com/gpu", 1)
-        container.split = {"gpus": devices,
-                           "gpumem_mib": split.get(ResourceKind.SPLIT_MEMORY),
-                           "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
-                           "gpucores": split.get(ResourceKind.SPLIT_CORES)}
-        # gpucores 100 is HAMi's "exclusive"; anything else shares the device.
-        out.shared = out.shared or split.get(ResourceKind.SPLIT_CORES) != 100
-        equivalents = _add(equivalents, _split_equivalents(container, split, devices, out))
-        if ResourceKind.SPLIT_MEMORY in split:
-            container.memory_mib = split[ResourceKind.SPLIT_MEMORY] * devices
+    for family, split in families.items():
+        devices = container.counts.get(family.count, 1) if family.count else 1
+        memory = split.get(ResourceKind.SPLIT_MEMORY)
+        memory_mib = (None if memory is None or family.memory_mib_per_unit is None
+                      else int(memory * family.memory_mib_per_unit))
+        if container.split is None:
+            container.split = {"gpus": devices, "gpumem_mib": memory_mib,
+                               "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
+                               "gpucores": split.get(ResourceKind.SPLIT_CORES)}
+        # All of a device's cores is the vendor's "exclusive" (HAMi gpucores 100); less shares it.
+        out.shared = out.shared or family.cores_per_device is None or \
+            split.get(ResourceKind.SPLIT_CORES) != family.cores_per_device
+        equivalents = _add(equivalents, _split_equivalents(container, family, split, devices,
+                                                           out))
+        if memory_mib is not None:
+            container.memory_mib = (container.memory_mib or 0) + memory_mib * devices
     container.equivalents = equivalents
 
 
@@ -633,6 +657,11 @@ def _resource_equivalents(
         out.unknown.append(
             f"{container.path}: {resource} counts cores; cores per device depend on the chip"
         )
+        return None
+    if kind is ResourceKind.VGPU:
+        out.shared = True
+        out.unknown.append(f"{container.path}: vGPU type {resource}; its share of a GPU is "
+                           "unknown")
         return None
     if kind is ResourceKind.MIG:
         profile, _ = mig.profile_from_resource(resource) or ("", False)
