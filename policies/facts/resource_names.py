@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
@@ -153,7 +153,7 @@ _ACCELERATOR_DOMAINS = ("huawei.com/", "cambricon.com/", "hygon.com/",
                         "enflame.com/", "kunlunxin.com/", "habana.ai/", "npu.intel.com/",
                         "gpu.intel.com/")
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
-"""KEP-5004: every DeviceClass can be asked for as ``deviceclass.resource.kubernetes.io/<class>``."""
+"""KEP-5004: any DeviceClass can be asked for as ``deviceclass.resource.kubernetes.io/<class>``."""
 OBSOLETE_RESOURCES = {
     "alpha.kubernetes.io/nvidia-gpu": "removed in Kubernetes 1.10; use nvidia.com/gpu",
 }
