@@ -108,3 +108,61 @@ def test_every_gpu_like_name_is_counted_or_said(name: str) -> None:
     else:
         assert facts.effective_requests.get(name) == 1
         assert facts.requested
+
+
+def _one(limits: dict[str, Any]) -> Any:
+    return pod_facts({"containers": [{"name": "c", "resources": {"limits": limits}}]})
+
+
+@pytest.mark.parametrize(("limits", "equivalents", "memory_mib", "shared"), [
+    # HAMi AMD split (examples/amd/use_cores.yaml): 25% of one MI-series GPU.
+    ({"amd.com/gpu": 1, "amd.com/gpumem": 4096, "amd.com/gpucores": 25}, 0.25, 4096, True),
+    # HAMi Hygon DCU (examples/hygon/default_use.yaml): 60% of one DCU, 2000 MiB.
+    ({"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000, "hygon.com/dcucores": 60}, 0.6, 2000,
+     True),
+    # HAMi Cambricon smlu, the model in the names; memory in the vendor's units (no MiB).
+    ({"cambricon.com/vmlu": 1, "cambricon.com/mlu370.smlu.vmemory": 20,
+      "cambricon.com/mlu370.smlu.vcore": 10}, 0.1, None, True),
+    # HAMi Iluvatar: vcuda-memory in units of 256 MiB, vcuda-core a percentage.
+    ({"iluvatar.ai/vgpu": 2, "iluvatar.ai/vcuda-memory": 4, "iluvatar.ai/vcuda-core": 50}, 1.0,
+     2048, True),
+    # HAMi Moore Threads: sgpu-memory in units of 512 MiB; core groups are not a share.
+    ({"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 32}, None, 16384, True),
+    # HAMi Enflame: vgcu-percentage is compute and memory alike.
+    ({"enflame.com/vgcu": 1, "enflame.com/vgcu-percentage": 50}, 0.5, None, True),
+    # HAMi Kunlunxin vXPU: memory (MiB) alone, the share depends on the card.
+    ({"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 4096}, None, 4096, True),
+    # HAMi Ascend vNPU: a memory-chosen template slice.
+    ({"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 2000}, None, 2000, True),
+    # Intel GPU plugin shared mode: 1000 millicores make one GPU.
+    ({"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 250}, 0.25, None, True),
+    # HAMi NVIDIA gpucores 100 is exclusive.
+    ({"nvidia.com/gpu": 2, "nvidia.com/gpucores": 100}, 2.0, None, False),
+    # Whole devices of the vendors without a split.
+    ({"npu.intel.com/accel": 1}, 1.0, None, False),
+    ({"metax-tech.com/gpu": 1}, 1.0, None, False),
+    ({"huawei.com/Ascend910": 8}, 8.0, None, False),
+    ({"kunlunxin.com/xpu": 1}, 1.0, None, False),
+    ({"enflame.com/gcu": 1}, 1.0, None, False),
+    ({"mthreads.com/gpu": 1}, 1.0, None, False),
+    ({"nvidia.com/GA102GL_A10": 1}, 1.0, None, False),  # KubeVirt passthrough
+    ({"nvidia.com/GRID_T4-1Q": 1}, None, None, True),  # KubeVirt vGPU type
+])
+def test_vendor_semantics(limits: dict[str, Any], equivalents: float | None,
+                          memory_mib: int | None, shared: bool) -> None:
+    """Whole / shared semantics per vendor as the vendors and HAMi document them."""
+    facts = _one(limits)
+    got = facts.gpu_equivalents
+    assert (None if got is None else float(got)) == pytest.approx(equivalents)
+    assert facts.gpu_memory_mib == memory_mib
+    assert facts.shared is shared
+    assert facts.requested and not facts.unrecognized
+    if equivalents is None:
+        assert facts.unknown  # never a silent zero
+
+
+def test_nvidia_network_resources_stay_out() -> None:
+    """NVIDIA's network operator publishes NICs under nvidia.com: not accelerators."""
+    assert classify("nvidia.com/mlnxnics") is ResourceKind.OTHER
+    assert classify("nvidia.com/rdma_shared_device_a") is ResourceKind.OTHER
+    assert classify("nvidia.com/priority") is ResourceKind.QUALIFIER

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from policies.facts.workloads import dra_index_of, workload_facts
+from policies.facts.workloads import claim_templates_of, dra_index_of, workload_facts
 from tests.corpus import documents
 
 WILD = "wild/"
@@ -139,3 +139,16 @@ def test_a_claim_name_the_vm_does_not_declare_is_invalid() -> None:
     total = _facts([vm])[("VirtualMachine", "vm-dra-pgpu")]
     assert total["invalid"] == ["spec.template.spec.domain.devices.gpus[0].claimName: 'other' "
                                 "names no entry of the VM's spec.resourceClaims"]
+
+
+def test_the_audit_s_template_index_no_longer_drops_unnamed_classes() -> None:
+    """The (class, count) index the auditor keeps (claim_template_devices) reads DRA requests
+    with the same rule: an A100-or-MIG template is one device of unknown size, not 0 GPUs."""
+    objects = documents(WILD + "kubernetes-sigs_kueue__site-static-examples-dra-sample-"
+                               "dra-firstavailable-job.yaml")
+    templates = claim_templates_of(objects)
+    assert templates == {("default", "a100-or-mig"): ("a100.example.com", 1)}
+    job = next(o for o in objects if o["kind"] == "Job")
+    facts = workload_facts(job, claim_templates=templates)
+    assert facts is not None
+    assert facts.total.dra_gpus == 1 and facts.total.gpu_equivalents is None

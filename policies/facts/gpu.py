@@ -40,6 +40,7 @@ from policies.facts.resource_names import (
     ResourceKind,
     SplitFamily,
     classify,
+    device_class_is_gpu,
     split_family,
     vendor_of,
 )
@@ -942,10 +943,12 @@ def _legacy_index(
 ) -> DraIndex:
     """A :class:`DraIndex` of ``(namespace, name) -> (GPU device class, count)`` pairs (the
     shape :func:`policies.facts.workloads.claim_templates_of` gives): no class means no GPU."""
-    return DraIndex(templates={
-        key: ClaimDevices(cls, count, None if cls is None and count is None else cls is not None)
-        for key, (cls, count) in claim_templates.items()
-    })
+    templates = {}
+    for key, (cls, count) in claim_templates.items():
+        is_gpu = device_class_is_gpu(cls) if cls is not None else False
+        templates[key] = ClaimDevices(cls, count, False if cls is None else is_gpu,
+                                      None if is_gpu else f"DeviceClass {cls!r} may not be a GPU")
+    return DraIndex(templates=templates)
 
 
 def _access(

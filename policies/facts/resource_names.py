@@ -101,7 +101,7 @@ _SPLIT_FAMILIES: tuple[SplitFamily, ...] = (
 )
 # Cambricon writes the model into the smlu names (cambricon.com/mlu370.smlu.vcore); HAMi's Ascend
 # vNPU pairs huawei.com/Ascend<model> with huawei.com/Ascend<model>-memory (MiB).
-_CAMBRICON_SMLU = re.compile(r"cambricon\.com/mlu\d*\.smlu\.(vmemory|vcore)")
+_CAMBRICON_SMLU = re.compile(r"cambricon\.com/(mlu\d*)\.smlu\.(?:vmemory|vcore)")
 _ASCEND = re.compile(r"huawei\.com/(Ascend\d+[A-Za-z0-9]*)(-memory)?")
 
 _WHOLE = {
@@ -237,10 +237,10 @@ def split_family(resource: str, settings: GPUSettings = DEFAULT_SETTINGS) -> Spl
         if family.kind_of(resource) is not None:
             return family
     smlu = _CAMBRICON_SMLU.fullmatch(resource)
-    if smlu:
-        memory = resource if smlu.group(1) == "vmemory" else None
-        return SplitFamily("cambricon", "cambricon.com/vmlu", memory, None, None,
-                           resource if memory is None else None)
+    if smlu:  # one family per model: its vmemory and vcore split the same MLU
+        model = smlu.group(1)
+        return SplitFamily("cambricon", "cambricon.com/vmlu", f"cambricon.com/{model}.smlu.vmemory",
+                           None, None, f"cambricon.com/{model}.smlu.vcore")
     ascend = _ASCEND.fullmatch(resource)
     if ascend and ascend.group(2):
         return SplitFamily("huawei", f"huawei.com/{ascend.group(1)}", resource, _MIB)

@@ -2,9 +2,12 @@
 
 Owns the knowledge of where each workload kind keeps its pod template(s) and how many pods each
 template becomes: core kinds (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob),
-Kubeflow training jobs, KubeRay, LeaderWorkerSet, Volcano Job, JobSet, KubeVirt, and a generic
-search for unknown kinds. Also reads DRA ResourceClaimTemplates so claims can be counted. The rules
-are listed in ``docs/gpu-facts.md``; field names follow each project's API reference.
+Kubeflow training jobs and Trainer TrainJob (``spec.trainer.resourcesPerNode`` × ``numNodes``),
+KubeRay, LeaderWorkerSet and DisaggregatedSet (``spec.roles[].spec``, each an LWS spec), Volcano
+Job, JobSet, KServe InferenceService / LLMInferenceService (``spec.template`` is a PodSpec) and
+KFServing KFService, KubeVirt, and a generic search for unknown kinds. Also counts the pods that
+share each DRA ResourceClaim (:func:`dra_index_of`). The rules are listed in
+``docs/gpu-facts.md``; field names follow each project's API reference.
 
 Must not decide GPU semantics (that is :mod:`policies.facts.gpu`) or read files.
 """
@@ -15,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from policies.facts.dra import DraIndex, dra_objects
+from policies.facts.dra import DraIndex, claim_devices, dra_objects
 from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
@@ -33,7 +36,6 @@ KUBEFLOW_REPLICA_SPECS = {
 }
 _REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet", "ReplicationController")
 _RAY = {"RayCluster": (), "RayService": ("rayClusterConfig",), "RayJob": ("rayClusterSpec",)}
-_GPU_CLASS_HINTS = ("gpu", "mig")
 
 
 @dataclass(frozen=True)
@@ -487,35 +489,14 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
 def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """(GPU device class, device count) asked by a ResourceClaimTemplate (or ResourceClaim).
 
-    Reads ``resource.k8s.io`` v1beta1 (``devices.requests[].deviceClassName/count``) and v1
-    (``requests[].exactly``; ``firstAvailable`` takes its first, preferred entry). Count is None
-    for ``allocationMode: All``. Requests for non-GPU classes are not counted.
+    The older pair shape of :func:`policies.facts.dra.claim_devices` (the one reading of DRA
+    requests: v1beta1, v1 ``exactly``, ``firstAvailable`` as one device): ``(None, 0)`` when no
+    request is for a GPU; count None when unknown (``allocationMode: All``, an invalid count).
     """
-    spec = as_mapping(obj.get("spec"))
-    if obj.get("kind") == "ResourceClaimTemplate":
-        spec = as_mapping(spec.get("spec"))
-    device_class: str | None = None
-    total: int | None = 0
-    for request in _list(as_mapping(spec.get("devices")).get("requests")):
-        request = as_mapping(request)
-        exact = (
-            as_mapping(request.get("exactly"))
-            or as_mapping((_list(request.get("firstAvailable")) or [{}])[0])
-            or request
-        )
-        name = exact.get("deviceClassName")
-        if not isinstance(name, str) or not any(h in name for h in _GPU_CLASS_HINTS):
-            continue
-        device_class = device_class or name
-        if exact.get("allocationMode") == "All":
-            total = None
-        elif total is not None:
-            count = exact.get("count", 1)
-            valid = (
-                isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_COUNT
-            )
-            total = total + count if valid else None  # an unusable count: unknown, not 1
-    return device_class, total if device_class else 0
+    devices = claim_devices(obj)
+    if devices.gpu is False:
+        return None, 0
+    return devices.device_class, devices.count
 
 
 def claim_templates_of(
