@@ -2,7 +2,7 @@
 
 Owns the knowledge of where each workload kind keeps its pod template(s) and how many pods each
 template becomes: core kinds (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob),
-Kubeflow training jobs and Trainer TrainJob (``spec.trainer.resourcesPerNode`` × ``numNodes``),
+Kubeflow training jobs and Trainer TrainJob (``spec.trainer.resourcesPerNode`` times ``numNodes``),
 KubeRay, LeaderWorkerSet and DisaggregatedSet (``spec.roles[].spec``, each an LWS spec), Volcano
 Job, JobSet, KServe InferenceService / LLMInferenceService (``spec.template`` is a PodSpec) and
 KFServing KFService, KubeVirt, and a generic search for unknown kinds. Also counts the pods that
