@@ -283,6 +283,8 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
     if kind == "InferenceService" and api_version.startswith("serving.kserve.io/"):
         return _serving_templates(spec, reader, ("predictor", "transformer", "explainer"))
     if kind == "LLMInferenceService" and api_version.startswith("serving.kserve.io/"):
+        # spec.template is a PodSpec. spec.worker (multi-node) is counted one pod per replica:
+        # a lower bound, the group size follows spec.parallelism, which is not read.
         replicas = reader.read(spec, "replicas", "spec", 1)
         templates = [PodTemplate(f"spec.{key}", f"spec.{key}", key, replicas, None, None, {},
                                  reader.map(spec, key, "spec"))
