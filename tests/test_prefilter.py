@@ -246,11 +246,7 @@ def test_resource_name_test_is_the_registry() -> None:
 # --- the corpus ------------------------------------------------------------------------------
 
 # Sent although the GPU facts count nothing, and why that is right.
-SENT_BEYOND_THE_FACTS = {
-    # KubeVirt DRA: the VM's GPU comes from a ResourceClaim that domain.devices.gpus names by
-    # claimName (no deviceName); the facts see an invalid gpus entry, the prefilter a GPU.
-    ("VirtualMachine", "vm-dra-pgpu"),
-}
+SENT_BEYOND_THE_FACTS: set[tuple[str, str]] = set()  # none since the facts read KubeVirt DRA
 # Counted by the facts (to say what the author meant) but never sent, and why that is right.
 COUNTED_NOT_SENT = {
     # workerGroupSpecs written as a map: the CRD's structural schema (an array) rejects it before
