@@ -152,3 +152,36 @@ def test_the_audit_s_template_index_no_longer_drops_unnamed_classes() -> None:
     facts = workload_facts(job, claim_templates=templates)
     assert facts is not None
     assert facts.total.dra_gpus == 1 and facts.total.gpu_equivalents is None
+
+
+def _all_mode_input(devices_per_node: tuple[int, ...]) -> list[dict[str, Any]]:
+    template = _claim("all-gpus", "gpu.nvidia.com", "ResourceClaimTemplate")
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": "gpu.nvidia.com"},
+                    "spec": {"selectors": [{"cel": {"expression":
+                                                    "device.driver == 'gpu.nvidia.com'"}}]}}
+    slices = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+               "metadata": {"name": f"node-{i}-gpu.nvidia.com"},
+               "spec": {"driver": "gpu.nvidia.com", "nodeName": f"node-{i}",
+                        "pool": {"name": f"node-{i}", "generation": 1, "resourceSliceCount": 1},
+                        "devices": [{"name": f"gpu-{d}"} for d in range(n)]}}
+              for i, n in enumerate(devices_per_node)]
+    pod = _pod("p", claims=[{"name": "gpus", "resourceClaimTemplateName": "all-gpus"}])
+    return [pod, template, device_class, *slices]
+
+
+def test_allocation_mode_all_is_counted_from_the_input_s_resource_slices() -> None:
+    """Every node of the driver publishes 8 devices: All is 8 GPUs, wherever the pod lands."""
+    total = _facts(_all_mode_input((8, 8)))[("Pod", "p")]
+    assert total["dra"]["gpus"] == 8 and total["gpu_equivalents"] == 8.0
+
+
+@pytest.mark.parametrize("devices_per_node", [(), (8, 4)])
+def test_allocation_mode_all_stays_unknown_when_the_slices_do_not_tell(
+    devices_per_node: tuple[int, ...],
+) -> None:
+    """No slice, or nodes of different sizes: the count depends on the node, so unknown."""
+    total = _facts(_all_mode_input(devices_per_node))[("Pod", "p")]
+    assert total["dra"]["gpus"] is None and total["gpu_equivalents"] is None
+    assert "allocationMode All" in total["unknown"][0]

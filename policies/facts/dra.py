@@ -26,6 +26,7 @@ from policies.json_fields import as_mapping
 _DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
 _MIG_PROFILE = re.compile(r"\.profile\s*==\s*['\"]([0-9]+g\.[0-9]+gb[a-z0-9.+-]*)['\"]")
 _MIG_TYPE = re.compile(r"\.type\s*==\s*['\"]mig['\"]")
+_ONLY_DRIVER = re.compile(r"\s*device\.driver\s*==\s*['\"][^'\"]+['\"]\s*")
 # Drivers whose devices are GPUs (NVIDIA, AMD, Intel, the dra-example-driver's fake GPUs).
 _GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com", "gpu.example.com")
 
@@ -35,13 +36,17 @@ class DeviceClassFacts:
     """One DeviceClass: whether its devices are GPUs, and the MIG profile its selectors pin.
 
     ``gpu`` is True / False, or None when neither the selectors' driver nor the name tells;
-    ``extended_resource`` is its ``spec.extendedResourceName`` (KEP-5004), or None.
+    ``extended_resource`` is its ``spec.extendedResourceName`` (KEP-5004), or None; ``driver``
+    the one driver its selectors name, ``driver_only`` whether they test nothing else (then
+    every device of that driver matches).
     """
 
     name: str
     gpu: bool | None
     mig_profile: str | None = None
     extended_resource: str | None = None
+    driver: str | None = None
+    driver_only: bool = False  # its selectors test the driver and nothing else
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,13 @@ def device_class_facts(obj: Mapping[str, Any]) -> DeviceClassFacts:
     profile = _MIG_PROFILE.search(expressions)
     mig_profile = profile.group(1) if profile and _MIG_TYPE.search(expressions) else None
     extended = spec.get("extendedResourceName")
+    selectors = _list(spec.get("selectors"))
+    driver_only = bool(selectors) and all(
+        _ONLY_DRIVER.fullmatch(str(as_mapping(as_mapping(s).get("cel")).get("expression", "")))
+        for s in selectors)
     return DeviceClassFacts(name, gpu, mig_profile,
-                            extended if isinstance(extended, str) and extended else None)
+                            extended if isinstance(extended, str) and extended else None,
+                            next(iter(drivers)) if len(drivers) == 1 else None, driver_only)
 
 
 def _count(request: Mapping[str, Any]) -> int | None:
@@ -138,17 +148,34 @@ def _count(request: Mapping[str, Any]) -> int | None:
     return count if valid else None  # an unusable count: unknown, not 1
 
 
+def all_mode_count(
+    device_class: str, classes: Mapping[str, DeviceClassFacts],
+    slices: Mapping[str, Mapping[str, int]],
+) -> int | None:
+    """Devices ``allocationMode: All`` allocates for ``device_class``: the devices per node of
+    its driver in the input's ResourceSlices, when its selectors test only the driver and every
+    node publishes the same number; else None (the count depends on the node)."""
+    known = classes.get(device_class)
+    if known is None or known.driver is None or not known.driver_only:
+        return None
+    per_node = set(slices.get(known.driver, {}).values())
+    return per_node.pop() if len(per_node) == 1 else None
+
+
 def claim_devices(
-    obj: Mapping[str, Any], classes: Mapping[str, DeviceClassFacts] | None = None
+    obj: Mapping[str, Any], classes: Mapping[str, DeviceClassFacts] | None = None,
+    slices: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ClaimDevices:
     """What a ResourceClaim or ResourceClaimTemplate allocates, GPUs counted.
 
     ``firstAvailable`` (KEP-4816) allocates exactly one of its alternatives: its count when all
     alternatives ask the same count, and GPU-equivalents unknown unless all name the same class.
     A request for a class that is not a GPU is not counted; one whose kind is unknown is
-    counted, with its GPU-equivalents unknown. ``classes`` are the DeviceClasses of the input.
+    counted, with its GPU-equivalents unknown. ``classes`` are the DeviceClasses of the input,
+    ``slices`` its ResourceSlices' devices per driver and node (for ``allocationMode: All``).
     """
     classes = classes or {}
+    slices = slices or {}
     spec = as_mapping(obj.get("spec"))
     if obj.get("kind") == "ResourceClaimTemplate":
         spec = as_mapping(spec.get("spec"))
@@ -172,7 +199,9 @@ def claim_devices(
         option_kinds = [kind_of(n) for n in names]
         if all(k is False for k in option_kinds):
             continue  # not a GPU whichever is allocated (an IMEX channel, a NIC)
-        counts = {_count(o) for o in options}
+        counts = {_count(o) if o.get("allocationMode") != "All" or o.get("selectors")
+                  else all_mode_count(str(o.get("deviceClassName")), classes, slices)
+                  for o in options}
         count = counts.pop() if len(counts) == 1 else None
         first_class = first_class or names[0]
         kind: bool | None = True if all(k is True for k in option_kinds) else None
@@ -201,14 +230,23 @@ def compute_domain_channel(obj: Mapping[str, Any]) -> tuple[str, ClaimDevices] |
 
 def dra_objects(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
     """Index the DeviceClasses, ResourceClaims, ResourceClaimTemplates and ComputeDomains among
-    ``objects`` (``claim_users`` is left empty: :mod:`policies.facts.workloads` counts them)."""
+    ``objects``, with ResourceSlices giving the count of ``allocationMode: All``
+    (``claim_users`` is left empty: :mod:`policies.facts.workloads` counts them)."""
     found = [o for o in objects if isinstance(o, Mapping)]
     classes: dict[str, DeviceClassFacts] = {}
+    slices: dict[str, dict[str, int]] = {}  # driver -> node (or pool) -> devices
     for obj in found:
         if obj.get("kind") == "DeviceClass" and _is_resource_api(obj):
             facts = device_class_facts(obj)
             if facts.name:
                 classes[facts.name] = facts
+        elif obj.get("kind") == "ResourceSlice" and _is_resource_api(obj):
+            spec = as_mapping(obj.get("spec"))
+            driver = spec.get("driver")
+            where = spec.get("nodeName") or as_mapping(spec.get("pool")).get("name")
+            if isinstance(driver, str) and isinstance(where, str):
+                per_node = slices.setdefault(driver, {})
+                per_node[where] = per_node.get(where, 0) + len(_list(spec.get("devices")))
     templates: dict[tuple[str | None, str], ClaimDevices] = {}
     claims: dict[tuple[str | None, str], ClaimDevices] = {}
     for obj in found:
@@ -217,9 +255,9 @@ def dra_objects(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
         if key is None:
             continue
         if kind == "ResourceClaimTemplate" and _is_resource_api(obj):
-            templates[key] = claim_devices(obj, classes)
+            templates[key] = claim_devices(obj, classes, slices)
         elif kind == "ResourceClaim" and _is_resource_api(obj):
-            claims[key] = claim_devices(obj, classes)
+            claims[key] = claim_devices(obj, classes, slices)
         elif kind == "ComputeDomain" and str(obj.get("apiVersion", "")).startswith(
                 "resource.nvidia.com/"):
             channel = compute_domain_channel(obj)
