@@ -22,16 +22,17 @@ from rich.table import Table
 from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
 from gpuguard.settings import add_gpu_settings
+from policies.facts.dra import DraIndex
 from policies.facts.nodes import node_facts
 from policies.facts.resource_names import GPUSettings
-from policies.facts.workloads import claim_templates_of, workload_facts
+from policies.facts.workloads import dra_index_of, workload_facts
 from policies.sources import Document, printable, read_documents
 
 
 def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
     """The ``gpuguard gpus -o json`` document for ``paths`` (see docs/gpu-facts.md)."""
     documents, errors = read_documents(paths)
-    claims = claim_templates_of(d.body for d in documents)
+    claims = dra_index_of(d.body for d in documents)
     objects: list[dict[str, Any]] = []
     ignored: list[str] = []
     for document in documents:
@@ -47,15 +48,14 @@ def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
 
 
 def _describe(
-    document: Document, settings: GPUSettings,
-    claims: dict[tuple[str | None, str], tuple[str | None, int | None]],
+    document: Document, settings: GPUSettings, claims: DraIndex,
 ) -> dict[str, Any] | None:
     body = document.body
     if body.get("kind") == "Node":
         facts = node_facts(body, settings)
         return {"kind": "Node", "apiVersion": body.get("apiVersion"), "namespace": None,
                 "name": facts.name, "source": document.location, "node": facts.to_dict()}
-    workload = workload_facts(body, settings=settings, claim_templates=claims)
+    workload = workload_facts(body, settings=settings, dra=claims)
     if workload is None:
         return None
     return {**workload.to_dict(), "source": document.location}

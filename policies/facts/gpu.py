@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final, TypeVar
 
 from policies.facts import mig
+from policies.facts.dra import ClaimDevices, DraIndex
 from policies.facts.quantity import (
     MAX_COUNT,
     QuantityError,
@@ -37,7 +38,10 @@ from policies.facts.resource_names import (
     SPLIT_KINDS,
     GPUSettings,
     ResourceKind,
+    SplitFamily,
     classify,
+    device_class_is_gpu,
+    split_family,
     vendor_of,
 )
 from policies.json_fields import as_mapping
@@ -68,7 +72,6 @@ _DEVICE_ENV = (
 )
 _NO_DEVICE_VALUES = {"", "void", "none"}
 _DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/neuron")
-_GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
 _CONTAINER_TYPES = ("initContainers", "containers", "ephemeralContainers")
 _N = TypeVar("_N", int, Fraction)
 ZERO: Final = Fraction(0)
@@ -156,19 +159,28 @@ class ResourceProblem:
 
 @dataclass(frozen=True)
 class DraClaim:
-    """One pod-level ResourceClaim; ``count`` is the number of GPU devices, None when unknown."""
+    """One pod-level ResourceClaim; ``count`` is the number of GPU devices, None when unknown.
+
+    ``resource_claim`` names the ResourceClaim (not a template) the pod uses: one allocation for
+    every pod naming it, so totals count it once (:meth:`GPUFacts.scaled` does not multiply it)
+    and each of its ``shared_by`` pods of the input gets ``count / shared_by`` GPU-equivalents.
+    """
 
     name: str
     template: str | None
     device_class: str | None
     count: int | None
     path: str
+    resource_claim: str | None = None
+    shared_by: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{name, template, device_class, count, path}``."""
+        """JSON form: ``{name, template, resource_claim, shared_by, device_class, count, path}``."""
         return {
             "name": self.name,
             "template": self.template,
+            "resource_claim": self.resource_claim,
+            "shared_by": self.shared_by,
             "device_class": self.device_class,
             "count": self.count,
             "path": self.path,
@@ -274,7 +286,8 @@ class GPUFacts:
             equivalents_known=self.equivalents_known * replicas,
             gpu_memory_mib=None if self.gpu_memory_mib is None else self.gpu_memory_mib * replicas,
             dra_claims=tuple(
-                replace(c, count=None if c.count is None else c.count * replicas)
+                c if c.count is None or c.resource_claim is not None
+                else replace(c, count=c.count * replicas)  # a ResourceClaim is one allocation
                 for c in self.dra_claims
             ),
         )
@@ -543,16 +556,21 @@ def _read_quantity(
 
 
 def _split_equivalents(
-    container: _Container, kinds: Mapping[ResourceKind, int], devices: int, out: _Collector
+    container: _Container, family: SplitFamily, split: Mapping[ResourceKind, int], devices: int,
+    out: _Collector,
 ) -> Fraction | None:
-    """GPU-equivalents of a HAMi / Volcano split ask: per device cores %, else memory %."""
-    if ResourceKind.SPLIT_CORES in kinds:
-        return devices * Fraction(kinds[ResourceKind.SPLIT_CORES], 100)
-    if ResourceKind.SPLIT_MEMORY_PERCENT in kinds:
-        return devices * Fraction(kinds[ResourceKind.SPLIT_MEMORY_PERCENT], 100)
+    """GPU-equivalents of a split ask (HAMi, Volcano, a vendor's sharing): per device its cores
+    share, else its memory percentage; memory in units alone (or cores that are not a share of
+    the device) depends on the device's size, so unknown."""
+    cores = split.get(ResourceKind.SPLIT_CORES)
+    if cores is not None and family.cores_per_device:
+        return devices * Fraction(cores, family.cores_per_device)
+    if ResourceKind.SPLIT_MEMORY_PERCENT in split:
+        return devices * Fraction(split[ResourceKind.SPLIT_MEMORY_PERCENT], 100)
+    what = "GPU memory" if ResourceKind.SPLIT_MEMORY in split else f"{family.vendor} core groups"
     out.unknown.append(
-        f"{container.path}: GPU memory asked in MiB without a cores share; the share of a GPU "
-        "depends on the GPU's memory size"
+        f"{container.path}: {what} asked without a share of the device's compute; the share of "
+        "the device depends on its size"
     )
     return None
 
@@ -580,8 +598,16 @@ def _container_asks(
         kind = classify(resource, settings)
         if kind is ResourceKind.OTHER:
             continue
+        if kind is ResourceKind.QUALIFIER:
+            continue  # qualifies the GPU ask (HAMi priority); asks for no device
         if kind is ResourceKind.UNRECOGNIZED:
             out.unrecognized.append(resource)
+            side = "limits" if resource in limits else "requests"
+            # Listed (name in unrecognized, path here), never valued silently as zero.
+            out.warnings.append(
+                f"{container.path}.resources.{side}[{resource}]: unrecognized accelerator "
+                f"resource; not counted (--gpu-resource {resource} counts it as whole devices)"
+            )
             continue
         if kind is ResourceKind.OBSOLETE:
             out.resource_problem(
@@ -598,29 +624,38 @@ def _container_asks(
             )
             out.vendors.append(vendor_of(resource))
     container.asked = {resource: count for resource, (_, count) in asked.items()}
-    split = {kind: count for kind, count in asked.values() if kind in SPLIT_KINDS}
+    families: dict[SplitFamily, dict[ResourceKind, int]] = {}
+    for resource, (kind, count) in asked.items():
+        family = split_family(resource, settings) if kind in SPLIT_KINDS else None
+        if family is not None:
+            families.setdefault(family, {})[kind] = count
+    spanned = {f.count for f in families if f.count}
     equivalents: Fraction | None = ZERO
     for resource, (kind, count) in asked.items():
         container.asks_gpu = True
         if kind in SPLIT_KINDS and kind is not ResourceKind.SPLIT_COUNT:
             continue
         container.counts[resource] = count
-        if split and (kind is ResourceKind.SPLIT_COUNT or resource == "nvidia.com/gpu"):
+        if resource in spanned:
             continue  # the devices a split spans: valued by the split below, not as whole GPUs
         equivalents = _add(equivalents, _resource_equivalents(
             resource, kind, count, container, placement, settings, out))
-    if split:
-        devices = container.counts.get("volcano.sh/vgpu-number") or container.counts.get(
-            "nvidia.com/gpu", 1)
-        container.split = {"gpus": devices,
-                           "gpumem_mib": split.get(ResourceKind.SPLIT_MEMORY),
-                           "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
-                           "gpucores": split.get(ResourceKind.SPLIT_CORES)}
-        # gpucores 100 is HAMi's "exclusive"; anything else shares the device.
-        out.shared = out.shared or split.get(ResourceKind.SPLIT_CORES) != 100
-        equivalents = _add(equivalents, _split_equivalents(container, split, devices, out))
-        if ResourceKind.SPLIT_MEMORY in split:
-            container.memory_mib = split[ResourceKind.SPLIT_MEMORY] * devices
+    for family, split in families.items():
+        devices = container.counts.get(family.count, 1) if family.count else 1
+        memory = split.get(ResourceKind.SPLIT_MEMORY)
+        memory_mib = (None if memory is None or family.memory_mib_per_unit is None
+                      else int(memory * family.memory_mib_per_unit))
+        if container.split is None:
+            container.split = {"gpus": devices, "gpumem_mib": memory_mib,
+                               "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
+                               "gpucores": split.get(ResourceKind.SPLIT_CORES)}
+        # All of a device's cores is the vendor's "exclusive" (HAMi gpucores 100); less shares it.
+        out.shared = out.shared or family.cores_per_device is None or \
+            split.get(ResourceKind.SPLIT_CORES) != family.cores_per_device
+        equivalents = _add(equivalents, _split_equivalents(container, family, split, devices,
+                                                           out))
+        if memory_mib is not None:
+            container.memory_mib = (container.memory_mib or 0) + memory_mib * devices
     container.equivalents = equivalents
 
 
@@ -633,6 +668,11 @@ def _resource_equivalents(
         out.unknown.append(
             f"{container.path}: {resource} counts cores; cores per device depend on the chip"
         )
+        return None
+    if kind is ResourceKind.VGPU:
+        out.shared = True
+        out.unknown.append(f"{container.path}: vGPU type {resource}; its share of a GPU is "
+                           "unknown")
         return None
     if kind is ResourceKind.MIG:
         profile, _ = mig.profile_from_resource(resource) or ("", False)
@@ -840,39 +880,54 @@ def _kai(
 
 
 def _dra(
-    spec: Mapping[str, Any], spec_path: str, namespace: str | None,
-    claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]],
+    spec: Mapping[str, Any], spec_path: str, namespace: str | None, index: DraIndex,
     containers: Sequence[_Container], out: _Collector,
-) -> tuple[DraClaim, ...]:
-    """Pod-level ResourceClaims that ask for GPUs, with device counts when the template is known."""
+) -> tuple[tuple[DraClaim, ...], Fraction]:
+    """Pod-level ResourceClaims that ask for GPUs, resolved against the DRA objects of the
+    input: (claims, their known GPU-equivalents). A claim whose devices are not GPUs (an IMEX
+    channel) is left out; one whose count or size is unknown is named in ``unknown``."""
     claims = []
-    for index, entry in _entries(spec, "resourceClaims", spec_path, out):
+    equivalents = ZERO
+    for index_, entry in _entries(spec, "resourceClaims", spec_path, out):
         name = str(entry.get("name", ""))
         template = entry.get("resourceClaimTemplateName")
         source = as_mapping(entry.get("source"))  # pre-1.31 shape
         template = template or source.get("resourceClaimTemplateName")
         claim_name = entry.get("resourceClaimName") or source.get("resourceClaimName")
-        path = f"{spec_path}.resourceClaims[{index}]"
+        path = f"{spec_path}.resourceClaims[{index_}]"
+        if template:
+            what = f"ResourceClaimTemplate {str(template)!r}"
+            known = index.template(namespace, str(template))
+        elif claim_name:
+            what = f"ResourceClaim {str(claim_name)!r}"
+            known = index.claim(namespace, str(claim_name))
+        else:
+            out.invalid.append(f"{path}: names neither resourceClaimName nor "
+                               "resourceClaimTemplateName")
+            continue
+        shared_by = index.users(namespace, str(claim_name)) if claim_name and not template else 1
         device_class: str | None = None
         count: int | None = None
-        known = claim_templates.get((namespace, str(template))) if template else None
-        if known is None and template:
-            known = claim_templates.get((None, str(template)))
         if known is not None:
-            device_class, count = known
-            if device_class is not None and not any(
-                hint in device_class for hint in _GPU_DEVICE_CLASS_HINTS
-            ):
-                continue  # a claim for something other than a GPU (a NIC, a channel)
+            if known.gpu is False:
+                continue  # a claim for something other than a GPU (a NIC, an IMEX channel)
+            device_class, count = known.device_class, known.count
             if count is None:
-                out.unknown.append(f"{path}: ResourceClaimTemplate {template!r} states no usable "
-                                   "device count (allocationMode All, or an invalid count)")
+                out.unknown.append(f"{path}: {what} states no usable device count "
+                                   "(allocationMode All, an invalid count, or alternatives of "
+                                   "different counts)")
+            elif known.unknown:
+                out.unknown.append(f"{path}: {what}: {known.unknown}; its GPU-equivalents are "
+                                   "unknown")
+            else:
+                equivalents += Fraction(count, shared_by)
         else:
-            what = f"ResourceClaimTemplate {template!r}" if template else \
-                f"ResourceClaim {claim_name!r}"
             out.unknown.append(f"{path}: {what} is not in the input; its device count is unknown")
+        if shared_by > 1:
+            out.shared = True
         claims.append(DraClaim(name, str(template) if template else None, device_class, count,
-                               path))
+                               path, str(claim_name) if claim_name and not template else None,
+                               shared_by))
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
@@ -880,7 +935,20 @@ def _dra(
         # class unknown (template not in the input) the vendor is unknown too.
         if device_class and "." in device_class:
             out.vendors.append(vendor_of(f"{device_class.split('.', 1)[1]}/device"))
-    return tuple(claims)
+    return tuple(claims), equivalents
+
+
+def _legacy_index(
+    claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]],
+) -> DraIndex:
+    """A :class:`DraIndex` of ``(namespace, name) -> (GPU device class, count)`` pairs (the
+    shape :func:`policies.facts.workloads.claim_templates_of` gives): no class means no GPU."""
+    templates = {}
+    for key, (cls, count) in claim_templates.items():
+        is_gpu = device_class_is_gpu(cls) if cls is not None else False
+        templates[key] = ClaimDevices(cls, count, False if cls is None else is_gpu,
+                                      None if is_gpu else f"DeviceClass {cls!r} may not be a GPU")
+    return DraIndex(templates=templates)
 
 
 def _access(
@@ -947,6 +1015,26 @@ def _host_path_volumes(spec: Mapping[str, Any], spec_path: str, out: _Collector)
     return volumes
 
 
+def _extended_resource_classes(
+    index: DraIndex, settings: GPUSettings, placement: _Placement
+) -> tuple[GPUSettings, _Placement]:
+    """Apply the input's DeviceClasses with ``extendedResourceName`` (KEP-5004): a GPU class
+    makes its resource count as whole devices; one whose selectors pin a MIG profile makes
+    ``nvidia.com/gpu`` that profile, as a ``-MIG-<profile>`` product pin does."""
+    mapped = index.extended_resources()
+    if not mapped:
+        return settings, placement
+    whole = tuple(r for r, c in mapped.items()
+                  if c.gpu and r not in settings.extra_whole_resources)
+    if whole:
+        settings = replace(settings, extra_whole_resources=(*settings.extra_whole_resources,
+                                                            *whole))
+    gpu_class = mapped.get("nvidia.com/gpu")
+    if gpu_class is not None and gpu_class.mig_profile and placement.mig_profile is None:
+        placement = replace(placement, mig_profile=gpu_class.mig_profile, excluded_mig=False)
+    return settings, placement
+
+
 def pod_facts(
     spec: Mapping[str, Any] | None,
     metadata: Mapping[str, Any] | None = None,
@@ -955,6 +1043,7 @@ def pod_facts(
     settings: GPUSettings = DEFAULT_SETTINGS,
     claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]] | None = None,
     namespace: str | None = None,
+    dra: DraIndex | None = None,
 ) -> GPUFacts:
     """Compute the GPU facts of one pod or pod template.
 
@@ -968,6 +1057,10 @@ def pod_facts(
         claim_templates: ``(namespace, name) -> (device class, device count)`` of
             ResourceClaimTemplates known from the same input (namespace None matches any).
         namespace: the pod's namespace, to look up claim templates.
+        dra: the DRA objects of the input (:func:`policies.facts.workloads.dra_index_of`):
+            ResourceClaims, templates, DeviceClasses; replaces ``claim_templates`` when given.
+            A DeviceClass whose ``extendedResourceName`` a container asks for (KEP-5004) makes
+            that resource one device of the class: a GPU, or the MIG profile its selectors pin.
 
     Returns:
         Frozen :class:`GPUFacts`; never raises for malformed objects.
@@ -977,7 +1070,9 @@ def pod_facts(
         out.invalid.append(f"{spec_path}: expected a PodSpec map, got {type(spec).__name__}")
     spec = as_mapping(spec)
     metadata = as_mapping(metadata)
+    dra_index = dra if dra is not None else _legacy_index(claim_templates or {})
     placement = _placement(spec, spec_path, out)
+    settings, placement = _extended_resource_classes(dra_index, settings, placement)
     volumes = _host_path_volumes(spec, spec_path, out)
     containers: list[tuple[_Container, Mapping[str, Any]]] = []
     for ctype in _CONTAINER_TYPES:
@@ -1006,7 +1101,7 @@ def pod_facts(
     annotations = _map(metadata, "annotations", _metadata_path(spec_path), out)
     _map(metadata, "labels", _metadata_path(spec_path), out)  # queue labels: policies read them
     kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
-    claims = _dra(spec, spec_path, namespace, claim_templates or {}, plain, out)
+    claims, dra_equivalents = _dra(spec, spec_path, namespace, dra_index, plain, out)
 
     gpus: dict[str, int] = {}
     for resource in dict.fromkeys(r for c in plain for r in c.counts):
@@ -1025,10 +1120,7 @@ def pod_facts(
             migs[parsed[0]] = gpus.pop(resource)
     equivalents = _effective([(c, c.equivalents or ZERO) for c in plain])
     equivalents = _add(equivalents, kai_equivalents)
-    dra_gpus = [c.count for c in claims]
-    dra_total = sum(c or 0 for c in dra_gpus)
-    if dra_total:
-        equivalents = _add(equivalents, Fraction(dra_total))
+    equivalents = _add(equivalents, dra_equivalents)
     memory = _effective([(c, c.memory_mib or 0) for c in plain])
     if kai and kai.get("memory_mib"):
         memory = (memory or 0) + kai["memory_mib"] * kai["devices"]
@@ -1085,7 +1177,9 @@ _VGPU_NAME = re.compile(r"grid|vgpu|-\d+[qabc]$", re.I)
 _PASSTHROUGH_DOMAINS = ("nvidia.com/", "amd.com/", "intel.com/", "gpu.intel.com/")
 
 
-def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
+def virtual_machine_facts(
+    domain: Mapping[str, Any], path: str, claims: Collection[str] = ()
+) -> GPUFacts:
     """GPU facts of a KubeVirt VM from ``domain.devices.gpus`` and ``hostDevices``.
 
     Each entry is one device of the resource named by ``deviceName``; passthrough GPUs are whole
@@ -1096,9 +1190,14 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
     their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
     ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
 
+    A ``gpus`` entry with ``claimName`` (KubeVirt GPUsWithDRA) is a device of that pod-level
+    ResourceClaim: counted by the claim (:func:`pod_facts` on the VMI spec), not here; a
+    ``claimName`` that no ``spec.resourceClaims`` entry has is in ``invalid``.
+
     Args:
         domain: the VM's ``domain`` (already a map; its own type is checked by the caller).
         path: its field path (``spec.domain``; ``spec.template.spec.domain`` for a VM).
+        claims: the names of the VMI spec's ``resourceClaims``.
     """
     out = _Collector()
     devices = _map(as_mapping(domain), "devices", path, out)
@@ -1111,6 +1210,12 @@ def virtual_machine_facts(domain: Mapping[str, Any], path: str) -> GPUFacts:
                 out.invalid.append(f"{where}: expected a device map, got {type(entry).__name__}")
                 continue
             name = entry.get("deviceName")
+            claim = entry.get("claimName")
+            if name is None and isinstance(claim, str) and claim:
+                if claim not in claims:
+                    out.invalid.append(f"{where}.claimName: {claim!r} names no entry of the "
+                                       "VM's spec.resourceClaims")
+                continue  # a DRA device: the claim counts it
             if not isinstance(name, str) or not name:
                 out.invalid.append(f"{where}.deviceName: expected a resource name, got "
                                    f"{shortened(repr(name))}")

@@ -234,7 +234,8 @@ def _offer(resources: Any, settings: GPUSettings, invalid: list[str], where: str
     split: dict[str, int] = {}
     for resource, raw in (resources.items() if isinstance(resources, Mapping) else ()):
         kind = classify(str(resource), settings)
-        if kind in (ResourceKind.OTHER, ResourceKind.UNRECOGNIZED, ResourceKind.OBSOLETE):
+        if kind in (ResourceKind.OTHER, ResourceKind.UNRECOGNIZED, ResourceKind.OBSOLETE,
+                    ResourceKind.QUALIFIER):
             continue
         try:
             count = device_count(raw)
@@ -243,7 +244,7 @@ def _offer(resources: Any, settings: GPUSettings, invalid: list[str], where: str
             continue
         if kind is ResourceKind.MIG:
             migs[(mig.profile_from_resource(resource) or ("?", False))[0]] = count
-        elif kind is ResourceKind.SHARED:
+        elif kind in (ResourceKind.SHARED, ResourceKind.VGPU):
             shared[resource] = count
         elif kind in (ResourceKind.WHOLE, ResourceKind.CORES):
             gpus[resource] = count

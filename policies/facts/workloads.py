@@ -2,9 +2,12 @@
 
 Owns the knowledge of where each workload kind keeps its pod template(s) and how many pods each
 template becomes: core kinds (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob),
-Kubeflow training jobs, KubeRay, LeaderWorkerSet, Volcano Job, JobSet, KubeVirt, and a generic
-search for unknown kinds. Also reads DRA ResourceClaimTemplates so claims can be counted. The rules
-are listed in ``docs/gpu-facts.md``; field names follow each project's API reference.
+Kubeflow training jobs and Trainer TrainJob (``spec.trainer.resourcesPerNode`` times ``numNodes``),
+KubeRay, LeaderWorkerSet and DisaggregatedSet (``spec.roles[].spec``, each an LWS spec), Volcano
+Job, JobSet, KServe InferenceService / LLMInferenceService (``spec.template`` is a PodSpec) and
+KFServing KFService, KubeVirt, and a generic search for unknown kinds. Also counts the pods that
+share each DRA ResourceClaim (:func:`dra_index_of`). The rules are listed in
+``docs/gpu-facts.md``; field names follow each project's API reference.
 
 Must not decide GPU semantics (that is :mod:`policies.facts.gpu`) or read files.
 """
@@ -15,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
+from policies.facts.dra import DraIndex, claim_devices, dra_objects
 from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
@@ -32,7 +36,6 @@ KUBEFLOW_REPLICA_SPECS = {
 }
 _REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet", "ReplicationController")
 _RAY = {"RayCluster": (), "RayService": ("rayClusterConfig",), "RayJob": ("rayClusterSpec",)}
-_GPU_CLASS_HINTS = ("gpu", "mig")
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,31 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         return _ray_templates(spec, _RAY[kind], reader)
     if kind == "LeaderWorkerSet":
         return _lws_templates(spec, reader)
+    if kind == "DisaggregatedSet" and api_version.startswith("disaggregatedset.x-k8s.io/"):
+        templates = []
+        for i, role in enumerate(reader.list(spec, "roles", "spec")):
+            role = as_mapping(role)
+            name = str(role.get("name", i))
+            templates += _lws_templates(reader.map(role, "spec", f"spec.roles[{i}]"), reader,
+                                        f"spec.roles[{i}].spec", name)
+        return templates
+    if kind == "TrainJob" and api_version.startswith("trainer.kubeflow.org/"):
+        trainer = reader.map(spec, "trainer", "spec")
+        nodes = reader.read(trainer, "numNodes", "spec.trainer", 1)
+        return [_resources_template(reader.map(trainer, "resourcesPerNode", "spec.trainer"),
+                                    "spec.trainer", "trainer", nodes)]
+    if kind == "KFService" and api_version.startswith("serving.kubeflow.org/"):
+        return _serving_templates(spec, reader, ("default", "canary"))
+    if kind == "InferenceService" and api_version.startswith("serving.kserve.io/"):
+        return _serving_templates(spec, reader, ("predictor", "transformer", "explainer"))
+    if kind == "LLMInferenceService" and api_version.startswith("serving.kserve.io/"):
+        # spec.template is a PodSpec. spec.worker (multi-node) is counted one pod per replica:
+        # a lower bound, the group size follows spec.parallelism, which is not read.
+        replicas = reader.read(spec, "replicas", "spec", 1)
+        templates = [PodTemplate(f"spec.{key}", f"spec.{key}", key, replicas, None, None, {},
+                                 reader.map(spec, key, "spec"))
+                     for key in ("template", "worker") if key in spec]
+        return templates
     if kind == "JobSet" and api_version.startswith("jobset.x-k8s.io/"):
         templates = []
         for i, group in enumerate(reader.list(spec, "replicatedJobs", "spec")):
@@ -298,9 +326,16 @@ def _ray_templates(
             1,
         )
     ]
-    for i, group in enumerate(_list(cluster.get("workerGroupSpecs"))):
+    groups: list[tuple[str, Any]] = [
+        (f"[{i}]", g) for i, g in enumerate(_list(cluster.get("workerGroupSpecs")))]
+    written = cluster.get("workerGroupSpecs")
+    if isinstance(written, Mapping):  # the API server rejects it; count what the author meant
+        reader.invalid.append(f"{prefix}.workerGroupSpecs: expected a list of worker groups, got "
+                              "a map (counted as the one group it describes)")
+        groups = [("", written)]
+    for i, (suffix, group) in enumerate(groups):
         group = as_mapping(group)
-        path = f"{prefix}.workerGroupSpecs[{i}]"
+        path = f"{prefix}.workerGroupSpecs{suffix}"
         low = reader.read(group, "minReplicas", path, None)
         high = reader.read(group, "maxReplicas", path, None)
         replicas = reader.read(group, "replicas", path, low if low is not None else 1) or 0
@@ -318,27 +353,64 @@ def _ray_templates(
     return templates
 
 
-def _lws_templates(spec: Mapping[str, Any], reader: _Replicas) -> list[PodTemplate]:
-    groups = reader.read(spec, "replicas", "spec", 1) or 0
+def _lws_templates(
+    spec: Mapping[str, Any], reader: _Replicas, path: str = "spec", role: str = ""
+) -> list[PodTemplate]:
+    """A LeaderWorkerSet spec at ``path``; ``role`` prefixes the roles (DisaggregatedSet)."""
+    groups = reader.read(spec, "replicas", path, 1) or 0
     lwt = as_mapping(spec.get("leaderWorkerTemplate"))
-    size = reader.read(lwt, "size", "spec.leaderWorkerTemplate", 1) or 0
+    size = reader.read(lwt, "size", f"{path}.leaderWorkerTemplate", 1) or 0
     worker = _template(
         reader,
         lwt.get("workerTemplate"),
-        "spec.leaderWorkerTemplate.workerTemplate",
-        "worker",
+        f"{path}.leaderWorkerTemplate.workerTemplate",
+        f"{role}-worker" if role else "worker",
         groups * max(size - 1, 0),
     )
     if "leaderTemplate" not in lwt:
-        return [_template(reader, lwt.get("workerTemplate"), worker.path, "worker", groups * size)]
+        return [_template(reader, lwt.get("workerTemplate"), worker.path, role or "worker",
+                          groups * size)]
     leader = _template(
         reader,
         lwt.get("leaderTemplate"),
-        "spec.leaderWorkerTemplate.leaderTemplate",
-        "leader",
+        f"{path}.leaderWorkerTemplate.leaderTemplate",
+        f"{role}-leader" if role else "leader",
         groups,
     )
     return [leader, worker]
+
+
+def _resources_template(
+    resources: Any, path: str, role: str, replicas: int | None
+) -> PodTemplate:
+    """A pod template for a kind that gives one node's resources, not a PodSpec (Kubeflow
+    Trainer ``resourcesPerNode``, KFServing ``spec.default.<framework>.resources``): one
+    container named after ``role`` with those resources; paths read ``<path>.containers[0]``."""
+    container = {"name": role, "resources": resources}
+    return PodTemplate(path, path, role, replicas, None, None, {}, {"containers": [container]})
+
+
+def _serving_templates(
+    spec: Mapping[str, Any], reader: _Replicas, components: tuple[str, ...]
+) -> list[PodTemplate]:
+    """KServe InferenceService components: a PodSpec inline (``containers``), or a model /
+    framework block with ``resources``; pods ``minReplicas`` (default 1)."""
+    templates = []
+    for component in components:
+        part = as_mapping(spec.get(component))
+        if not part:
+            continue
+        path = f"spec.{component}"
+        replicas = reader.read(part, "minReplicas", path, 1)
+        if isinstance(part.get("containers"), list):
+            templates.append(PodTemplate(path, path, component, replicas, None, None,
+                                         {}, part))
+            continue
+        for key, block in part.items():
+            if isinstance(block, Mapping) and "resources" in block:
+                templates.append(_resources_template(block.get("resources"), f"{path}.{key}",
+                                                     f"{component}/{key}", replicas))
+    return templates
 
 
 def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
@@ -419,35 +491,14 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
 def claim_template_devices(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """(GPU device class, device count) asked by a ResourceClaimTemplate (or ResourceClaim).
 
-    Reads ``resource.k8s.io`` v1beta1 (``devices.requests[].deviceClassName/count``) and v1
-    (``requests[].exactly``; ``firstAvailable`` takes its first, preferred entry). Count is None
-    for ``allocationMode: All``. Requests for non-GPU classes are not counted.
+    The older pair shape of :func:`policies.facts.dra.claim_devices` (the one reading of DRA
+    requests: v1beta1, v1 ``exactly``, ``firstAvailable`` as one device): ``(None, 0)`` when no
+    request is for a GPU; count None when unknown (``allocationMode: All``, an invalid count).
     """
-    spec = as_mapping(obj.get("spec"))
-    if obj.get("kind") == "ResourceClaimTemplate":
-        spec = as_mapping(spec.get("spec"))
-    device_class: str | None = None
-    total: int | None = 0
-    for request in _list(as_mapping(spec.get("devices")).get("requests")):
-        request = as_mapping(request)
-        exact = (
-            as_mapping(request.get("exactly"))
-            or as_mapping((_list(request.get("firstAvailable")) or [{}])[0])
-            or request
-        )
-        name = exact.get("deviceClassName")
-        if not isinstance(name, str) or not any(h in name for h in _GPU_CLASS_HINTS):
-            continue
-        device_class = device_class or name
-        if exact.get("allocationMode") == "All":
-            total = None
-        elif total is not None:
-            count = exact.get("count", 1)
-            valid = (
-                isinstance(count, int) and not isinstance(count, bool) and 0 < count <= MAX_COUNT
-            )
-            total = total + count if valid else None  # an unusable count: unknown, not 1
-    return device_class, total if device_class else 0
+    devices = claim_devices(obj)
+    if devices.gpu is False:
+        return None, 0
+    return devices.device_class, devices.count
 
 
 def claim_templates_of(
@@ -468,15 +519,54 @@ def claim_templates_of(
     return index
 
 
+def dra_index_of(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
+    """The DRA objects among ``objects`` (:func:`policies.facts.dra.dra_objects`) and, for each
+    ResourceClaim, how many pods of ``objects`` name it (templates x replicas; a per-node
+    template counts once)."""
+    found = [o for o in objects if isinstance(o, Mapping)]
+    index = dra_objects(found)
+    users: dict[tuple[str | None, str], int] = {}
+    for obj in found:
+        workload = find_workload(obj) if obj.get("kind") not in _DRA_KINDS else None
+        if workload is None:
+            continue
+        for template in workload.templates:
+            spec = template.spec
+            if workload.vm_domain_path is not None:
+                spec = _vmi_spec(obj)
+            for entry in _list(spec.get("resourceClaims")):
+                entry = as_mapping(entry)
+                name = entry.get("resourceClaimName") or as_mapping(
+                    entry.get("source")).get("resourceClaimName")
+                if isinstance(name, str) and name:
+                    key = (workload.namespace, name)
+                    users[key] = users.get(key, 0) + (template.replicas or 1)
+    return replace(index, claim_users=users)
+
+
+_DRA_KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice")
+
+
+def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The VMI spec of a KubeVirt VirtualMachine (``spec.template.spec``) or VMI (``spec``)."""
+    spec = as_mapping(obj.get("spec"))
+    if obj.get("kind") == "VirtualMachine":
+        spec = as_mapping(as_mapping(spec.get("template")).get("spec"))
+    return spec
+
+
 def workload_facts(
     obj: Mapping[str, Any],
     *,
     settings: GPUSettings = DEFAULT_SETTINGS,
     claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]] | None = None,
+    dra: DraIndex | None = None,
 ) -> WorkloadFacts | None:
     """GPU facts per template and in total for one object; None when it makes no pods.
 
-    Per-node workloads (DaemonSet) are totalled for one node. Never raises on malformed objects:
+    Per-node workloads (DaemonSet) are totalled for one node. ``dra`` (:func:`dra_index_of` of
+    the whole input) resolves DRA claims; without it ``claim_templates`` (the older
+    ``(namespace, name) -> (GPU class, count)`` shape) does. Never raises on malformed objects:
     problems are in the facts' ``invalid``.
     """
     workload = find_workload(obj)
@@ -484,7 +574,15 @@ def workload_facts(
         return None
     if workload.vm_domain_path is not None:
         vm = workload.templates[0]
-        facts = virtual_machine_facts(vm.spec, vm.path)
+        vmi = _vmi_spec(obj)
+        claim_names = [str(as_mapping(c).get("name")) for c in _list(vmi.get("resourceClaims"))]
+        facts = virtual_machine_facts(vm.spec, vm.path, claim_names)
+        if claim_names:  # KubeVirt GPUsWithDRA: the claims of the VMI spec, as a pod's
+            vmi_path = "spec.template.spec" if obj.get("kind") == "VirtualMachine" else "spec"
+            claimed = pod_facts({"resourceClaims": vmi.get("resourceClaims")}, spec_path=vmi_path,
+                                settings=settings, claim_templates=claim_templates,
+                                namespace=workload.namespace, dra=dra)
+            facts = merge([facts, claimed])
         if workload.invalid:
             facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
         return WorkloadFacts(workload, (facts,), facts)
@@ -496,6 +594,7 @@ def workload_facts(
             settings=settings,
             claim_templates=claim_templates,
             namespace=workload.namespace,
+            dra=dra,
         )
         for t in workload.templates
     )

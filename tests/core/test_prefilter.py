@@ -245,10 +245,12 @@ def test_resource_name_test_is_the_registry() -> None:
 # --- the corpus ------------------------------------------------------------------------------
 
 # Sent although the GPU facts count nothing, and why that is right.
-SENT_BEYOND_THE_FACTS = {
-    # KubeVirt DRA: the VM's GPU comes from a ResourceClaim that domain.devices.gpus names by
-    # claimName (no deviceName); the facts see an invalid gpus entry, the prefilter a GPU.
-    ("VirtualMachine", "vm-dra-pgpu"),
+SENT_BEYOND_THE_FACTS: set[tuple[str, str]] = set()  # none since the facts read KubeVirt DRA
+# Counted by the facts (to say what the author meant) but never sent, and why that is right.
+COUNTED_NOT_SENT = {
+    # workerGroupSpecs written as a map: the CRD's structural schema (an array) rejects it before
+    # any admission webhook runs; the facts count the one group it describes and call it invalid.
+    ("RayCluster", "raycluster-tpu-v4-multihost"),
 }
 # CPU objects of the corpus that must never reach gpuguard (at least these).
 CPU_OBJECTS = {("Pod", "ollama-cpu-0"), ("StatefulSet", "ollama-cpu"),
@@ -279,7 +281,7 @@ def test_corpus_gpu_objects_are_sent_and_cpu_objects_are_not() -> None:
             assert hook.calls(clean, operation="UPDATE", old=clean) == called, where
             assert hook.calls(None, operation="DELETE", old=clean) == called, where
             (sent if called else skipped).add(key)
-            if counted and not called:
+            if counted and not called and key not in COUNTED_NOT_SENT:
                 missed.append(f"{where} {key} via {hook.name}")
             if called and not counted and key not in SENT_BEYOND_THE_FACTS:
                 beyond.append(f"{where} {key} via {hook.name}")
