@@ -1,6 +1,6 @@
 """Kinds the wild corpus found ignored (issue 16): KServe, Kubeflow Trainer, DisaggregatedSet.
 
-The corpus files are checked in tests/test_wild_corpus.py; these cover the shapes it has no file
+The corpus files are checked in tests/core/test_wild_corpus.py; these cover the shapes it has no file
 for (InferenceService v1beta1 predictors, TrainJob without numNodes, an LWS role with a leader).
 """
 

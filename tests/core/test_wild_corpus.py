@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,8 +51,9 @@ import yaml
 
 from gpuguard.gpus_command import collect
 from policies.facts.resource_names import DEFAULT_SETTINGS
+from tests.paths import TESTS
 
-WILD = Path(__file__).resolve().parent / "data" / "wild"
+WILD = TESTS / "data" / "wild"
 EXPECTED: dict[str, Any] = yaml.safe_load((WILD / "EXPECTED.yaml").read_text(encoding="utf-8"))
 FILES = sorted(p.name for p in WILD.glob("*.yaml") if p.name != "EXPECTED.yaml")
 # A file whose truth needs an object published in another file of the corpus (the note says so).
@@ -77,7 +77,7 @@ DISAGREEMENTS: dict[tuple[str, str], tuple[Any, str]] = {
         "DeviceClass is not in the file: from the file alone it is an unknown name, so gpuguard "
         "lists it as unrecognized with its path (spec.containers[0].resources.limits) and counts "
         "no device, as EXPECTED's note allows ('should at least be listed as unrecognized'). With "
-        "the DeviceClass in the input it counts 1 (tests/test_dra.py).",
+        "the DeviceClass in the input it counts 1 (tests/core/test_dra.py).",
     ),
 }
 
