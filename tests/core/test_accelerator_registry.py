@@ -18,7 +18,7 @@ import pytest
 from policies.facts.gpu import pod_facts
 from policies.facts.resource_names import ResourceKind, classify, split_family
 from policies.sources import read_documents
-from tests.corpus import DATA
+from tests.builders.corpus import DATA
 
 # Vendors and words of accelerators (HAMi, the device plugins, the cloud providers' docs).
 _LOOKS_LIKE_ACCELERATOR = re.compile(

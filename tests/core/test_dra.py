@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from policies.facts.workloads import claim_templates_of, dra_index_of, workload_facts
-from tests.corpus import documents
+from tests.builders.corpus import documents
 
 WILD = "wild/"
 
