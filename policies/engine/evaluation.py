@@ -371,14 +371,16 @@ class Engine:
         run = _Run(expired)
         original = review.object
         current: Mapping[str, Any] | None = original
+        applicable = self._applicable(review, point, run, explain)
+        if not applicable:  # allowed and unchanged; no GPU facts or CEL data are built
+            return Verdict(allowed=True, results=tuple(run.results), audit_annotations=run.audit,
+                           final_object=original)
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
-        applicable = self._applicable(review, point, run, explain)
-        data = self._data(base, current, review.subject) if applicable \
-            else _RequestData(self.environment, None, PreparedData())
+        data = self._data(base, current, review.subject)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
             for compiled in applicable:
