@@ -555,21 +555,15 @@ class Engine:
     @staticmethod
     def _condition_holds(policy: Policy, condition: Rule, activation: RequestActivation,
                          run: _Run, point: EvaluationPoint) -> bool:
-        try:
-            value = activation.evaluate(condition.expression)
-        except CelEvaluationError as exc:
-            run.failure(policy, condition.name, condition.path,
-                        f"matchCondition {condition.name!r} failed to evaluate: {exc.message}",
-                        error=True, point=point)
-            return False
+        value = _value(policy, condition, "matchCondition", activation, run, point)
         if value is True:
             return True
-        if value is not False:
+        if value is False:
+            run.add(_skipped(policy, condition))
+        elif value is not _FAILED:
             run.failure(policy, condition.name, condition.path,
                         f"matchCondition {condition.name!r} returned {value!r}, not a bool",
                         error=True, point=point)
-        else:
-            run.add(_skipped(policy, condition))
         return False
 
     def _mutate(
@@ -628,12 +622,8 @@ class Engine:
             return  # parameterNotFoundAction: Allow
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
-            try:
-                value = activation.evaluate(rule.expression)
-            except CelEvaluationError as exc:
-                run.failure(policy, rule.name, rule.path,
-                            f"{rule.name} failed to evaluate: {exc.message}", error=True,
-                            point=point)
+            value = _value(policy, rule, "", activation, run, point)
+            if value is _FAILED:
                 continue
             if value is not True and value is not False:
                 run.failure(policy, rule.name, rule.path,
@@ -643,14 +633,8 @@ class Engine:
                          point)
         for rule in policy.audit_annotations:
             run.check_deadline()
-            try:
-                value = activation.evaluate(rule.expression)
-            except CelEvaluationError as exc:
-                run.failure(policy, rule.name, rule.path,
-                            f"auditAnnotation {rule.name!r} failed to evaluate: {exc.message}",
-                            error=True, point=point)
-                continue
-            if value is None:
+            value = _value(policy, rule, "auditAnnotation", activation, run, point)
+            if value is None or value is _FAILED:
                 continue  # a null value omits the annotation (VAP semantics)
             if point != EvaluationPoint.AUDIT:
                 run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
@@ -670,6 +654,22 @@ class Engine:
                 return message
             problem = expression_problem(value)
         return f"{static_message(rule)} ({problem})"
+
+
+_FAILED: Any = object()  # an evaluation that failed (its error result recorded)
+
+
+def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,
+           point: EvaluationPoint) -> Any:
+    """``rule``'s expression evaluated, or :data:`_FAILED` with an error result recorded:
+    ``<kind> '<name>' failed to evaluate: <CEL error>`` (just ``<name> ...`` without ``kind``)."""
+    try:
+        return activation.evaluate(rule.expression)
+    except CelEvaluationError as exc:
+        what = f"{kind} {rule.name!r}" if kind else rule.name
+        run.failure(policy, rule.name, rule.path, f"{what} failed to evaluate: {exc.message}",
+                    error=True, point=point)
+        return _FAILED
 
 
 def _params_path(policy: Policy) -> str:
