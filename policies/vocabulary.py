@@ -60,3 +60,17 @@ def parsed(kind: type[StrEnumT], value: object, default: StrEnumT) -> StrEnumT:
         except ValueError:
             pass
     return default
+
+
+class EvaluationMode(StrEnum):
+    """How the engine evaluates a policy set (:class:`policies.engine.evaluation.Engine`).
+
+    ``fast`` is what the webhook, ``gpuguard check`` and the audit run: variables and params
+    compiled into the expressions, one CEL program per policy's validation pass, one evaluation
+    for all matching policies (:mod:`policies.engine.compiled`). ``reference`` evaluates every
+    policy as written, rule by rule, each on its own activation: the unoptimised semantics the
+    fast path is tested against on the corpus (it must decide, say and patch the same).
+    """
+
+    FAST = "fast"
+    REFERENCE = "reference"

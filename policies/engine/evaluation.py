@@ -13,6 +13,12 @@ The response patch is the RFC 6902 diff of the original object to the final one.
 At the ``audit`` point existing objects are judged as if created; mutations are reported as
 ``mutate`` results (what admission would change) and nothing is denied.
 
+Each policy is compiled once, when the engine is built, into a
+:class:`~policies.engine.compiled.CompiledPolicy`: the fast path (inlined forms, fused and
+combined programs, shared activations) is reached only through it. Whatever the fast path cannot
+decide plainly (an error, a value that is not plain) is evaluated again on the policy as
+written, so it reports exactly what ``EvaluationMode.REFERENCE`` (no fast path at all) reports.
+
 Must not do I/O, read the clock (``ReviewInput.now``) or keep state between requests (it only
 caches compiled programs, which depend on the policy set alone).
 """
@@ -24,25 +30,26 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from policies.cel import scanner as cel_scanner
 from policies.cel.gpu import gpu_data
 from policies.cel.runtime import (
-    CelCompileError,
     CelEnvironment,
     CelEvaluationError,
-    CompiledExpression,
     PreparedData,
     RequestActivation,
     prepare,
 )
-from policies.engine.fused import CONDITION_FALSE, FusedValidation, Outcome
-from policies.engine.fused import build as build_fused
-from policies.engine.fused import read as read_fused
-from policies.engine.inlining import inline_policy
+from policies.engine.compiled import (
+    REQUEST_ACTIVATION,
+    CombinedPrograms,
+    CompiledPolicy,
+    PolicyForm,
+    compile_policies,
+)
+from policies.engine.messages import expression_message, expression_problem, static_message
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
@@ -57,7 +64,7 @@ from policies.policy.mutation import (
     validate_operations,
 )
 from policies.sources import shortened
-from policies.vocabulary import EvaluationPoint, FailurePolicy, ValidationAction
+from policies.vocabulary import EvaluationMode, EvaluationPoint, FailurePolicy, ValidationAction
 
 
 class RuleOutcome(StrEnum):
@@ -196,6 +203,18 @@ class _Run:
         self.audit: dict[str, str] = {}
         self.failures: dict[str, list[dict[str, str]]] = {}  # audit key -> failed rules
 
+    @property
+    def errors(self) -> bool:
+        """Whether a rule failed to evaluate."""
+        return any(result.outcome == RuleOutcome.ERROR for result in self.results)
+
+    def adopt(self, trial: _Run) -> None:
+        """Take the results of a trial run without errors (a pass on a policy's inlined form:
+        only ``skip`` and ``mutate`` results, nothing that denies, warns or annotates)."""
+        assert not trial.errors and not (trial.denials or trial.warnings or trial.audit)
+        for result in trial.results:
+            self.add(result)
+
     def check_deadline(self) -> None:
         """Raise :class:`EvaluationExpired` when the caller's deadline has passed."""
         if self.expired is not None and self.expired():
@@ -228,6 +247,40 @@ class _Run:
             self.audit[key] = _bounded(json.dumps(failures))
 
 
+class _RequestData:
+    """One request's data for CEL (or why it cannot be used) and the activations made from it.
+
+    Activations are shared as :attr:`PolicyForm.activation` says, so the runtime converts the
+    object once per request, not once per policy. Built again when a mutation changes the object.
+    """
+
+    def __init__(self, environment: CelEnvironment, facts: WorkloadFacts | None,
+                 prepared: PreparedData | str) -> None:
+        self.environment = environment
+        self.facts = facts
+        self.prepared = prepared
+        self._shared: dict[int, RequestActivation] = {}
+
+    def request(self) -> RequestActivation:
+        """The request's own activation (params null, no variables)."""
+        return self._activation(REQUEST_ACTIVATION, None, ())
+
+    def of(self, form: PolicyForm) -> RequestActivation:
+        """The activation of one form of a policy (its params and variables)."""
+        return self._activation(form.activation, form.params, form.policy.variables)
+
+    def _activation(self, key: int | None, params: Any,
+                    variables: Sequence[Rule]) -> RequestActivation:
+        if key is not None and key in self._shared:
+            return self._shared[key]
+        assert not isinstance(self.prepared, str), "checked by Engine._ready"
+        activation = self.environment.activation(
+            PreparedData({**self.prepared, "params": params}), _named(variables))
+        if key is not None:
+            self._shared[key] = activation
+        return activation
+
+
 class Engine:
     """Evaluates a :class:`PolicySet`; build once per policy set, call :meth:`evaluate` per request.
 
@@ -235,83 +288,29 @@ class Engine:
         policies: the compiled policy set.
         environment: the CEL environment the policies were compiled with.
         settings: GPU naming and sharing, for the ``gpu`` facts.
-        fuse: evaluate each policy's validation pass as one CEL program where possible
-            (:mod:`policies.engine.fused`); False evaluates validations rule by rule as written (the
-            reference the fused programs must agree with; for comparisons).
+        mode: ``fast`` (inlined variables and params, fused and combined programs; see
+            :mod:`policies.engine.compiled`) or ``reference`` (every policy as written, rule by
+            rule: the semantics the fast path must agree with; for comparisons).
+
+    Attributes:
+        policies: the policy set as written (what lint, the webhook's fallback and reports read).
+        compiled: each policy as evaluated, in order (:class:`CompiledPolicy`).
     """
 
     def __init__(self, policies: PolicySet, environment: CelEnvironment,
-                 settings: GPUSettings = DEFAULT_SETTINGS, *, fuse: bool = True) -> None:
-        # Variables and params compiled into each policy's expressions: policies then share one
-        # activation per request (see policies.engine.inlining); names, matches and paths are
-        # unchanged.
-        self.policies = replace(policies, policies=tuple(
-            inline_policy(policy, environment) for policy in policies.policies))
+                 settings: GPUSettings = DEFAULT_SETTINGS, *,
+                 mode: EvaluationMode = EvaluationMode.FAST) -> None:
+        self.policies = policies
         self.environment = environment
         self.settings = settings
-        # Each inlined policy as written: its rule-by-rule validation pass (the fallback of the
-        # fused program) runs on it, so errors name the variable that failed and each variable
-        # keeps its own iteration budget, as the API server evaluates them.
-        self._originals: dict[int, Policy] = {
-            id(inlined): original
-            for original, inlined in zip(policies.policies, self.policies.policies, strict=True)
-            if inlined is not original}
-        both = (*self.policies.policies, *self._originals.values())
-        # Params are fixed per policy: check them for CEL once, not per request. Policies with
-        # equal params share one prepared value, and so (without variables) one activation.
-        self._params: dict[int, Any] = {}
-        by_value: dict[str, Any] = {}
-        for policy in both:
-            key = json.dumps(policy.params, sort_keys=True, default=str)
-            if key not in by_value:
-                try:
-                    by_value[key] = prepare({"params": policy.params})["params"]
-                except CelEvaluationError:
-                    by_value[key] = None
-            self._params[id(policy)] = by_value[key]
-        # matchConditions that read neither params nor variables run on one activation shared
-        # by every policy of the request: policies that do not apply never convert the object.
-        self._conditions: dict[int, tuple[tuple[Rule, ...], tuple[Rule, ...]]] = {
-            id(policy): (
-                tuple(c for c in policy.match_conditions if _reads_only_request(c.expression)),
-                tuple(c for c in policy.match_conditions if not _reads_only_request(c.expression)),
-            )
-            for policy in both
-        }
-        # Each policy's validation pass as one CEL program (policies.engine.fused): one evaluation
-        # per policy per request; a result that is not plain falls back to rule-by-rule evaluation.
-        self._fused: dict[int, FusedValidation] = {}
-        self._together: dict[tuple[int, ...], Any] = {}
-        for original, policy in zip(policies.policies, self.policies.policies, strict=True):
-            if not fuse or policy.variables or policy.param_missing is not None:
-                continue
-            order = [policy.match_conditions.index(c) for c in (*self._conditions[id(policy)][0],
-                                                                *self._conditions[id(policy)][1])]
-            fused = build_fused(original, [original.match_conditions[i] for i in order],
-                                environment, params_in_activation=policy.params is not None)
-            if fused is not None:
-                self._fused[id(policy)] = fused
+        self.mode = mode
+        self.compiled = compile_policies(policies.policies, environment, mode)
+        self._combined = CombinedPrograms(environment) if mode == EvaluationMode.FAST else None
 
     @property
     def fused_policies(self) -> frozenset[str]:
         """Names of the policies whose validation pass runs as one CEL program."""
-        return frozenset(p.name for p in self.policies.policies if id(p) in self._fused)
-
-    def _activation(self, policy: Policy, base: PreparedData,
-                    shared: dict[int, RequestActivation]) -> RequestActivation:
-        """A policy's activation for this request.
-
-        Policies without variables and with the same params share one, so the runtime converts
-        the object once per request, not once per policy.
-        """
-        params = self._params.get(id(policy))
-        if not policy.variables and id(params) in shared:
-            return shared[id(params)]
-        data = PreparedData({**base, "params": params})
-        activation = self.environment.activation(data, _named(policy.variables))
-        if not policy.variables:
-            shared[id(params)] = activation
-        return activation
+        return frozenset(c.policy.name for c in self.compiled if c.fused is not None)
 
     def _base(self, base: dict[str, Any], current: Mapping[str, Any] | None,
               facts: WorkloadFacts | None) -> PreparedData | str:
@@ -326,17 +325,18 @@ class Engine:
             return None
         return workload_facts(obj, settings=self.settings)
 
-    def _base_or_error(self, base: dict[str, Any], current: Mapping[str, Any] | None,
-                       subject: Mapping[str, Any] | None,
-                       ) -> tuple[WorkloadFacts | None, PreparedData | str]:
+    def _data(self, base: dict[str, Any], current: Mapping[str, Any] | None,
+              subject: Mapping[str, Any] | None) -> _RequestData:
         """GPU facts (of ``subject``: the object, or oldObject on DELETE) and the prepared CEL
         data with ``object`` = ``current`` (null on DELETE, as in Kubernetes); an internal failure
         becomes an error text every applicable policy reports under its failurePolicy."""
         try:
             facts = self._facts(subject)
-            return facts, self._base(base, current, facts)
+            return _RequestData(self.environment, facts, self._base(base, current, facts))
         except Exception as exc:  # a bug here (facts or their CEL view) must not crash admission
-            return None, f"the GPU facts of the object could not be computed: {_describe(exc)}"
+            return _RequestData(
+                self.environment, None,
+                f"the GPU facts of the object could not be computed: {_describe(exc)}")
 
     def evaluate(
         self,
@@ -372,53 +372,52 @@ class Engine:
         run = _Run(expired)
         original = review.object
         current: Mapping[str, Any] | None = original
+        applicable = self._applicable(review, point, run, explain)
+        if not applicable:  # allowed and unchanged; no GPU facts or CEL data are built
+            return Verdict(allowed=True, results=tuple(run.results), audit_annotations=run.audit,
+                           final_object=original)
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
             "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
         }
-        applicable = self._applicable(review, point, run, explain)
-        facts, prepared = self._base_or_error(base, current, review.subject) if applicable \
-            else (None, PreparedData())
-        shared: dict[int, RequestActivation] = {}
+        data = self._data(base, current, review.subject)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
-            for policy in applicable:
-                if not policy.mutations:
+            for compiled in applicable:
+                if not compiled.policy.mutations:
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
                 if stale:
-                    facts, prepared = self._base_or_error(base, current, current)
-                    shared, stale = {}, False
+                    data, stale = self._data(base, current, current), False
                 try:
-                    activation = self._ready(policy, prepared, shared, run, point)
-                    if activation is None:
-                        continue
-                    changed = self._mutate(policy, current, facts, activation, run, point)
+                    changed = self._mutation_pass(compiled, current, data, run, point)
                 except EvaluationExpired:
                     raise
                 except Exception as exc:  # one policy's bug must not crash admission
-                    run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
-                                error=True, point=point)
+                    run.failure(compiled.policy, "internal", "",
+                                f"internal error: {_describe(exc)}", error=True, point=point)
                     continue
                 if changed is not current:
                     current, stale = changed, True
         if validate:
             if stale:
-                facts, prepared = self._base_or_error(base, current, current)
-                shared = {}
-            values = self._evaluate_together(applicable, prepared, shared)
-            for policy in applicable:
+                data = self._data(base, current, current)
+            values = self._evaluate_combined(applicable, data)
+            for compiled in applicable:
+                policy = compiled.policy
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
                 try:
-                    if self._validate_fused(policy, prepared, shared, run, point,
-                                            values.get(id(policy), _NOT_EVALUATED)):
+                    if self._validate_fused(compiled, data, run, point,
+                                            values.get(compiled.index, _NOT_EVALUATED)):
                         continue
-                    self._validate_rules(policy, prepared, shared, run, point)
+                    activation = self._ready(compiled.written, data, run, point)
+                    if activation is not None:
+                        self._validate(policy, activation, run, point)
                 except EvaluationExpired:
                     raise
                 except Exception as exc:  # one policy's bug must not crash admission
@@ -431,75 +430,66 @@ class Engine:
             final_object=current,
         )
 
-    def _validate_rules(self, policy: Policy, prepared: PreparedData | str,
-                        shared: dict[int, RequestActivation], run: _Run,
-                        point: EvaluationPoint) -> None:
-        """The policy's validation pass rule by rule, as written (see ``_originals``): the fused
-        program is the fast path, this the reference it falls back to."""
-        written = self._originals.get(id(policy), policy)
-        activation = self._ready(written, prepared, shared, run, point)
-        if activation is not None:
-            self._validate(written, activation, run, point)
+    def _mutation_pass(self, compiled: CompiledPolicy, current: Mapping[str, Any] | None,
+                       data: _RequestData, run: _Run,
+                       point: EvaluationPoint) -> Mapping[str, Any] | None:
+        """The policy's matchConditions and mutations; returns the new object (or ``current``).
 
-    def _evaluate_together(self, applicable: Sequence[Policy], prepared: PreparedData | str,
-                           shared: dict[int, RequestActivation]) -> dict[int, Any]:
-        """The fused programs' values of the applicable inlined policies, from one evaluation
-        per group of up to :data:`_TOGETHER_SIZE` policies (each group's program compiled once,
-        see :data:`_TOGETHER_LIMIT`). A group with one policy, a program that does not compile
-        (nesting) or an evaluation that fails gives no values: its policies then run on their
-        own."""
-        together = [p for p in applicable if id(p) in self._fused and p.params is None]
-        if len(together) < 2 or isinstance(prepared, str):
+        They run on the inlined form; a pass with an error there is run again on the policy
+        as written (nothing of the first try is kept), so the error names the variable that
+        failed and each variable keeps its own iteration budget, as the API server does.
+        """
+        if compiled.inlined is not compiled.written:
+            trial = _Run(run.expired)
+            changed = self._mutate_form(compiled.inlined, current, data, trial, point)
+            if not trial.errors:
+                run.adopt(trial)
+                return changed
+        return self._mutate_form(compiled.written, current, data, run, point)
+
+    def _mutate_form(self, form: PolicyForm, current: Mapping[str, Any] | None,
+                     data: _RequestData, run: _Run,
+                     point: EvaluationPoint) -> Mapping[str, Any] | None:
+        activation = self._ready(form, data, run, point)
+        if activation is None:
+            return current
+        return self._mutate(form.policy, current, data.facts, activation, run, point)
+
+    def _evaluate_combined(self, applicable: Sequence[CompiledPolicy],
+                           data: _RequestData) -> dict[int, Any]:
+        """The fused programs' values of the applicable policies by :attr:`CompiledPolicy.index`,
+        from one evaluation per group (:class:`CombinedPrograms`). An evaluation that fails gives
+        no values: its policies then run on their own."""
+        if self._combined is None or isinstance(data.prepared, str):
             return {}
         values: dict[int, Any] = {}
-        for start in range(0, len(together), _TOGETHER_SIZE):
-            group = together[start:start + _TOGETHER_SIZE]
-            program = self._together_program(group) if len(group) > 1 else None
-            if program is None:
-                continue
+        for group, program in self._combined.groups(applicable):
             try:
-                results = self._activation(group[0], prepared, shared).evaluate(program)
+                results = data.request().evaluate(program)
             except CelEvaluationError:
                 continue
-            values.update(zip((id(p) for p in group), results, strict=True))
+            values.update(zip((c.index for c in group), results, strict=True))
         return values
 
-    def _together_program(self, group: Sequence[Policy]) -> CompiledExpression | None:
-        """The program listing ``group``'s fused programs (None: it does not compile)."""
-        key = tuple(id(p) for p in group)
-        program: CompiledExpression | None = self._together.get(key, _NOT_EVALUATED)
-        if program is _NOT_EVALUATED:
-            source = "[" + ",\n".join(self._fused[id(p)].expression.expression
-                                       for p in group) + "]"
-            try:
-                program = self.environment.compile(source, field_path="spec")
-            except CelCompileError:
-                program = None
-            if len(self._together) >= _TOGETHER_LIMIT:
-                self._together.clear()
-            self._together[key] = program
-        return program
-
-    def _validate_fused(self, policy: Policy, prepared: PreparedData | str,
-                        shared: dict[int, RequestActivation], run: _Run,
-                        point: EvaluationPoint,
-                        value: Any = _NOT_EVALUATED) -> bool:
-        """The policy's validation pass in one evaluation (see :mod:`policies.engine.fused`), or
-        from ``value``, its program's value when already evaluated; False when it has no fused
-        program or the result is not plain (nothing recorded then)."""
-        fused = self._fused.get(id(policy))
-        if fused is None or isinstance(prepared, str):
+    def _validate_fused(self, compiled: CompiledPolicy, data: _RequestData, run: _Run,
+                        point: EvaluationPoint, value: Any = _NOT_EVALUATED) -> bool:
+        """The policy's validation pass in one evaluation (see :mod:`policies.engine.compiled`),
+        or from ``value``, its program's value when already evaluated; False when it has no
+        fused program or the result is not plain (nothing recorded then: the caller evaluates
+        the policy as written, rule by rule)."""
+        fused = compiled.fused
+        if fused is None or isinstance(data.prepared, str):
             return False
+        policy = compiled.policy
         try:
             if value is _NOT_EVALUATED:
-                value = self._activation(policy, prepared, shared).evaluate(fused.expression)
-            outcome: Outcome | None = read_fused(fused, value)
+                value = data.of(compiled.inlined).evaluate(fused.expression)
+            outcome = fused.read(value)
         except CelEvaluationError:
             return False
         if outcome is None:
             return False
-        if outcome.kind == CONDITION_FALSE:
-            assert outcome.condition is not None
+        if outcome.condition is not None:
             run.add(_skipped(policy, outcome.condition))
             return True
         for rule, message in zip(fused.validations, outcome.validations, strict=True):
@@ -519,35 +509,42 @@ class Engine:
         else:
             run.failure(policy, rule.name, rule.path, failure, reason=rule.reason, point=point)
 
-    def _ready(self, policy: Policy, prepared: PreparedData | str,
-               shared: dict[int, RequestActivation], run: _Run,
+    def _ready(self, form: PolicyForm, data: _RequestData, run: _Run,
                point: EvaluationPoint) -> RequestActivation | None:
-        """The policy's activation when its matchConditions hold, else None (result recorded)."""
-        if isinstance(prepared, str):
-            run.failure(policy, "request", "", prepared, error=True, point=point)
+        """The form's activation when its matchConditions hold (evaluated in order, each on the
+        activation :attr:`PolicyForm.request_only` says), else None (result recorded)."""
+        policy = form.policy
+        if isinstance(data.prepared, str):
+            run.failure(policy, "request", "", data.prepared, error=True, point=point)
             return None
-        plain, rest = self._conditions[id(policy)]
-        if plain:
-            # The request-only activation, also the one of every inlined policy (params null).
-            if id(None) not in shared:
-                shared[id(None)] = self.environment.activation(
-                    PreparedData({**prepared, "params": None}))
-            if not self._conditions_hold(policy, plain, shared[id(None)], run, point):
+        if form.params_error is not None:
+            run.failure(policy, "params", _params_path(policy),
+                        f"the params cannot be evaluated in CEL: {form.params_error}",
+                        error=True, point=point)
+            return None
+        own: RequestActivation | None = None
+        for condition, request_only in zip(policy.match_conditions, form.request_only,
+                                           strict=True):
+            if request_only:
+                activation = data.request()
+            else:
+                own = own or data.of(form)
+                activation = own
+            if not self._condition_holds(policy, condition, activation, run, point):
                 return None
-        activation = self._activation(policy, prepared, shared)
-        return activation if self._conditions_hold(policy, rest, activation, run, point) \
-            else None
+        return own or data.of(form)
 
     def _applicable(self, review: ReviewInput, point: EvaluationPoint, run: _Run,
-                    explain: bool) -> list[Policy]:
+                    explain: bool) -> list[CompiledPolicy]:
         """Policies whose match selects the request and that no exception exempts
         (:func:`policies.policy.matching.applicability`); exemptions are ``exempt`` results, and
         with ``explain`` the policies the match leaves out are ``skip`` results too."""
         result = []
-        for policy in self.policies.policies:
+        for compiled in self.compiled:
+            policy = compiled.policy
             reason = applicability(policy, review, point=point)
             if reason is None:
-                result.append(policy)
+                result.append(compiled)
             elif reason.exemption is not None:
                 run.add(RuleResult(policy.name, reason.rule, reason.path, RuleOutcome.EXEMPT,
                                    reason.message))
@@ -556,25 +553,19 @@ class Engine:
                                    reason.message))
         return result
 
-    def _conditions_hold(self, policy: Policy, conditions: Sequence[Rule],
-                         activation: RequestActivation, run: _Run, point: EvaluationPoint) -> bool:
-        for condition in conditions:
-            try:
-                value = activation.evaluate(condition.expression)
-            except CelEvaluationError as exc:
-                run.failure(policy, condition.name, condition.path,
-                            f"matchCondition {condition.name!r} failed to evaluate: {exc.message}",
-                            error=True, point=point)
-                return False
-            if value is not True:
-                if value is not False:
-                    run.failure(policy, condition.name, condition.path,
-                                f"matchCondition {condition.name!r} returned {value!r}, not a "
-                                "bool", error=True, point=point)
-                else:
-                    run.add(_skipped(policy, condition))
-                return False
-        return True
+    @staticmethod
+    def _condition_holds(policy: Policy, condition: Rule, activation: RequestActivation,
+                         run: _Run, point: EvaluationPoint) -> bool:
+        value = _value(policy, condition, "matchCondition", activation, run, point)
+        if value is True:
+            return True
+        if value is False:
+            run.add(_skipped(policy, condition))
+        elif value is not _FAILED:
+            run.failure(policy, condition.name, condition.path,
+                        f"matchCondition {condition.name!r} returned {value!r}, not a bool",
+                        error=True, point=point)
+        return False
 
     def _mutate(
         self, policy: Policy, current: Mapping[str, Any] | None, facts: WorkloadFacts | None,
@@ -632,12 +623,8 @@ class Engine:
             return  # parameterNotFoundAction: Allow
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
-            try:
-                value = activation.evaluate(rule.expression)
-            except CelEvaluationError as exc:
-                run.failure(policy, rule.name, rule.path,
-                            f"{rule.name} failed to evaluate: {exc.message}", error=True,
-                            point=point)
+            value = _value(policy, rule, "", activation, run, point)
+            if value is _FAILED:
                 continue
             if value is not True and value is not False:
                 run.failure(policy, rule.name, rule.path,
@@ -647,48 +634,48 @@ class Engine:
                          point)
         for rule in policy.audit_annotations:
             run.check_deadline()
-            try:
-                value = activation.evaluate(rule.expression)
-            except CelEvaluationError as exc:
-                run.failure(policy, rule.name, rule.path,
-                            f"auditAnnotation {rule.name!r} failed to evaluate: {exc.message}",
-                            error=True, point=point)
-                continue
-            if value is None:
+            value = _value(policy, rule, "auditAnnotation", activation, run, point)
+            if value is None or value is _FAILED:
                 continue  # a null value omits the annotation (VAP semantics)
             if point != EvaluationPoint.AUDIT:
                 run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
 
     def _message(self, rule: Rule, activation: RequestActivation) -> str:
-        """messageExpression, else message, else the failed expression (VAP semantics)."""
-        problem = ""
-        if rule.message_expression is not None:
-            try:
-                value = activation.evaluate(rule.message_expression)
-                if isinstance(value, str) and value.strip():
-                    return value.strip()
-                problem = "messageExpression returned an empty string" if \
-                    isinstance(value, str) else \
-                    f"messageExpression returned {type(value).__name__}, not a string"
-            except CelEvaluationError as exc:
-                problem = f"messageExpression failed: {exc.message}"
-        # Fall back to the static message as the API server does, saying why.
-        text = rule.message or f"failed expression: {rule.expression.expression.strip()}"
-        return f"{text} ({problem})" if problem else text
+        """The failed validation's message (:mod:`policies.engine.messages`); when its
+        messageExpression gives none, the static message says why, as the API server logs it."""
+        if rule.message_expression is None:
+            return static_message(rule)
+        try:
+            value = activation.evaluate(rule.message_expression)
+        except CelEvaluationError as exc:
+            problem = f"messageExpression failed: {exc.message}"
+        else:
+            message = expression_message(value)
+            if message is not None:
+                return message
+            problem = expression_problem(value)
+        return f"{static_message(rule)} ({problem})"
 
 
-def _reads_only_request(expression: Any) -> bool:
-    """Whether an expression reads only the request's data (no params, no variables)."""
-    source = expression.expression
-    return not (cel_scanner.uses(source, "params") or cel_scanner.uses(source, "variables"))
+_FAILED: Any = object()  # an evaluation that failed (its error result recorded)
 
 
-_TOGETHER_SIZE = 16
-"""Policies per combined program: bounds the one-off compile (~1 ms per policy) that the first
-request of a new set of matching policies pays on the event loop."""
-_TOGETHER_LIMIT = 256
-"""Groups of policies whose combined program is kept compiled (then the cache restarts):
-requests differ in kind, namespace and operation, so only a few sets occur."""
+def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,
+           point: EvaluationPoint) -> Any:
+    """``rule``'s expression evaluated, or :data:`_FAILED` with an error result recorded:
+    ``<kind> '<name>' failed to evaluate: <CEL error>`` (just ``<name> ...`` without ``kind``)."""
+    try:
+        return activation.evaluate(rule.expression)
+    except CelEvaluationError as exc:
+        what = f"{kind} {rule.name!r}" if kind else rule.name
+        run.failure(policy, rule.name, rule.path, f"{what} failed to evaluate: {exc.message}",
+                    error=True, point=point)
+        return _FAILED
+
+
+def _params_path(policy: Policy) -> str:
+    """Where a policy's params come from: its ``spec.params`` or its binding's ``paramRef``."""
+    return "spec.params" if policy.kind == "GPUPolicy" else "spec.paramRef"
 
 
 def _skipped(policy: Policy, condition: Rule) -> RuleResult:

@@ -28,7 +28,8 @@ that is not a non-empty string, the iteration budget spent by the rules together
 problem exactly as before. So the fused program can never decide differently from the rules it
 was built from.
 
-Must not evaluate anything itself or record results (that is :mod:`policies.engine.evaluation`).
+Built and read only through :mod:`policies.engine.compiled` (an import-linter contract). Must not
+evaluate anything itself or record results (that is :mod:`policies.engine.evaluation`).
 """
 
 from __future__ import annotations
@@ -47,18 +48,16 @@ from policies.engine.inlining import (
     variable_name,
     variables_used,
 )
+from policies.engine.messages import expression_message, static_message
 from policies.policy.model import Policy, Rule
-
-CONDITION_FALSE = "condition-false"
-RULES = "rules"
 
 
 @dataclass(frozen=True)
 class FusedValidation:
     """A policy's validation pass as one compiled expression.
 
-    ``conditions`` are the matchConditions in the order the engine evaluates them;
-    ``validations`` and ``audit_annotations`` the policy's rules, in order.
+    ``conditions``, ``validations`` and ``audit_annotations`` are the policy's rules as written,
+    in order.
     """
 
     expression: CompiledExpression
@@ -66,18 +65,40 @@ class FusedValidation:
     validations: tuple[Rule, ...]
     audit_annotations: tuple[Rule, ...]
 
+    def read(self, value: Any) -> Outcome | None:
+        """Read a value of :attr:`expression` as results; None when it is not plain and the
+        policy must be evaluated rule by rule (see the module docstring)."""
+        if type(value) is int:
+            if 0 <= value < len(self.conditions):
+                return Outcome(condition=self.conditions[value])
+            return None
+        count = len(self.validations)
+        if type(value) is not list or len(value) != count + len(self.audit_annotations):
+            return None
+        messages: list[str | None] = []
+        for rule, result in zip(self.validations, value, strict=False):
+            if result is True:
+                messages.append(None)
+            elif result is False and rule.message_expression is None:
+                messages.append(static_message(rule))
+            elif (rule.message_expression is not None and type(result) is list
+                  and len(result) == 1 and (message := expression_message(result[0])) is not None):
+                messages.append(message)
+            else:
+                return None
+        return Outcome(validations=tuple(messages), annotations=tuple(value[count:]))
+
 
 @dataclass(frozen=True)
 class Outcome:
     """The plain result of a fused evaluation.
 
-    ``kind`` is :data:`CONDITION_FALSE` (``condition`` is the false matchCondition) or
-    :data:`RULES`: ``validations`` holds, per validation, None when it passed or the failure's
-    message (the messageExpression's value stripped, or the static message); ``annotations``
-    each auditAnnotation's value (None: omitted).
+    ``condition`` is the first matchCondition that is false (nothing else is set then); else
+    ``validations`` holds, per validation, None when it passed or the failure's message
+    (:mod:`policies.engine.messages`), and ``annotations`` each auditAnnotation's value (None:
+    omitted).
     """
 
-    kind: str
     condition: Rule | None = None
     validations: tuple[str | None, ...] = ()
     annotations: tuple[Any, ...] = ()
@@ -88,24 +109,23 @@ def _group(source: str) -> str:
     return f"(\n{source}\n)"
 
 
-def build(policy: Policy, conditions: Sequence[Rule], environment: CelEnvironment, *,
+def build(policy: Policy, environment: CelEnvironment, *,
           params_in_activation: bool = False) -> FusedValidation | None:
     """The fused program of one policy as written (before inlining), or None when it cannot be
     built (``variables[...]`` indexing, params no literal can hold, nested past the parser's
     depth limit): the policy is then evaluated rule by rule.
 
-    ``conditions`` are the policy's matchConditions in the order the engine evaluates them;
     ``params_in_activation``: the engine puts the policy's params in the activation (they are
     then not bound as a literal).
     """
     if not policy.validations and not policy.audit_annotations:
         return None
     try:
-        source = _source(policy, conditions, bind_params=not params_in_activation)
+        source = _source(policy, policy.match_conditions, bind_params=not params_in_activation)
         compiled = environment.compile(source, field_path="spec")
     except (CannotInline, CelCompileError):
         return None
-    return FusedValidation(compiled, tuple(conditions), policy.validations,
+    return FusedValidation(compiled, policy.match_conditions, policy.validations,
                            policy.audit_annotations)
 
 
@@ -156,28 +176,3 @@ def _source(policy: Policy, conditions: Sequence[Rule], *, bind_params: bool) ->
     if bind_params and policy.params is not None and reads_params(everything):
         source = f"cel.bind(params, {cel_literal(policy.params)}, {source})"
     return source
-
-
-def read(fused: FusedValidation, value: Any) -> Outcome | None:
-    """Read a fused evaluation's plain value; None when the policy must be evaluated rule by
-    rule (see the module docstring)."""
-    if type(value) is int:
-        if 0 <= value < len(fused.conditions):
-            return Outcome(CONDITION_FALSE, condition=fused.conditions[value])
-        return None
-    count = len(fused.validations)
-    if type(value) is not list or len(value) != count + len(fused.audit_annotations):
-        return None
-    messages: list[str | None] = []
-    for rule, result in zip(fused.validations, value, strict=False):
-        if result is True:
-            messages.append(None)
-        elif result is False and rule.message_expression is None:
-            messages.append(rule.message or
-                            f"failed expression: {rule.expression.expression.strip()}")
-        elif (rule.message_expression is not None and type(result) is list
-              and len(result) == 1 and type(result[0]) is str and result[0].strip()):
-            messages.append(result[0].strip())
-        else:
-            return None
-    return Outcome(RULES, validations=tuple(messages), annotations=tuple(value[count:]))

@@ -9,15 +9,16 @@ policy: the runtime converts ``object`` and ``gpu`` once instead of once per pol
 variable layer (cel-expr-python cannot share converted values between activations).
 
 The engine uses the rewritten matchConditions and mutations, and the helpers below to build each
-policy's fused validation program (:mod:`policies.engine.fused`); a validation pass that falls back
-to rule-by-rule evaluation runs on the policy as written, so a variable's errors and iteration
-budget stay its own there. A variable is computed again in each rewritten expression that uses it
-(a few microseconds; an activation costs tens). When a policy cannot be
-rewritten safely — ``variables[...]`` indexing, ``has(variables.x)``, params the literal form
-cannot hold, or an expression nested past the parser's depth limit — it is left as it is and the
-engine evaluates it the regular way.
+policy's fused validation program (:mod:`policies.engine.fused`); validations and audit annotations
+are not rewritten here: a validation pass that falls back to rule-by-rule evaluation runs on the
+policy as written, so a variable's errors and iteration budget stay its own there. A variable is
+computed again in each rewritten expression that uses it (a few microseconds; an activation
+costs tens). When a policy cannot be rewritten safely — ``variables[...]`` indexing,
+``has(variables.x)``, params the literal form cannot hold, or an expression nested past the
+parser's depth limit — it is left as it is and the engine evaluates it the regular way.
 
-Must not evaluate anything or change what a policy decides.
+Reached only through :mod:`policies.engine.compiled` (and :mod:`policies.engine.fused`; an
+import-linter contract). Must not evaluate anything or change what a policy decides.
 """
 
 from __future__ import annotations
@@ -144,8 +145,14 @@ def _inline(expression: CompiledExpression, policy: Policy, environment: CelEnvi
 
 
 def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
-    """The policy with variables and params compiled into its expressions, or ``policy`` as it
-    is when that is not safe (see the module docstring)."""
+    """The policy's matchConditions and mutations with its variables and params compiled in, or
+    ``policy`` as it is when that is not safe (see the module docstring).
+
+    The result has no variables, no params and no validations or audit annotations: the engine
+    runs those as the fused program built from the policy as written, or rule by rule on the
+    policy as written, so rewriting them would be compiled for nothing (and their default
+    messages would show the rewritten expression).
+    """
     if not policy.variables and policy.params is None:
         return policy
     sources = [r.expression.expression for r in policy.variables]
@@ -155,22 +162,16 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
             sources.append(rule.message_expression.expression)
     for mutation in policy.mutations:
         sources += [e.expression for e in (mutation.expression, mutation.condition) if e]
+    # Any ``variables[...]`` or ``has(variables.x)`` anywhere keeps the whole policy as written:
+    # its variables are then evaluated as the API server does in every pass.
     if any(cel_scanner.selections_only(s, "variables") is None for s in sources):
         return policy
     try:
         literal = cel_literal(policy.params)
 
-        def inline_rule(item: Rule) -> Rule:
-            message = item.message_expression
-            return replace(
-                item, expression=_inline(item.expression, policy, environment, literal),
-                message_expression=None if message is None else
-                _inline(message, policy, environment, literal))
-
-        def inline_validation(item: Rule) -> Rule:
-            # The default message names the expression as written, not its rewritten form.
-            default = f"failed expression: {item.expression.expression.strip()}"
-            return replace(inline_rule(item), message=item.message or default)
+        def inline_condition(item: Rule) -> Rule:
+            return replace(item, expression=_inline(item.expression, policy, environment,
+                                                    literal))
 
         def inline_mutation(item: Mutation) -> Mutation:
             return replace(
@@ -182,10 +183,10 @@ def inline_policy(policy: Policy, environment: CelEnvironment) -> Policy:
 
         return replace(
             policy,
-            match_conditions=tuple(inline_rule(r) for r in policy.match_conditions),
-            validations=tuple(inline_validation(r) for r in policy.validations),
-            audit_annotations=tuple(inline_rule(r) for r in policy.audit_annotations),
+            match_conditions=tuple(inline_condition(r) for r in policy.match_conditions),
             mutations=tuple(inline_mutation(m) for m in policy.mutations),
+            validations=(),
+            audit_annotations=(),
             variables=(),
             params=None,
         )

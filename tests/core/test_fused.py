@@ -13,7 +13,8 @@ from policies.engine.evaluation import Engine
 from policies.facts.review import from_object, from_request
 from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, parse_text
-from tests.builders.corpus import DATA, documents, first
+from policies.vocabulary import EvaluationMode
+from tests.builders.corpus import DATA, corpus_reviews, first
 
 ENV = CelEnvironment(GPU_LIBRARY)
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
@@ -21,7 +22,7 @@ LIBRARY = DATA.parent.parent / "policies" / "library"
 
 
 def engines(text: str | None = None) -> tuple[Engine, Engine]:
-    """(fused, rule by rule) engines for the policies in ``text`` (default: the library)."""
+    """(fast, reference) engines for the policies in ``text`` (default: the library)."""
     if text is None:
         loaded, errors = load_policies([str(LIBRARY)], ENV)
     else:
@@ -29,7 +30,7 @@ def engines(text: str | None = None) -> tuple[Engine, Engine]:
                 for i, body, lines in parse_text("p.yaml", text, with_lines=True)]
         loaded, errors = build_policy_set(docs, ENV)
     assert errors == [], [str(e) for e in errors]
-    return Engine(loaded, ENV), Engine(loaded, ENV, fuse=False)
+    return Engine(loaded, ENV), Engine(loaded, ENV, mode=EvaluationMode.REFERENCE)
 
 
 def gpu_policy(name: str, spec: dict) -> str:
@@ -37,20 +38,7 @@ def gpu_policy(name: str, spec: dict) -> str:
                            "metadata": {"name": name}, "spec": spec})
 
 
-def corpus_reviews():
-    """Every workload object of the corpus manifests and every corpus AdmissionReview."""
-    for path in sorted((DATA / "manifests").glob("*.yaml")):
-        for index, doc in enumerate(documents(f"manifests/{path.name}")):
-            if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
-                yield f"{path.name}#{index}", from_object(doc, now=NOW)
-    for path in sorted((DATA / "admissionreviews").glob("*.json")):
-        body = json.loads(path.read_text(encoding="utf-8"))
-        request = body.get("request", body)
-        if request.get("operation") in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
-            yield path.name, from_request(request, now=NOW)
-
-
-REVIEWS = list(corpus_reviews())
+REVIEWS = list(corpus_reviews(NOW))
 
 
 def test_the_library_runs_fused_except_where_the_parser_cannot_nest_it():

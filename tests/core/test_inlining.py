@@ -11,6 +11,7 @@ from policies.engine.inlining import cel_literal, inline_policy
 from policies.facts.review import from_object
 from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, library_path, parse_text
+from policies.vocabulary import EvaluationMode
 from tests.builders.corpus import first
 
 ENV = CelEnvironment(GPU_LIBRARY)
@@ -38,13 +39,21 @@ SPEC = {
 
 
 def test_inlined_policy_decides_as_the_original():
-    loaded = policy_set(SPEC)
-    [inlined] = Engine(loaded, ENV).policies.policies
+    loaded = policy_set({**SPEC, "matchConditions": [{"name": "asks",
+                                                      "expression": "variables.n > 0"}]})
+    engine = Engine(loaded, ENV)
+    [compiled] = engine.compiled
+    inlined = compiled.inlined.policy
     assert inlined.variables == () and inlined.params is None
-    assert "cel.bind(__var_n" in inlined.validations[0].expression.expression
+    assert "cel.bind(__var_n" in inlined.match_conditions[0].expression.expression
+    # Validations run as the fused program built from the policy as written, not rewritten.
+    assert inlined.validations == () and compiled.fused is not None
+    assert engine.policies is loaded  # what lint, reports and the webhook read: as written
     lws = first("manifests/lws__vllm-gpu-leaderworkerset.yaml")
-    verdict = Engine(loaded, ENV).evaluate(from_object(lws))
+    review = from_object(lws)
+    verdict = engine.evaluate(review)
     assert verdict.message == "p: pod asks 8 > 4quote ' and \" and \\ and /"
+    assert verdict == written_engine(loaded).evaluate(review)
 
 
 def test_a_failing_variable_fails_only_what_uses_it():
@@ -94,8 +103,8 @@ def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
     loaded = _library()
     [original] = [p for p in loaded.policies if p.name == "gpu-requests-equal-limits"]
     assert original.variables == ()
-    [inlined] = [p for p in Engine(loaded, ENV).policies.policies
-                 if p.name == "gpu-requests-equal-limits"]
+    [inlined] = [c.inlined.policy for c in Engine(loaded, ENV).compiled
+                 if c.policy.name == "gpu-requests-equal-limits"]
     assert inlined.variables == () and inlined.params is None
     ollama = first("manifests/imroc__ollama-statefulset-gpu-requests-only.yaml")
     verdict = Engine(loaded, ENV).evaluate(from_object(ollama))
@@ -111,14 +120,7 @@ def test_gpu_requests_equal_limits_is_inlined_and_decides_as_before():
 
 def written_engine(loaded):
     """The reference: the policies evaluated as written (no inlining, no fused programs)."""
-    import policies.engine.evaluation as engine_module
-
-    original = engine_module.inline_policy
-    engine_module.inline_policy = lambda policy, environment: policy
-    try:
-        return Engine(loaded, ENV, fuse=False)
-    finally:
-        engine_module.inline_policy = original
+    return Engine(loaded, ENV, mode=EvaluationMode.REFERENCE)
 
 
 POD = "manifests/gpuop__cuda-vector-add-legacy-pod.yaml"
@@ -142,8 +144,8 @@ POD = "manifests/gpuop__cuda-vector-add-legacy-pod.yaml"
 def test_comments_and_unicode_are_inlined_and_decide_as_written(spec):
     loaded = policy_set(spec)
     engine = Engine(loaded, ENV)
-    [inlined] = engine.policies.policies
-    assert inlined.variables == () and inlined.params is None
+    [compiled] = engine.compiled
+    assert compiled.inlined.policy.variables == () and compiled.inlined.policy.params is None
     review = from_object(first(POD))
     assert engine.evaluate(review) == written_engine(loaded).evaluate(review)
 
