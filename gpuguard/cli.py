@@ -21,6 +21,7 @@ from gpuguard import (
     audit_command,
     certs_command,
     check_command,
+    diff_command,
     gpus_command,
     inventory_command,
     lint_command,
@@ -52,7 +53,7 @@ class _UsageError(Exception):
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
 _COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
-             serve_command, inventory_command, match_conditions_command)
+             serve_command, inventory_command, match_conditions_command, diff_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
