@@ -188,7 +188,7 @@ def test_markdown_lists_the_change_and_the_counts(capsys):
     assert out.startswith("# gpuguard diff\n\n15 of 23 workloads change: 1 newly denied")
     assert "| Pod/gpu-operator/gpu-operator-test | - | admitted → denied | denied | " \
         "require-queue-label / has-queue-label | Pod 'gpu-operator-test' asks for GPUs" in out
-    assert "| require-queue-label | 1 | 0 | 0 | 0 | 0 | 0 | 14 | 1 |" in out
+    assert "| require-queue-label | 1 | 0 | 0 | 0 | 0 | 0 | 14 | 0 | 1 |" in out
 
 
 def test_a_broken_candidate_is_refused_naming_the_file(capsys, tmp_path):
@@ -220,3 +220,19 @@ def test_without_a_snapshot_the_message_names_the_bundled_one(capsys):
     out, err = capsys.readouterr()
     assert code == EXIT_USAGE and out == ""
     assert "-f examples/cluster" in err
+
+
+def test_a_namespaced_exception_in_the_candidate_exempts_only_its_namespace(capsys):
+    exception = ROOT / "tests" / "data" / "diff" / "gpu-operator-queue-exception.yaml"
+    code, diff, err = _diff(capsys, *_library_with(STRICTER), "--candidate", str(exception))
+    assert code == EXIT_OK, err  # the one newly denied pod is exempted
+    assert diff["summary"]["workloads_newly_denied"] == 0
+    exempted = [(w["workload"]["namespace"], w["workload"]["name"], c["policy"], c["message"])
+                for w in diff["workloads"] for c in w["changes"] if c["change"] == "exempted"]
+    reason = "the GPU operator's own validation pods are not queued"
+    assert sorted(exempted) == [
+        ("gpu-operator", "gpu-feature-discovery", "require-queue-label", reason),
+        ("gpu-operator", "gpu-operator-test", "require-queue-label", reason)]
+    # The team namespaces are not exempted: their workloads stay denied (reworded only).
+    assert {c["change"] for w in diff["workloads"] if w["team"] for c in w["changes"]} == \
+        {"message_changed"}

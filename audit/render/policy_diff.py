@@ -21,7 +21,7 @@ from audit.report.policy_diff import CHANGES
 
 _CHANGE_COLUMNS = ("workload", "team", "verdict", "change", "policy / rule", "detail")
 _COUNT_COLUMNS = ("denied", "no_longer_denied", "warned", "no_longer_warned", "mutated",
-                  "no_longer_mutated", "message_changed")
+                  "no_longer_mutated", "message_changed", "exempted")
 
 
 def _change_rows(diff: Mapping[str, Any]) -> Iterator[tuple[str, ...]]:

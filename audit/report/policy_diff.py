@@ -34,8 +34,12 @@ REMOVED: Mapping[str, str] = {"deny": "no_longer_denied", "warn": "no_longer_war
                               "info": "no_longer_mutated"}
 #: The same finding (same fingerprint) with another message.
 MESSAGE_CHANGED = "message_changed"
-#: Every change a finding can make, in the order counts are listed.
-CHANGES: tuple[str, ...] = (*ADDED.values(), *REMOVED.values(), MESSAGE_CHANGED)
+#: A policy exception (inline ``spec.exceptions`` or a GPUPolicyException) that applies to the
+#: workload under the candidate only, or under the current set only.
+EXEMPTED, NO_LONGER_EXEMPTED = "exempted", "no_longer_exempted"
+#: Every change a finding or an exemption can make, in the order counts are listed.
+CHANGES: tuple[str, ...] = (*ADDED.values(), *REMOVED.values(), MESSAGE_CHANGED, EXEMPTED,
+                            NO_LONGER_EXEMPTED)
 
 #: A workload's verdict under a policy set: what admission would do with it as it is.
 DENIED, WARNED, ADMITTED = "denied", "warned", "admitted"
@@ -59,6 +63,20 @@ def _by_workload(report: Mapping[str, Any]) -> dict[tuple[str, str, str, str],
     for finding in report["findings"]:
         grouped.setdefault(_key(finding["workload"]), {})[fingerprint(finding)] = finding
     return grouped
+
+
+def _exemptions(report: Mapping[str, Any]) -> dict[tuple[str, str, str, str],
+                                                 dict[str, dict[str, Any]]]:
+    """Workload key -> policy -> the exemption entry of an audit report."""
+    grouped: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    for entry in report["exceptions"]:
+        grouped.setdefault(_key(entry["workload"]), {})[entry["policy"]] = entry
+    return grouped
+
+
+def _exemption_change(kind: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {"change": kind, "severity": None, "policy": entry["policy"], "rule": "exceptions",
+            "path": "", "message": entry["reason"]}
 
 
 def _patches(result: ScanResult) -> dict[tuple[str, str, str, str], list[dict[str, Any]]]:
@@ -95,16 +113,19 @@ def compare(current: ScanResult, candidate: ScanResult) -> dict[str, Any]:
 
     Returns:
         ``{apiVersion, kind, source, current, candidate, summary, workloads, policies, teams}``:
-        ``workloads`` lists each workload whose findings or patch differ, with its verdict under
-        both sets (``denied`` / ``warned`` / ``admitted``), each changed finding
-        (:data:`CHANGES`) and, when the patches differ, both patches and the operations each
+        ``workloads`` lists each workload whose findings, exemptions or patch differ, with its
+        verdict under both sets (``denied`` / ``warned`` / ``admitted``), each changed finding
+        or exemption (:data:`CHANGES`; an exemption's ``severity`` is None, its ``message`` the
+        exception's reason) and, when the patches differ, both patches and the operations each
         adds over the other; ``policies`` and ``teams`` count the changes, and the workloads
         newly denied (admitted or warned by the current set, denied by the candidate).
     """
     before_report, after_report = assemble(current), assemble(candidate)
     before, after = _by_workload(before_report), _by_workload(after_report)
     patches_before, patches_after = _patches(current), _patches(candidate)
-    keys = sorted({*before, *after, *patches_before, *patches_after},
+    exempt_before, exempt_after = _exemptions(before_report), _exemptions(after_report)
+    keys = sorted({*before, *after, *patches_before, *patches_after, *exempt_before,
+                   *exempt_after},
                   key=lambda k: (namespace_order(k[2] or None), k[0], k[1], k[3]))
     workloads = []
     by_policy: dict[str, Counter[str]] = {}
@@ -116,6 +137,10 @@ def compare(current: ScanResult, candidate: ScanResult) -> dict[str, Any]:
         changes += [_change(REMOVED[f["severity"]], f) for fp, f in old.items() if fp not in new]
         changes += [_change(MESSAGE_CHANGED, f, old[fp]) for fp, f in new.items()
                     if fp in old and old[fp]["message"] != f["message"]]
+        was, now = exempt_before.get(key, {}), exempt_after.get(key, {})
+        changes += [_exemption_change(EXEMPTED, e) for p, e in now.items() if p not in was]
+        changes += [_exemption_change(NO_LONGER_EXEMPTED, e) for p, e in was.items()
+                    if p not in now]
         patch_old, patch_new = patches_before.get(key, []), patches_after.get(key, [])
         if not changes and patch_old == patch_new:
             continue
