@@ -1,6 +1,7 @@
 """``gpuguard diff``: what a candidate policy set would change, before it is enforced.
 
 Reads a snapshot (``-f``, as ``gpuguard audit -f`` reads it: files, directories, ``-``, ``.gz``)
+or the live cluster (``--cluster``, read-only, listed as ``gpuguard audit --cluster`` lists it)
 once and scans it twice with the audit's scanner — once with the policy set in force
 (``--policies``, default the built-in library), once with the candidate (``--candidate``) — then
 prints per workload what changes (:mod:`audit.report.policy_diff`): newly denied, newly warned, no
@@ -11,9 +12,10 @@ and per team (``-o table|json|markdown``). A workload's findings are the audit's
 Exit codes (:mod:`gpuguard.exit_codes`): 0 the candidate denies nothing the current set admits;
 1 it would deny at least one workload the current set admits (or only warns about), for CI on
 policy repositories; 2 bad input or usage, and then nothing is printed on stdout: either policy
-set broken or empty, a ``-f`` path that names no object, nothing readable. Within the paths that
-name something, each unreadable file or document is one line on stderr and both scans run on the
-rest.
+set broken or empty, a ``-f`` path that names no object, nothing readable, an unusable cluster
+configuration; 3 the API server cannot be reached (nothing compared). Within the inputs that name
+something, each unreadable file, document or resource is one line on stderr and both scans run on
+the rest.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from audit.scan.scanner import Scanner
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
-from gpuguard.audit_command import settings_from_args
-from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from gpuguard.audit_command import cluster_items, connect_cluster, settings_from_args
+from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
 from policies.facts.resource_names import GPUSettings
@@ -66,9 +68,13 @@ def run(args: argparse.Namespace, gpu: GPUSettings,
 
     ``now`` is the clock both scans share (exception expiry); tests pass a fixed one.
     """
-    if not args.filename:
+    live = bool(args.cluster or args.kubeconfig or args.context)
+    if live and args.filename:
+        _error("error: give either -f PATH (a snapshot) or --cluster, not both")
+        return EXIT_USAGE
+    if not live and not args.filename:
         _error("error: nothing to compare over: give -f PATH (e.g. -f examples/cluster, the "
-               "bundled snapshot)")
+               "bundled snapshot) or --cluster")
         return EXIT_USAGE
     try:
         settings = settings_from_args(args, gpu, now())
@@ -85,15 +91,35 @@ def run(args: argparse.Namespace, gpu: GPUSettings,
     if problems:
         return _refuse(problems, "a policy set is broken or empty (gpuguard lint PATH lists "
                        "every error)")
-    return _compare(args, settings, current, candidate)
+    cluster = None
+    if live:
+        from kube.config import ClusterConfigError  # noqa: PLC0415 - see connect_cluster
+
+        try:
+            cluster = connect_cluster(args)
+        except ClusterConfigError as exc:
+            _error(f"error: {exc}")
+            return EXIT_USAGE
+    return _compare(args, settings, current, candidate, cluster)
 
 
 def _compare(args: argparse.Namespace, settings: AuditSettings, current: policy_set.Loaded,
-             candidate: policy_set.Loaded) -> int:
-    coverage = PathCoverage(args.filename)
+             candidate: policy_set.Loaded, cluster: Any) -> int:
+    coverage = PathCoverage(args.filename or [])
+    notes: list[str] = []
+    scan_state: Any = None
+    if cluster is not None:
+        from audit.sources.cluster import ClusterScan  # noqa: PLC0415 - see connect_cluster
+
+        scan_state = ClusterScan()
+        source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}
+        items = cluster_items(cluster, scan_state, None, notes)
+    else:
+        source = {"kind": "files", "paths": list(args.filename)}
+        items = coverage.counted(iter_snapshot(args.filename))
     scans = (Scanner(settings, current.engine), Scanner(settings, candidate.engine))
     try:
-        for item in coverage.counted(iter_snapshot(args.filename)):
+        for item in items:
             for scanner in scans:
                 scanner.feed(item)
     except BaseException:
@@ -101,16 +127,22 @@ def _compare(args: argparse.Namespace, settings: AuditSettings, current: policy_
             scanner.close()
         raise
     empty = coverage.nothing_named()
-    if empty or scans[0].objects == 0:
+    unreachable = scan_state.unreachable if scan_state is not None else None
+    if unreachable is not None or empty or scans[0].objects == 0:
         for scanner in scans:
             scanner.close()
-        return _refuse([*scans[0].errors, *empty],
-                       "a path names no object" if empty else "nothing could be read")
-    paths = list(args.filename)
-    before = scans[0].finish({"kind": "files", "paths": paths,
+        if unreachable is not None:
+            _error(f"error: {unreachable}")
+            _error("error: the API server cannot be reached: the scan is incomplete, nothing "
+                   "compared")
+            return EXIT_ENVIRONMENT
+        why = "a path names no object" if empty else \
+            "nothing could be read" if scans[0].errors else "the cluster listed no object"
+        return _refuse([*scans[0].errors, *empty], why)
+    before = scans[0].finish({**source,
                               "policies": list(args.policies or []) or "built-in library"})
-    after = scans[1].finish({"kind": "files", "paths": paths, "policies": list(args.candidate)})
-    for line in before.errors:  # read once: both scans hold the same errors
+    after = scans[1].finish({**source, "policies": list(args.candidate)})
+    for line in (*before.errors, *notes):  # read once: both scans hold the same errors
         _error(line)
     diff = compare(before, after)
     _print(diff, args.output)
@@ -142,6 +174,12 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     source.add_argument("-f", "--filename", action="append", metavar="PATH",
                         help="snapshot: file, directory or - (kubectl get -A -o yaml|json "
                         "output, kind: List, multi-document YAML, .gz); repeatable")
+    source.add_argument("--cluster", action="store_true",
+                        help="the live cluster (read-only, listed once; kubeconfig or "
+                        "in-cluster)")
+    source.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (implies --cluster)")
+    source.add_argument("--context", metavar="NAME",
+                        help="kubeconfig context (implies --cluster)")
     policy = parser.add_argument_group("the two policy sets")
     policy.add_argument("--policies", action="append", metavar="PATH",
                         help="the current set: policy file or directory (repeatable); default: "

@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from audit.sources.files import iter_snapshot
 from gpuguard import cli
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from policies.sources import Document
+from tests.fake_kube_api import FakeKubeAPI
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = str(ROOT / "examples" / "cluster")
@@ -236,3 +239,27 @@ def test_a_namespaced_exception_in_the_candidate_exempts_only_its_namespace(caps
     # The team namespaces are not exempted: their workloads stay denied (reworded only).
     assert {c["change"] for w in diff["workloads"] if w["team"] for c in w["changes"]} == \
         {"message_changed"}
+
+
+def test_the_live_cluster_gives_the_snapshots_diff(capsys, tmp_path):
+    # The real kubernetes client against tests/fake_kube_api.py serving examples/cluster.
+    objects = [d.body for d in iter_snapshot([EXAMPLE]) if isinstance(d, Document)]
+    _, from_files, _ = _diff(capsys, *_library_with(STRICTER))
+    with FakeKubeAPI(objects) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        code = cli.main(["diff", "--kubeconfig", kubeconfig, "--jobs", "0", "-o", "json",
+                         *_library_with(STRICTER)], environ={})
+    out, err = capsys.readouterr()
+    assert code == EXIT_FINDINGS, err
+    live = json.loads(out)
+    assert live["source"]["kind"] == "cluster"
+    assert {k: v for k, v in live.items() if k != "source"} == \
+        {k: v for k, v in from_files.items() if k != "source"}
+
+
+def test_a_snapshot_and_the_cluster_together_are_refused(capsys):
+    code = cli.main(["diff", "-f", EXAMPLE, "--cluster", "--candidate", str(LIBRARY)],
+                    environ={})
+    out, err = capsys.readouterr()
+    assert code == EXIT_USAGE and out == ""
+    assert "either -f PATH (a snapshot) or --cluster, not both" in err
