@@ -64,9 +64,11 @@ def _policy_problems(flag: str, loaded: policy_set.Loaded) -> list[str]:
 def run(args: argparse.Namespace, gpu: GPUSettings,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         ) -> int:
-    """Compare the two policy sets over the snapshot; see the module docstring for exit codes.
+    """Compare the two policy sets over the snapshot or cluster; see the module docstring for
+    the exit codes.
 
-    ``now`` is the clock both scans share (exception expiry); tests pass a fixed one.
+    ``now`` is read once: both scans judge at the same time (exception expiry), so an exception
+    expiring between two scans cannot show as a change.
     """
     live = bool(args.cluster or args.kubeconfig or args.context)
     if live and args.filename:
