@@ -27,6 +27,9 @@ class AuditSettings:
         jobs: worker processes evaluating policies next to the one reading the snapshot (0: in
             this process).
         stream_above: files above this many bytes are parsed item by item (memory stays flat).
+        mutation_patches: also keep, per workload, the RFC 6902 patch its mutations would apply
+            (``gpuguard diff`` compares them; the audit itself lists mutations as findings only,
+            so it does not pay for the diff).
     """
 
     gpu: GPUSettings = DEFAULT_SETTINGS
@@ -35,3 +38,4 @@ class AuditSettings:
     now: datetime.datetime = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     jobs: int = 0
     stream_above: int = DEFAULT_STREAM_ABOVE
+    mutation_patches: bool = False

@@ -108,8 +108,9 @@ def _progress_callbacks(stack: ExitStack, live: bool) -> tuple[Callable[[int], N
     return objects, (pages if live else None)
 
 
-def _connect(args: argparse.Namespace) -> Any:
-    """The cluster's ClusterConfig; raises ClusterConfigError."""
+def connect_cluster(args: argparse.Namespace) -> Any:
+    """The cluster's ClusterConfig from ``--kubeconfig`` / ``--context`` (else the default
+    kubeconfig or in-cluster); raises ClusterConfigError. Shared with ``gpuguard diff``."""
     # The kubernetes client is imported only for live audits: it costs ~0.3 s to load.
     from kube.connect import connect  # noqa: PLC0415
 
@@ -120,7 +121,7 @@ def _publish(cluster: Any, report: dict[str, Any], failed: list[str]) -> int:
     """Write the report objects of a complete scan and delete gpuguard's reports of namespaces
     it no longer reports on; a partial scan publishes nothing (its missing namespaces would lose
     reports that are still true, and its present ones could be judged without their pods)."""
-    from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see _connect
+    from kube.policy_reports import ReportWriter  # noqa: PLC0415 - see connect_cluster
 
     if failed:
         _error(f"error: --write-reports: {len(failed)} resource(s) could not be listed "
@@ -144,14 +145,15 @@ def _publish(cluster: Any, report: dict[str, Any], failed: list[str]) -> int:
     return status
 
 
-def _cluster_items(cluster: Any, scan_state: Any,
-                   page_progress: Callable[[str, int], None] | None,
-                   notes: list[str]) -> Iterator[Document | LoadError]:
+def cluster_items(cluster: Any, scan_state: Any,
+                  page_progress: Callable[[str, int], None] | None,
+                  notes: list[str]) -> Iterator[Document | LoadError]:
     """The objects of the live cluster; relists, throttling and missing CRDs go to ``notes``,
     the rest of the bookkeeping to ``scan_state`` (an :class:`audit.sources.cluster.ClusterScan`).
+    Shared with ``gpuguard diff``.
     """
-    from audit.sources.cluster import iter_cluster  # noqa: PLC0415 - see _connect
-    from kube.lists import Lister  # noqa: PLC0415 - see _connect
+    from audit.sources.cluster import iter_cluster  # noqa: PLC0415 - see connect_cluster
+    from kube.lists import Lister  # noqa: PLC0415 - see connect_cluster
 
     yield from iter_cluster(Lister(cluster.api_client), scan_state, progress=page_progress)
     notes.extend(scan_state.notes())
@@ -282,10 +284,10 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
 
     cluster = None
     if live:
-        from kube.config import ClusterConfigError  # noqa: PLC0415 - see _connect
+        from kube.config import ClusterConfigError  # noqa: PLC0415 - see connect_cluster
 
         try:
-            cluster = _connect(args)
+            cluster = connect_cluster(args)
         except ClusterConfigError as exc:
             _error(f"error: {exc}")
             return EXIT_USAGE
@@ -311,7 +313,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     scan_state: Any = None
     coverage = PathCoverage(args.filename or [])
     if cluster is not None:
-        from audit.sources.cluster import ClusterScan  # noqa: PLC0415 - see _connect
+        from audit.sources.cluster import ClusterScan  # noqa: PLC0415 - see connect_cluster
 
         scan_state = ClusterScan()
         source: dict[str, Any] = {"kind": "cluster", "cluster": cluster.source, "paths": []}
@@ -327,7 +329,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         with ExitStack() as stack:
             object_progress, page_progress = _progress_callbacks(stack, cluster is not None)
             scanner.progress = object_progress
-            items = _cluster_items(cluster, scan_state, page_progress, notes) \
+            items = cluster_items(cluster, scan_state, page_progress, notes) \
                 if cluster is not None else coverage.counted(iter_snapshot(args.filename))
             for item in items:
                 scanner.feed(item)

@@ -21,6 +21,8 @@ from gpuguard import (
     audit_command,
     certs_command,
     check_command,
+    crds_command,
+    diff_command,
     gpus_command,
     inventory_command,
     lint_command,
@@ -52,7 +54,8 @@ class _UsageError(Exception):
 
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
 _COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
-             serve_command, inventory_command, match_conditions_command)
+             serve_command, inventory_command, match_conditions_command, diff_command,
+             crds_command)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

@@ -63,7 +63,9 @@ class HistoryError(Exception):
     """The history file cannot be used (unreadable, not SQLite, or from a newer gpuguard)."""
 
 
-def _workload_text(ref: Mapping[str, Any]) -> str:
+def workload_text(ref: Mapping[str, Any]) -> str:
+    """``Kind[.group]/[namespace/]name`` of a report's workload reference (``{kind, group,
+    namespace, name}``): how the history and ``gpuguard diff`` name a workload."""
     where = f"{ref['namespace']}/" if ref.get("namespace") else ""
     group = f".{ref['group']}" if ref.get("group") else ""
     return f"{ref['kind']}{group}/{where}{ref['name']}"
@@ -71,7 +73,7 @@ def _workload_text(ref: Mapping[str, Any]) -> str:
 
 def fingerprint(finding: Mapping[str, Any]) -> str:
     """A stable identity for a finding across runs (its message may change)."""
-    text = "\x1f".join((_workload_text(finding["workload"]), finding["policy"], finding["rule"],
+    text = "\x1f".join((workload_text(finding["workload"]), finding["policy"], finding["rule"],
                         finding["path"], finding["severity"]))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -158,7 +160,7 @@ class History:
             self._db.executemany(
                 "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(run_id, fingerprint(f), f["severity"], f["policy"], f["rule"],
-                  _workload_text(f["workload"]), f["team"], f["message"])
+                  workload_text(f["workload"]), f["team"], f["message"])
                  for f in report["findings"]])
             self._db.executemany("INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?)",
                                  [(run_id, *row) for row in _allocation_rows(report)])
@@ -239,7 +241,7 @@ def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] |
     return {
         "previous_run": {"id": previous.id, "at": previous.at},
         "new_findings": [{"severity": f["severity"], "policy": f["policy"], "rule": f["rule"],
-                          "workload": _workload_text(f["workload"]), "team": f["team"],
+                          "workload": workload_text(f["workload"]), "team": f["team"],
                           "message": f["message"]} for f in new],
         "fixed_findings": [{k: f[k] for k in _FIELDS} for f in fixed],
         "policy_removed_findings": [{k: f[k] for k in _FIELDS} for f in removed],

@@ -16,7 +16,8 @@ evaluated as soon as they and their namespace are known, in worker processes whe
 Severities: ``deny`` (a failed rule whose policy denies, or an evaluation error under
 ``failurePolicy: Fail``), ``warn``, ``audit`` (validationActions), ``error`` (an evaluation error
 under ``failurePolicy: Ignore``), ``info`` (a mutation admission would apply). Exceptions
-(``exempt``) are listed apart. Must not read files or the cluster; never denies or patches.
+(``exempt``) are listed apart. With ``mutation_patches`` set, the RFC 6902 patch of each mutated
+workload is kept too. Must not read files or the cluster; never denies or patches.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import multiprocessing
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from audit.scan.ownership import ObjectKey, Ownership
@@ -35,12 +36,14 @@ from policies.cel.json_values import to_json_data
 from policies.engine.evaluation import Engine, RuleOutcome
 from policies.facts.review import from_object, namespace_stub
 from policies.json_fields import mapping_at
+from policies.policy.mutation import diff
 from policies.vocabulary import EvaluationPoint, ValidationAction
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
 _BATCH = 16
 
 ResultTuple = tuple[str, str, str, str, str, tuple[str, ...]]  # policy, rule, path, outcome, ...
+Patch = tuple[dict[str, Any], ...]  # RFC 6902 operations
 
 
 @dataclass(frozen=True)
@@ -112,23 +115,29 @@ def _init_worker(engine: Engine, settings: AuditSettings) -> None:
 
 
 def _evaluate(engine: Engine, settings: AuditSettings, blob: bytes,
-              namespace: Mapping[str, Any] | None) -> tuple[ResultTuple, ...]:
+              namespace: Mapping[str, Any] | None) -> tuple[tuple[ResultTuple, ...], Patch]:
+    """The rule results of one object, and (with ``settings.mutation_patches``) the patch its
+    mutations would apply (empty when none changed it)."""
     obj = json.loads(zlib.decompress(blob))
     try:
-        verdict = engine.evaluate(from_object(obj, namespace_object=namespace, now=settings.now),
-                                  point=EvaluationPoint.AUDIT)
+        review = from_object(obj, namespace_object=namespace, now=settings.now)
+        verdict = engine.evaluate(review, point=EvaluationPoint.AUDIT)
     except Exception as exc:  # the engine promises not to raise; a bug must not stop the audit
         return (("gpuguard", "evaluation", "", RuleOutcome.ERROR,
-                 f"evaluation failed: {type(exc).__name__}: {exc}", ()),)
+                 f"evaluation failed: {type(exc).__name__}: {exc}", ()),), ()
+    patch: Patch = ()
+    if settings.mutation_patches and any(r.outcome == RuleOutcome.MUTATE
+                                         for r in verdict.results):
+        patch = tuple(diff(review.object, verdict.final_object))
     # Plain strings from here: rows cross to the parent process and end in YAML reports,
     # which YAML's safe dumper cannot write as enum members.
     return tuple((r.policy, r.rule, r.path, str(r.outcome), r.message,
-                  tuple(str(action) for action in r.actions)) for r in verdict.results)
+                  tuple(str(action) for action in r.actions)) for r in verdict.results), patch
 
 
-def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any, Any, Any]]:
+def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any, Any, Any, Any]]:
     engine, settings = _WORKER["engine"], _WORKER["settings"]
-    return [(root, evaluated, _evaluate(engine, settings, blob, namespace))
+    return [(root, evaluated, *_evaluate(engine, settings, blob, namespace))
             for root, evaluated, blob, namespace in batch]
 
 
@@ -159,7 +168,7 @@ class Compliance:
         self._stored: dict[ObjectKey, bytes] = {}
         self._pod_samples: dict[ObjectKey, tuple[ObjectKey, bytes]] = {}
         self._done: set[ObjectKey] = set()
-        self._results: dict[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...]]] = {}
+        self._results: dict[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...], Patch]] = {}
         self._batch: list[tuple[Any, Any, bytes, Any]] = []
         self._async: list[Any] = []
         self._pool: Any = None
@@ -212,8 +221,8 @@ class Compliance:
         namespace = self.namespace_object(evaluated.namespace)
         if self._pool is None:
             assert self._engine is not None
-            self._results[root] = (evaluated, _evaluate(self._engine, self._settings, blob,
-                                                        namespace))
+            self._results[root] = (evaluated, *_evaluate(self._engine, self._settings, blob,
+                                                         namespace))
             return
         self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
         if len(self._batch) >= _BATCH:
@@ -248,8 +257,8 @@ class Compliance:
             self._flush()
             try:
                 for pending in self._async:
-                    for root, evaluated, results in pending.get():
-                        self._results[_key(root)] = (_key(evaluated), results)
+                    for root, evaluated, results, patch in pending.get():
+                        self._results[_key(root)] = (_key(evaluated), results, patch)
             finally:
                 self._pool.close()
                 self._pool.join()
@@ -269,7 +278,9 @@ class ComplianceResult:
     """Findings, exceptions and per-policy counts of one audit.
 
     ``evaluated`` maps each workload to the object evaluated for it; ``passes`` counts the rules it
-    passed; ``by_policy`` counts results per policy: ``pass``, each severity, ``exempt``.
+    passed; ``by_policy`` counts results per policy: ``pass``, each severity, ``exempt``;
+    ``patches`` maps each workload its mutations changed to the RFC 6902 patch they would apply
+    (only with ``AuditSettings.mutation_patches``; empty otherwise).
     """
 
     findings: tuple[Finding, ...]
@@ -277,16 +288,17 @@ class ComplianceResult:
     evaluated: Mapping[ObjectKey, ObjectKey]
     passes: Mapping[ObjectKey, int]
     by_policy: Mapping[str, Mapping[str, int]]
+    patches: Mapping[ObjectKey, Patch] = field(default_factory=dict)
 
 
-def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...]]],
+def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...], Patch]],
              ) -> ComplianceResult:
     findings = []
     exemptions = []
     by_policy: dict[str, Counter[str]] = defaultdict(Counter)
     passes: Counter[ObjectKey] = Counter()
     for root in sorted(results):
-        evaluated, rows = results[root]
+        evaluated, rows, _ = results[root]
         for policy, rule, path, outcome, message, actions in rows:
             if outcome == RuleOutcome.EXEMPT:
                 exemptions.append(Exemption(root, policy, message))
@@ -303,5 +315,6 @@ def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...
             findings.append(Finding(root, evaluated, policy, rule, path, outcome, message,
                                     actions, severity))
     return ComplianceResult(tuple(findings), tuple(exemptions),
-                            {root: ev for root, (ev, _) in results.items()}, dict(passes),
-                            {p: dict(c) for p, c in sorted(by_policy.items())})
+                            {root: ev for root, (ev, _, _) in results.items()}, dict(passes),
+                            {p: dict(c) for p, c in sorted(by_policy.items())},
+                            {root: patch for root, (_, _, patch) in results.items() if patch})

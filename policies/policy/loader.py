@@ -1,14 +1,17 @@
 """Policy files in, a compiled :class:`~policies.policy.model.PolicySet` (and every error) out.
 
 Owns: checking ``GPUPolicy`` documents against the JSON Schema shipped in the package
-(``policies/data/gpupolicy.schema.json``), mapping native ``admissionregistration.k8s.io``
-ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects and their Bindings (with param objects
-from the same files) onto the same model, and compiling every CEL expression once. All errors are
-collected, each naming the file, line, document index and field path (``spec.validations[2]
-.expression``) and, for CEL, the expression's own line and column — loading never stops at the
-first. A source is whole or refused: a file with no document, or none the set uses, is an error
-(:func:`load_snapshot`), and the set built from a :class:`~policies.sources.Snapshot` carries its
-digest and, per file, what it took from it (``PolicySet.contents``: what a reload compares).
+(``policies/data/gpupolicy.schema.json``; ``GPUPolicyException`` documents against
+``gpupolicyexception.schema.json``, each adding an exception for its namespace to the GPUPolicies
+it names, like an inline ``spec.exceptions`` entry with that one namespace), mapping native
+``admissionregistration.k8s.io`` ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects and
+their Bindings (with param objects from the same files) onto the same model, and compiling every
+CEL expression once. All errors are collected, each naming the file, line, document index and
+field path (``spec.validations[2].expression``) and, for CEL, the expression's own line and
+column — loading never stops at the first. A source is whole or refused: a file with no document,
+or none the set uses, is an error (:func:`load_snapshot`), and the set built from a
+:class:`~policies.sources.Snapshot` carries its digest and, per file, what it took from it
+(``PolicySet.contents``: what a reload compares).
 
 Must not evaluate policies, read the clock or touch files other than through
 :mod:`policies.sources`.
@@ -56,6 +59,7 @@ from policies.sources import (
 from policies.vocabulary import FailurePolicy, ValidationAction, parsed
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
+EXCEPTION_KIND = "GPUPolicyException"
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 
 @dataclass(frozen=True)
@@ -225,6 +229,25 @@ def _exceptions(items: Any, builder: _Builder) -> tuple[Exception_, ...]:
             labels=dict(item.get("labels") or {}), reason=str(item["reason"]), expires=expires,
         ))
     return tuple(result)
+
+
+def _policy_exception(document: Document, builder: _Builder,
+                      ) -> tuple[tuple[str, ...], Exception_] | None:
+    """A GPUPolicyException checked against its schema: ``(policy names, exception)``, the
+    exception limited to the document's namespace; None on any error."""
+    before = len(builder.errors)
+    _schema_errors(document, builder, "gpupolicyexception.schema.json")
+    namespace = mapping_at(document.body, "metadata").get("namespace")
+    if not namespace:
+        builder.error("metadata.namespace", f"required: a {EXCEPTION_KIND} exempts the objects "
+                      "of its own namespace only (kubectl apply -n does not reach a file)")
+    if len(builder.errors) != before:
+        return None
+    spec = mapping_at(document.body, "spec")
+    built = _exceptions([{**spec, "namespaces": [namespace]}], builder)
+    if not built:  # the schema's date check and the loader's agree; this is the last guard
+        return None
+    return tuple(str(name) for name in spec["policies"]), built[0]
 
 
 def _mutations(items: Any, builder: _Builder, base: str) -> tuple[Mutation, ...]:
@@ -629,6 +652,7 @@ def build_policy_set(
     quotas: list[Quota] = []
     warnings: list[str] = []
     bindings: dict[str, list[Document]] = {}
+    exempted: list[tuple[Document, tuple[str, ...], Exception_]] = []
     used: set[int] = set()
     for document in documents:
         kind = document.body.get("kind")
@@ -657,6 +681,11 @@ def build_policy_set(
                 quota = _build_quota(document, builder)
                 if quota is not None:
                     quotas.append(quota)
+                continue
+            if kind == EXCEPTION_KIND:
+                found = _policy_exception(document, builder)
+                if found is not None:
+                    exempted.append((document, *found))
                 continue
             policy = _build_gpupolicy(document, builder)
             if policy is not None:
@@ -711,9 +740,29 @@ def build_policy_set(
                                       f"{first.source}: document {first.index}"))
         seen.setdefault(policy.name, policy)
     policies = [p for p in policies if seen[p.name] is p]
+    policies = _with_exceptions(policies, exempted, warnings)
     quotas = unique_quotas(quotas, errors)
     return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),
                      contents=tuple((s, tuple(ids)) for s, ids in contents.items())), errors
+
+
+def _with_exceptions(policies: list[Policy],
+                     exempted: Sequence[tuple[Document, tuple[str, ...], Exception_]],
+                     warnings: list[str]) -> list[Policy]:
+    """``policies`` with each GPUPolicyException added to the GPUPolicies it names (after their
+    inline ``spec.exceptions``); a name no GPUPolicy of the input has is a warning."""
+    extra: dict[str, list[Exception_]] = {}
+    names = {p.name for p in policies if p.kind == "GPUPolicy"}
+    for document, targets, exception in exempted:
+        for name in targets:
+            if name in names:
+                extra.setdefault(name, []).append(exception)
+            else:
+                warnings.append(f"{document.location}: {EXCEPTION_KIND} names GPUPolicy "
+                                f"{name!r}, which is not in the input; it exempts nothing "
+                                "from it")
+    return [replace(p, exceptions=(*p.exceptions, *extra[p.name]))
+            if p.kind == "GPUPolicy" and p.name in extra else p for p in policies]
 
 
 def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],
