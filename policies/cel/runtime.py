@@ -62,7 +62,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from policies.cel import scanner as cel_scanner
-from policies.cel.library import LIBRARY, FunctionSpec
+from policies.cel.library.declarations import FunctionSpec
+from policies.cel.library.libraries import LIBRARY
 from policies.cel.library.quantity import quantity_value
 
 VARIABLE_NAMES: Final = (

@@ -1,0 +1,54 @@
+"""The Kubernetes CEL libraries gpuguard declares, as one table (as Kubernetes'
+``k8s.io/apiserver/pkg/cel/library/libraries.go`` lists its known libraries).
+
+Owns :data:`LIBRARY`: every function of the library modules of this package, in one tuple,
+functions that several modules extend (``ip``: ``ip(string)`` and ``<CIDR>.ip()``) merged into one
+:class:`~policies.cel.library.declarations.FunctionSpec`. ``policies/cel/runtime.py`` turns it into
+runtime declarations. To add a library: write its module with a ``DECLARATIONS`` tuple and list it
+in :data:`MODULES`. Must not import the CEL runtime and must not do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from policies.cel.library import (
+    cidr,
+    ip,
+    jsonpatch,
+    lists,
+    opaque,
+    quantity,
+    regex,
+    semver,
+    sets,
+    urls,
+)
+from policies.cel.library.declarations import FunctionSpec, OverloadSpec
+
+
+def merged(specs: Sequence[FunctionSpec]) -> tuple[FunctionSpec, ...]:
+    """One spec per function name, overloads in the order given (first name first).
+
+    Raises:
+        ValueError: two overloads share an overload id (the runtime would refuse the set).
+    """
+    overloads: dict[str, list[OverloadSpec]] = {}
+    for spec in specs:
+        overloads.setdefault(spec.name, []).extend(spec.overloads)
+    ids = [o.overload_id for group in overloads.values() for o in group]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"duplicate overload ids: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return tuple(FunctionSpec(name, tuple(group)) for name, group in overloads.items())
+
+
+MODULES: Final = (
+    quantity, opaque, lists, sets, regex, semver, ip, cidr, urls, jsonpatch
+)
+"""The library modules, each with its ``DECLARATIONS``."""
+
+LIBRARY: Final[tuple[FunctionSpec, ...]] = merged(
+    [spec for module in MODULES for spec in module.DECLARATIONS]
+)
+"""Every Kubernetes CEL function gpuguard declares (CEL-neutral type names)."""
