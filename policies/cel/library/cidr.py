@@ -14,19 +14,26 @@ from collections.abc import Mapping
 from typing import Final
 
 from policies.cel.library.declarations import FunctionSpec, function
-from policies.cel.library.ip import IP_KEY, IPAddress, ip_of, parse_ip
+from policies.cel.library.ip import IP_KEY, ip_of
+from policies.cel.library.netip import IPAddress, NetipError, parse_prefix, quote
 
 CIDR_KEY: Final = "__cidr__"
+_PARSE_ERROR: Final = "network address parse error during conversion from string"
 
 
 def _parse_cidr(text: str) -> tuple[IPAddress, int]:
-    address_text, slash, bits_text = text.partition("/")
-    if not slash or not bits_text.isdigit() or not bits_text.isascii():
-        raise ValueError(f"network address {text!r} parse error during conversion from string")
-    address = parse_ip(address_text)
-    bits = int(bits_text)
-    if bits > address.max_prefixlen or (len(bits_text) > 1 and bits_text[0] == "0"):
-        raise ValueError(f"network address {text!r} parse error during conversion from string")
+    """``parseCIDR`` of ``cidr.go``: Go's ``netip.ParsePrefix``, IPv4-mapped IPv6 refused.
+
+    Raises:
+        ValueError: with Kubernetes' text (``network address parse error during conversion from
+            string: netip.ParsePrefix(...): ...``).
+    """
+    try:
+        address, bits = parse_prefix(text)
+    except NetipError as exc:
+        raise ValueError(f"{_PARSE_ERROR}: {exc}") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        raise ValueError(f"IPv4-mapped IPv6 address {quote(text)} is not allowed")
     return address, bits
 
 
@@ -40,7 +47,10 @@ def _cidr_of(value: object) -> tuple[IPAddress, int]:
 
 def cidr(text: str) -> dict[str, str]:
     """``cidr(string) -> CIDR``; host bits may be set (see ``masked()``)."""
-    address, bits = _parse_cidr(text)
+    try:
+        address, bits = _parse_cidr(text)
+    except ValueError as exc:  # stringToCIDR wraps parseCIDR's error once more
+        raise ValueError(f"{_PARSE_ERROR}: {exc}") from None
     return {CIDR_KEY: f"{address}/{bits}"}
 
 

@@ -15,25 +15,28 @@ from collections.abc import Mapping
 from typing import Final
 
 from policies.cel.library.declarations import FunctionSpec, function
+from policies.cel.library.netip import IPAddress, NetipError, parse_addr, quote
 
 IP_KEY: Final = "__ip__"
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def parse_ip(text: str) -> IPAddress:
-    """An IP address as Kubernetes' ``ip()`` accepts it.
+    """An IP address as Kubernetes' ``ip()`` accepts it (``parseIPAddr`` in ``ip.go``).
 
     Raises:
-        ValueError: not an address, an address with a zone, or an IPv4-mapped IPv6 address.
+        ValueError: not an address (Kubernetes' text with Go's ``netip`` reason), an address with
+            a zone, or an IPv4-mapped IPv6 address.
     """
     if "%" in text:
-        raise ValueError(f"IP address {text!r} with zone value is not allowed")
+        raise ValueError(f"IP address {quote(text)} with zone value is not allowed")
     try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        raise ValueError(f"IP Address {text!r} parse error during conversion from string") from None
+        address = parse_addr(text)
+    except NetipError as exc:
+        raise ValueError(
+            f"IP Address {quote(text)} parse error during conversion from string: {exc}"
+        ) from None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        raise ValueError(f"IPv4-mapped IPv6 address {text!r} is not allowed")
+        raise ValueError(f"IPv4-mapped IPv6 address {quote(text)} is not allowed")
     return address
 
 

@@ -10,11 +10,13 @@ in :data:`MODULES`. Must not import the CEL runtime and must not do I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from policies.cel.library import (
     cidr,
+    format,
+    homogeneous,
     ip,
     jsonpatch,
     lists,
@@ -44,7 +46,7 @@ def merged(specs: Sequence[FunctionSpec]) -> tuple[FunctionSpec, ...]:
 
 
 MODULES: Final = (
-    quantity, opaque, lists, sets, regex, semver, ip, cidr, urls, jsonpatch
+    quantity, opaque, lists, sets, regex, semver, ip, cidr, urls, format, jsonpatch
 )
 """The library modules, each with its ``DECLARATIONS``."""
 
@@ -52,3 +54,11 @@ LIBRARY: Final[tuple[FunctionSpec, ...]] = merged(
     [spec for module in MODULES for spec in module.DECLARATIONS]
 )
 """Every Kubernetes CEL function gpuguard declares (CEL-neutral type names)."""
+
+SOURCE_CHECKS: Final[tuple[Callable[[str], list[tuple[int, str]]], ...]] = (
+    regex.literal_errors,
+    homogeneous.literal_errors,
+)
+"""What Kubernetes refuses when a policy is created and gpuguard's runtime would only fail per
+request: each check returns ``(offset, message)`` per finding in an expression's source;
+``policies/cel/runtime.py`` reports them as compile errors."""

@@ -1,7 +1,8 @@
 """The Kubernetes CEL URL library (``k8s.io/apiserver/pkg/cel/library/urls.go``).
 
 Owns the URL value (the one-key map ``{"__url__": "<url>"}``), parsing as Go's
-``url.ParseRequestURI`` (an absolute URI or an absolute path) and ``url``, ``isURL``,
+``url.ParseRequestURI`` (an absolute URI or an absolute path; components then as ``url.Parse``
+reads them, as ``urls.go`` does) and ``url``, ``isURL``,
 ``getScheme``, ``getHost``, ``getHostname``, ``getPort``, ``getEscapedPath``, ``getQuery``.
 ``string(URL)`` is shared in :mod:`~policies.cel.library.opaque`. Must not import the CEL runtime
 (only ``policies/cel/runtime.py`` may) and must not do I/O.
@@ -27,13 +28,30 @@ def _parse_url(text: str) -> SplitResult:
             f"URL parse error during conversion from string: {text!r} is not an "
             "absolute URI or absolute path"
         )
+    host = parts.netloc.rpartition("@")[2]
+    # Go's parseHost: after the host (an IPv6 literal in brackets, or up to the last ':') comes
+    # nothing or ':' and digits (validOptionalPort), so 'a:b:c' is no host.
+    port = host[host.find("]") + 1:] if host.startswith("[") else host[host.rfind(":"):] \
+        if ":" in host else ""
+    if port and not ((port[0] == ":" and port[1:].isdigit()) or port == ":"):
+        raise ValueError(
+            f"URL parse error during conversion from string: invalid port {port!r} after host"
+        )
     return parts
 
 
 def _url_parts(value: object) -> SplitResult:
+    """The components as Kubernetes reads them after validating: Go's ``url.Parse``, which
+    drops the ``#fragment`` first and keeps a scheme's non-``/`` rest as an opaque part (no
+    path)."""
     if not (isinstance(value, Mapping) and set(value) == {URL_KEY}):
         raise TypeError("no such overload: expected a URL")
-    return _parse_url(value[URL_KEY])
+    text = value[URL_KEY]
+    _parse_url(text)
+    parts = urlsplit(text)
+    if parts.scheme and not parts.netloc and not parts.path.startswith("/"):
+        return parts._replace(path="")
+    return parts
 
 
 def url(text: str) -> dict[str, str]:
