@@ -471,6 +471,21 @@ def test_kubernetes_1_34_libraries(expression, expected):
     assert ev(expression) == expected
 
 
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("1 < 1.5", True), ("1.5 >= 2", False), ("2u > 1", True), ("1 <= 1u", True),
+    ("[1, 2].all(x, x > 0.5)", True), ("'a' < 'b'", True),
+    ("duration('1s') < duration('2s')", True),
+])
+def test_cross_type_numeric_ordering(expression, expected):
+    # Kubernetes 1.28+ CrossTypeNumericComparisons; these did not compile before
+    assert ev(expression) is expected
+
+
+def test_numbers_of_two_types_are_not_equal_comparable():
+    with pytest.raises(CelCompileError, match="no matching overload for '_==_'"):
+        cel.compile("1 == 1.0", field_path="f")  # as in Kubernetes
+
+
 def test_strings_extension_is_kubernetes_v2():
     # <string>.reverse() is strings v3; Kubernetes 1.37 (compatibility 1.36) has v2 (case 749)
     with pytest.raises(CelCompileError, match="no matching overload for 'reverse'"):

@@ -17,8 +17,9 @@ environment config, :data:`_RUNTIME_LIBRARIES`), and gpuguard's extras math (``m
 libraries of :mod:`policies.cel.library` (quantity, lists, regex, sets, semver, IP/CIDR, URL,
 format, ``jsonpatch.escapeKey``). Not supported: the ``authz`` library (``authorizer`` is declared
 but has no functions), typed object construction for MutatingAdmissionPolicy (``Object{...}``,
-``JSONPatch{...}``), ``<Quantity>.div``/``divInt``, ``transformMap``/``transformMapEntry`` (the
-runtime lacks their helper ``cel.@mapInsert``) and cross-type numeric comparisons.
+``JSONPatch{...}``), ``<Quantity>.div``/``divInt`` and ``transformMap``/``transformMapEntry`` (the
+runtime lacks their helper ``cel.@mapInsert``). Cross-type numeric ordering (``1 < 1.5``) is
+declared as in Kubernetes (:func:`_runtime_libraries`).
 
 Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/test_cel.py`` pins it):
 
@@ -526,16 +527,41 @@ def _declarations(specs: Sequence[FunctionSpec]) -> list[Any]:
 STRINGS_VERSION: Final = 2
 """The strings extension's version in Kubernetes' VAP environment (compatibility version 1.36:
 strings v2, so no ``<string>.reverse()``)."""
-# Libraries of the C++ runtime reached through its environment config (no Python class for them):
-# ext lists (lists.range, slice, flatten, sort, sortBy, distinct, reverse) and two-variable
-# comprehensions (all/exists/existsOne(i, v, ...), transformList/Map/MapEntry), both in
-# Kubernetes' VAP environment since 1.34 / 1.32.
-_RUNTIME_LIBRARIES: Final = """
-name: gpuguard
-extensions:
-  - name: lists
-  - name: two-var-comprehensions
-"""
+# Ordering overloads: the standard library's (same type on both sides) plus the numeric pairs of
+# Kubernetes' CrossTypeNumericComparisons (1.28+: ``1 < 1.5``, ``2u > 1``). The C++ runtime
+# already evaluates mixed numeric pairs; only its checker lacks the declarations, and it refuses
+# to extend a standard function, so the four operators are taken out of the standard library and
+# declared whole here. ``==`` stays typed (``1 == 1.0`` does not compile, as in Kubernetes).
+_ORDERING: Final = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater",
+                    "_>=_": "greater_equals"}
+_ORDERED: Final = (("bool", "bool"), ("int64", "int"), ("uint64", "uint"), ("double", "double"),
+                   ("string", "string"), ("bytes", "bytes"),
+                   ("timestamp", "google.protobuf.Timestamp"),
+                   ("duration", "google.protobuf.Duration"))
+_NUMERIC: Final = (("int64", "int"), ("uint64", "uint"), ("double", "double"))
+
+
+def _runtime_libraries() -> str:
+    """The runtime's environment config (YAML): libraries of the C++ runtime that no Python class
+    exposes, ext lists (``lists.range``, ``slice``, ``flatten``, ``sort``, ``sortBy``,
+    ``distinct``, ``reverse``) and two-variable comprehensions (``all/exists/existsOne(i, v,
+    ...)``, ``transformList``), both in Kubernetes' VAP environment since 1.34 / 1.32; and the
+    ordering operators with cross-type numeric overloads."""
+    lines = ["name: gpuguard", "extensions:", "  - name: lists", "  - name: two-var-comprehensions",
+             "stdlib:", "  exclude_functions:",
+             *(f"    - name: '{op}'" for op in _ORDERING), "functions:"]
+    for op, stem in _ORDERING.items():
+        pairs = [(f"{stem}_{a}", t, t) for a, t in _ORDERED] + [
+            (f"{stem}_{a}_{b}", x, y) for a, x in _NUMERIC for b, y in _NUMERIC if a != b]
+        lines += [f"  - name: '{op}'", "    overloads:"]
+        for overload, left, right in pairs:
+            lines += [f"      - id: {overload}", "        args:", f"          - type_name: {left}",
+                      f"          - type_name: {right}", "        return:",
+                      "          type_name: bool"]
+    return "\n".join(lines) + "\n"
+
+
+_RUNTIME_LIBRARIES: Final = _runtime_libraries()
 
 
 class CelEnvironment:
