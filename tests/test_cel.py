@@ -457,6 +457,8 @@ def test_kubernetes_error_texts(expression, message):
         ("{'a': 1, 'b': 2}.all(k, v, k != 'c' && v > 0)", True),
         ("[10, 20].existsOne(i, v, i == 1 && v == 20)", True),
         ("[1, 2].transformList(i, v, i * v)", [0, 2]),
+        # cel-go's exists_one spelling with two variables (cases 881, 882)
+        ("{'a': 'x', 'b': 'y'}.exists_one(k, v, v == 'y') && [1, 2].exists_one(x, x == 1)", True),
         ("format.dns1123Label().validate('My_Name').value()[0].startsWith('a lowercase RFC 1123')",
          True),
         ("format.named('uuid').value().validate('not-a-uuid').value()",

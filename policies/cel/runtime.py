@@ -68,9 +68,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from policies.cel import scanner as cel_scanner
-from policies.cel.library import format as format_library
 from policies.cel.library.declarations import FunctionSpec
-from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS
+from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS, SOURCE_REWRITES
 from policies.cel.library.quantity import quantity_value
 
 VARIABLE_NAMES: Final = (
@@ -599,7 +598,8 @@ class CelEnvironment:
                 what its checks find).
         """
         try:
-            program = self._env.compile(format_library.expand(expression))
+            program = self._env.compile(functools.reduce(
+                lambda text, rewrite: rewrite(text), SOURCE_REWRITES, expression))
         except RuntimeError as exc:
             raise CelCompileError(field_path, expression, _parse_compile_error(str(exc))) from None
         if written is not None and (

@@ -378,11 +378,13 @@ def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
 class Call:
     """One call ``callee(args)`` in source: ``name_start`` / ``name_end`` span the function name
     (a member call's ``.`` excluded; a qualified name such as ``format.named`` whole),
-    ``end`` is just past the closing parenthesis (``len(source)`` when it is missing)."""
+    ``end`` is just past the closing parenthesis (``len(source)`` when it is missing),
+    ``arguments`` counts the arguments (a member call's receiver not included)."""
 
     name_start: int
     name_end: int
     end: int
+    arguments: int
 
 
 def calls(source: str, name: str, *, member: bool) -> tuple[Call, ...]:
@@ -401,9 +403,12 @@ def calls(source: str, name: str, *, member: bool) -> tuple[Call, ...]:
         selected = index > 0 and tokens[index - 1].text in (".", ".?")
         if selected != member:
             continue
-        closing = _closing(tokens, index + width)
+        opening = index + width
+        closing = _closing(tokens, opening)
         end = tokens[closing].end if closing < len(tokens) else len(source)
-        found.append(Call(tokens[index].start, tokens[index + width - 1].end, end))
+        arguments = 0 if closing == opening + 1 else \
+            len(_top_level_commas(tokens, opening, closing)) + 1
+        found.append(Call(tokens[index].start, tokens[index + width - 1].end, end, arguments))
     return tuple(found)
 
 

@@ -15,6 +15,7 @@ from typing import Final
 
 from policies.cel.library import (
     cidr,
+    comprehensions,
     format,
     homogeneous,
     ip,
@@ -62,3 +63,11 @@ SOURCE_CHECKS: Final[tuple[Callable[[str], list[tuple[int, str]]], ...]] = (
 """What Kubernetes refuses when a policy is created and gpuguard's runtime would only fail per
 request: each check returns ``(offset, message)`` per finding in an expression's source;
 ``policies/cel/runtime.py`` reports them as compile errors."""
+
+SOURCE_REWRITES: Final[tuple[Callable[[str], str], ...]] = (
+    format.expand,
+    comprehensions.expand,
+)
+"""Rewrites of an expression's source before it compiles, for what Kubernetes' functions do and
+Python functions cannot (return optionals) or the runtime spells otherwise; each returns the
+source unchanged when it has nothing to do. ``policies/cel/runtime.py`` applies them in order."""
