@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.cel.library import FunctionSpec, OverloadSpec
+from policies.cel.library.declarations import FunctionSpec, OverloadSpec
 from policies.facts import mig
 from policies.facts.gpu import Access, GPUFacts, ResourceProblem
 from policies.facts.workloads import WorkloadFacts

@@ -5,17 +5,21 @@ team's wrapper of the C++ runtime; no other module may import it): the environme
 with located errors, evaluation to plain Python values, and per-request activations with lazily
 evaluated, cached ``variables``. Must not do I/O, read the clock or the environment.
 
-Environment. Variables ``object oldObject request params namespaceObject variables authorizer gpu
-quota``, all ``dyn``; a variable missing from the activation data is ``null``. Extensions: the
-runtime's strings (``charAt indexOf lastIndexOf lowerAscii upperAscii replace split substring trim
-join reverse format strings.quote``), optional (``obj.?field``, ``m[?'k']``, ``orValue``,
-``optional.of/none``), math (``math.greatest`` ...), encoders (``base64.encode/decode``) and
-bindings (``cel.bind``); plus the Kubernetes libraries of :mod:`policies.cel.library` (quantity,
-lists, regex, sets, semver, IP/CIDR, URL, ``jsonpatch.escapeKey``). Not supported: the Kubernetes
-``format`` library (its functions return ``optional`` values, which Python functions cannot
-produce), the ``authz`` library (``authorizer`` is declared but has no functions), typed object
-construction for MutatingAdmissionPolicy (``Object{...}``, ``JSONPatch{...}``), and
-``<Quantity>.div``/``divInt``.
+Environment: Kubernetes 1.37's ValidatingAdmissionPolicy environment at compatibility version 1.36
+(docs/cel.md has the status per library). Variables ``object oldObject request params
+namespaceObject variables authorizer gpu quota``, all ``dyn``; a variable missing from the
+activation data is ``null``. Extensions: the runtime's strings v2 (``charAt indexOf lastIndexOf
+lowerAscii upperAscii replace split substring trim join format strings.quote``; no v3
+``reverse``, as Kubernetes), optional (``obj.?field``, ``m[?'k']``, ``orValue``,
+``optional.of/none``), ext lists and two-variable comprehensions (through the runtime's
+environment config, :data:`_RUNTIME_LIBRARIES`), and gpuguard's extras math (``math.greatest``
+...), encoders (``base64.encode/decode``) and bindings (``cel.bind``); plus the Kubernetes
+libraries of :mod:`policies.cel.library` (quantity, lists, regex, sets, semver, IP/CIDR, URL,
+format, ``jsonpatch.escapeKey``). Not supported: the ``authz`` library (``authorizer`` is declared
+but has no functions), typed object construction for MutatingAdmissionPolicy (``Object{...}``,
+``JSONPatch{...}``), ``<Quantity>.div``/``divInt`` and ``transformMap``/``transformMapEntry`` (the
+runtime lacks their helper ``cel.@mapInsert``). Cross-type numeric ordering (``1 < 1.5``) is
+declared as in Kubernetes (:func:`_runtime_libraries`).
 
 Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py`` pins it):
 
@@ -26,8 +30,10 @@ Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py``
 * Most evaluation errors are *returned* as a value of type ``error`` whose plain value is
   ``"<CODE>: <message>"`` (``NOT_FOUND: Key not found in map : "x"``, ``INVALID_ARGUMENT: divide
   by zero``); some are *raised* as ``RuntimeError`` (``INTERNAL: Iteration budget exceeded
-  [INTERNAL]``). Both become :class:`CelEvaluationError`. A Python function raising ``ValueError``
-  arrives as ``OUT_OF_RANGE``, ``TypeError`` as ``INVALID_ARGUMENT``, others as ``UNKNOWN``.
+  [INTERNAL]``). Both become :class:`CelEvaluationError`, the commonest messages in Kubernetes'
+  (cel-go's) words: ``no such key: x``, ``division by zero``, ``index out of bounds: 5``. A
+  Python function raising ``ValueError`` arrives as ``OUT_OF_RANGE``, ``TypeError`` as
+  ``INVALID_ARGUMENT``, others as ``UNKNOWN``.
 * Comprehension budget: the C++ ``RuntimeOptions.comprehension_max_iterations`` keeps its default
   of 10,000 (the Python API does not expose it). It counts every iteration of every comprehension
   in one evaluation, nested ones included: 9,999 iterations evaluate, 10,000 fail. See
@@ -62,7 +68,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from policies.cel import scanner as cel_scanner
-from policies.cel.library import LIBRARY, FunctionSpec
+from policies.cel.library.declarations import FunctionSpec
+from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS, SOURCE_REWRITES
 from policies.cel.library.quantity import quantity_value
 
 VARIABLE_NAMES: Final = (
@@ -85,7 +92,15 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _STATUS = re.compile(r"^([A-Z_]+): (.*?)(?: \[[A-Z_]+\])?$", re.S)
 _ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*?)(?=\nERROR: <input>:|\Z)", re.S)
-_MISSING_KEY = re.compile(r'Key not found in map : "([^"]*)"')
+_MISSING_KEY = re.compile(r"^no such key: (.*)$", re.S)
+# cel-cpp's texts for the errors a policy author meets most, in cel-go's (Kubernetes') words, so
+# that the message a user searches for is the API server's (cases from tests/data/k8s-cel).
+_KUBERNETES_TEXTS: Final = (
+    (re.compile(r'^Key not found in map : "(.*)"$', re.S), r"no such key: \1"),
+    (re.compile(r"^divide by zero$"), "division by zero"),
+    (re.compile(r"^Index error: index=(-?[0-9]+) size=[0-9]+$"), r"index out of bounds: \1"),
+    (re.compile(r"^flatten\(\): (level must be non-negative)$"), r"\1"),
+)
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
 _JSON_SCALARS: Final = frozenset({bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})
@@ -348,6 +363,20 @@ def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[s
     return prepared
 
 
+def _kubernetes_text(message: str) -> str:
+    """A runtime error message in Kubernetes' words where :data:`_KUBERNETES_TEXTS` has them."""
+    for pattern, replacement in _KUBERNETES_TEXTS:
+        if pattern.match(message):
+            return pattern.sub(replacement, message)
+    return message
+
+
+def _line_column(source: str, offset: int) -> tuple[int, int]:
+    """1-based line and column (code points) of ``offset``, as the compiler reports them."""
+    line = source.count("\n", 0, offset) + 1
+    return line, offset - (source.rfind("\n", 0, offset) + 1) + 1
+
+
 def _split_status(text: str) -> tuple[str, str]:
     match = _STATUS.match(text.strip())
     return (match[1], match[2]) if match else ("UNKNOWN", text)
@@ -453,7 +482,7 @@ class CompiledExpression:
             raise CelEvaluationError(self.field_path, message, "UNIMPLEMENTED") from None
         if value.type() == cel.Type.ERROR:
             code, message = _split_status(plain)
-            raise CelEvaluationError(self.field_path, message, code)
+            raise CelEvaluationError(self.field_path, _kubernetes_text(message), code)
         return _plain(plain)
 
 
@@ -468,6 +497,8 @@ def _cel_type(name: str) -> Any:
         "dyn": t.DYN,
         "list": t.List(t.DYN),
         "list_string": t.List(t.STRING),
+        "list_list_string": t.List(t.List(t.STRING)),
+        "list_opaque": t.List(t.Map(t.STRING, t.STRING)),
         "map": t.Map(t.STRING, t.List(t.STRING)),
         "opaque": t.Map(t.STRING, t.STRING),
     }[name]
@@ -492,15 +523,56 @@ def _declarations(specs: Sequence[FunctionSpec]) -> list[Any]:
     ]
 
 
+STRINGS_VERSION: Final = 2
+"""The strings extension's version in Kubernetes' VAP environment (compatibility version 1.36:
+strings v2, so no ``<string>.reverse()``)."""
+# Ordering overloads: the standard library's (same type on both sides) plus the numeric pairs of
+# Kubernetes' CrossTypeNumericComparisons (1.28+: ``1 < 1.5``, ``2u > 1``). The C++ runtime
+# already evaluates mixed numeric pairs; only its checker lacks the declarations, and it refuses
+# to extend a standard function, so the four operators are taken out of the standard library and
+# declared whole here. ``==`` stays typed (``1 == 1.0`` does not compile, as in Kubernetes).
+_ORDERING: Final = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater",
+                    "_>=_": "greater_equals"}
+_ORDERED: Final = (("bool", "bool"), ("int64", "int"), ("uint64", "uint"), ("double", "double"),
+                   ("string", "string"), ("bytes", "bytes"),
+                   ("timestamp", "google.protobuf.Timestamp"),
+                   ("duration", "google.protobuf.Duration"))
+_NUMERIC: Final = (("int64", "int"), ("uint64", "uint"), ("double", "double"))
+
+
+def _runtime_libraries() -> str:
+    """The runtime's environment config (YAML): libraries of the C++ runtime that no Python class
+    exposes, ext lists (``lists.range``, ``slice``, ``flatten``, ``sort``, ``sortBy``,
+    ``distinct``, ``reverse``) and two-variable comprehensions (``all/exists/existsOne(i, v,
+    ...)``, ``transformList``), both in Kubernetes' VAP environment since 1.34 / 1.32; and the
+    ordering operators with cross-type numeric overloads."""
+    lines = ["name: gpuguard", "extensions:", "  - name: lists", "  - name: two-var-comprehensions",
+             "stdlib:", "  exclude_functions:",
+             *(f"    - name: '{op}'" for op in _ORDERING), "functions:"]
+    for op, stem in _ORDERING.items():
+        pairs = [(f"{stem}_{a}", t, t) for a, t in _ORDERED] + [
+            (f"{stem}_{a}_{b}", x, y) for a, x in _NUMERIC for b, y in _NUMERIC if a != b]
+        lines += [f"  - name: '{op}'", "    overloads:"]
+        for overload, left, right in pairs:
+            lines += [f"      - id: {overload}", "        args:", f"          - type_name: {left}",
+                      f"          - type_name: {right}", "        return:",
+                      "          type_name: bool"]
+    return "\n".join(lines) + "\n"
+
+
+_RUNTIME_LIBRARIES: Final = _runtime_libraries()
+
+
 class CelEnvironment:
     """The CEL environment: declarations, extensions and the Kubernetes libraries. Build once."""
 
     def __init__(self, functions: Sequence[FunctionSpec] = ()) -> None:
         """Build the environment; ``functions`` adds libraries (e.g. the GPU library)."""
         self._env = cel.NewEnv(
+            config=cel.NewEnvConfigFromYaml(_RUNTIME_LIBRARIES),
             variables=dict.fromkeys(VARIABLE_NAMES, cel.Type.DYN),
             extensions=[
-                ext_strings.ExtStrings(),
+                ext_strings.ExtStrings(STRINGS_VERSION),
                 ext_optional.ExtOptional(),
                 ext_math.ExtMath(),
                 ext_encoders.ExtEncoders(),
@@ -511,16 +583,30 @@ class CelEnvironment:
             ],
         )
 
-    def compile(self, expression: str, *, field_path: str) -> CompiledExpression:
+    def compile(self, expression: str, *, field_path: str,
+                written: str | None = None) -> CompiledExpression:
         """Parse and type-check ``expression``.
 
+        ``written`` is the expression as its author wrote it (``expression`` itself, or the text
+        before a rewrite such as ``JSONPatch{...}`` literals); it gets the checks Kubernetes makes
+        when a policy is created (:data:`~policies.cel.library.libraries.SOURCE_CHECKS`: regex
+        literals that do not compile, mixed-type list and map literals). ``None`` for text
+        gpuguard generates (inlined params are mixed-type literals by nature): no such checks.
+
         Raises:
-            CelCompileError: syntax or type errors, with line/column of each.
+            CelCompileError: syntax or type errors, with line/column of each (of ``written`` for
+                what its checks find).
         """
         try:
-            program = self._env.compile(expression)
+            program = self._env.compile(functools.reduce(
+                lambda text, rewrite: rewrite(text), SOURCE_REWRITES, expression))
         except RuntimeError as exc:
             raise CelCompileError(field_path, expression, _parse_compile_error(str(exc))) from None
+        if written is not None and (
+                refused := [found for check in SOURCE_CHECKS for found in check(written)]):
+            raise CelCompileError(field_path, written, [
+                CompileIssue(*_line_column(written, offset), message)
+                for offset, message in sorted(refused)])
         return CompiledExpression(
             expression,
             field_path,
@@ -694,6 +780,7 @@ def default_environment() -> CelEnvironment:
     return CelEnvironment()
 
 
-def compile(expression: str, *, field_path: str) -> CompiledExpression:
+def compile(expression: str, *, field_path: str, written: str | None = None
+            ) -> CompiledExpression:
     """Compile with :func:`default_environment`; raises :class:`CelCompileError`."""
-    return default_environment().compile(expression, field_path=field_path)
+    return default_environment().compile(expression, field_path=field_path, written=written)

@@ -24,6 +24,7 @@ runs to the end), and the compiler reports the error.
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -371,3 +372,118 @@ def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
     """Offsets of the type name of each ``type_name{`` object literal in ``source``."""
     tokens = _code(source)
     return tuple(tokens[i].start for i in _typed_literals(tokens, type_name))
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call ``callee(args)`` in source: ``name_start`` / ``name_end`` span the function name
+    (a member call's ``.`` excluded; a qualified name such as ``format.named`` whole),
+    ``end`` is just past the closing parenthesis (``len(source)`` when it is missing),
+    ``arguments`` counts the arguments (a member call's receiver not included)."""
+
+    name_start: int
+    name_end: int
+    end: int
+    arguments: int
+
+
+def calls(source: str, name: str, *, member: bool) -> tuple[Call, ...]:
+    """Each call of ``name`` in ``source`` outside strings and comments: member calls
+    (``x.validate(...)``) with ``member``, else global ones (``format.named(...)``, the dotted
+    ``name`` written as is and not itself selected from something)."""
+    tokens = _code(source)
+    parts = name.split(".")
+    width = 2 * len(parts) - 1
+    found: list[Call] = []
+    for index in range(len(tokens) - width):
+        window = [t.text for t in tokens[index:index + width]]
+        if window[::2] != parts or any(t != "." for t in window[1::2]) \
+                or tokens[index + width].text != "(":
+            continue
+        selected = index > 0 and tokens[index - 1].text in (".", ".?")
+        if selected != member:
+            continue
+        opening = index + width
+        closing = _closing(tokens, opening)
+        end = tokens[closing].end if closing < len(tokens) else len(source)
+        arguments = 0 if closing == opening + 1 else \
+            len(_top_level_commas(tokens, opening, closing)) + 1
+        found.append(Call(tokens[index].start, tokens[index + width - 1].end, end, arguments))
+    return tuple(found)
+
+
+#: Tokens after which ``[`` indexes (``x[0]``) and ``{`` opens a typed object literal.
+_OPERAND_END = frozenset({")", "]", "}"})
+
+
+def _literal_kind(tokens: Sequence[Token]) -> str | None:
+    """The CEL type of an element written as one literal (``1``, ``-2.5``, ``3u``, ``'a'``,
+    ``b'a'``, ``true``, ``null``), else ``None``."""
+    if tokens and tokens[0].text == "-" and len(tokens) == 2 and tokens[1].kind is TokenKind.NUMBER:
+        tokens = tokens[1:]
+    if len(tokens) != 1:
+        return None
+    token = tokens[0]
+    if token.kind is TokenKind.NUMBER:
+        text = token.text.lower()
+        if text.endswith("u"):
+            return "uint"
+        return "double" if not text.startswith("0x") and any(c in text for c in ".e") else "int"
+    if token.kind is TokenKind.STRING:
+        prefix = token.text[: len(token.text) - len(token.text.lstrip("rRbB"))]
+        return "bytes" if "b" in prefix.lower() else "string"
+    if token.kind is TokenKind.IDENT and token.text in ("true", "false", "null"):
+        return "bool" if token.text != "null" else "null"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LiteralElement:
+    """An element of a list literal, or a key or value of a map literal, written as a literal:
+    its CEL type (``int uint double string bytes bool null``) and start offset."""
+
+    kind: str
+    start: int
+
+
+def aggregate_literals(source: str, exempt: frozenset[str] = frozenset()
+                       ) -> tuple[tuple[LiteralElement, ...], ...]:
+    """For each list literal, and for the keys and for the values of each map literal, in
+    ``source``: the elements written as literals (others, such as ``x + 1``, are left out).
+    A literal that is the first argument of a call named in ``exempt`` (``'%s'.format([...])``)
+    is left out."""
+    tokens = _code(source)
+    groups: list[tuple[LiteralElement, ...]] = []
+    for index, token in enumerate(tokens):
+        before = tokens[index - 1] if index else None
+        follows_operand = before is not None and (
+            before.kind in (TokenKind.IDENT, TokenKind.STRING, TokenKind.NUMBER,
+                            TokenKind.QUOTED_FIELD) or before.text in _OPERAND_END)
+        if token.text not in ("[", "{") or follows_operand or (
+                index > 1 and before is not None and before.text == "("
+                and tokens[index - 2].text in exempt):
+            continue
+        closing = _closing(tokens, index)
+        bounds = [index, *_top_level_commas(tokens, index, closing), closing]
+        elements = [tokens[a + 1:b] for a, b in itertools.pairwise(bounds)]
+        if token.text == "[":
+            groups.append(_literals(elements))
+            continue
+        keys, values = [], []
+        for element in elements:
+            colon = next((i for i, t in enumerate(element) if t.text == ":" and not any(
+                u.text in ("(", "[", "{", "[?") for u in element[:i])), None)
+            if colon is not None:
+                keys.append(element[:colon])
+                values.append(element[colon + 1:])
+        groups += [_literals(keys), _literals(values)]
+    return tuple(group for group in groups if len(group) > 1)
+
+
+def _literals(elements: Sequence[Sequence[Token]]) -> tuple[LiteralElement, ...]:
+    found = []
+    for element in elements:
+        kind = _literal_kind(element)
+        if kind is not None:
+            found.append(LiteralElement(kind, element[0].start))
+    return tuple(found)

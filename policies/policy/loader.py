@@ -111,7 +111,10 @@ class _Builder:
         self.errors.append(PolicyError(self.document.source, self.document.index,
                                        self.document.line_of(path), path, message))
 
-    def compile(self, expression: Any, path: str) -> CompiledExpression | None:
+    def compile(self, expression: Any, path: str,
+                written: str | None = None) -> CompiledExpression | None:
+        """Compile a policy's expression; ``written`` is its text before a rewrite (default: the
+        expression), which gets Kubernetes' creation-time checks."""
         if not isinstance(expression, str) or not expression.strip():
             # The schema check has reported it already (a string, not empty, is required).
             if isinstance(expression, str):
@@ -119,7 +122,8 @@ class _Builder:
             return None
         self.expressions.append((path, expression))
         try:
-            return self.environment.compile(expression, field_path=path)
+            return self.environment.compile(expression, field_path=path,
+                                            written=expression if written is None else written)
         except CelCompileError as exc:
             for issue in exc.issues:
                 where = f"expression line {issue.line}, column {issue.column}" if issue.line > 0 \
@@ -496,7 +500,7 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
             continue
         source = (mutation.get("jsonPatch") or {}).get("expression")
         compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
-                                   f"{where}.jsonPatch.expression")
+                                   f"{where}.jsonPatch.expression", written=str(source or ""))
         if compiled is not None:
             mutations.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
                                       expression=compiled))

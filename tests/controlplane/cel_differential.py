@@ -58,9 +58,12 @@ def gpuguard_outcome(request: Mapping[str, Any]) -> Outcome:
     gpuguard's environment; ``variables`` are compiled and evaluated lazily as a policy's are.
     """
     try:
-        compiled = ENVIRONMENT.compile(request["expression"], field_path="expression")
+        # written=: the policy loader's checks of an expression as its author wrote it.
+        compiled = ENVIRONMENT.compile(request["expression"], field_path="expression",
+                                       written=request["expression"])
         variables = [(v["name"], ENVIRONMENT.compile(v["expression"],
-                                                     field_path=f"variables.{v['name']}"))
+                                                     field_path=f"variables.{v['name']}",
+                                                     written=v["expression"]))
                      for v in request.get("variables", ())]
     except CelCompileError as exc:
         return Outcome("compile", message=exc.message)
@@ -206,11 +209,13 @@ def _loose_equal(canonical: Any, plain: Any) -> bool:
 
 @dataclass(frozen=True)
 class KnownGroup:
-    """Cases that differ for one reason: ``ids`` of the case file, all of ``category``."""
+    """Cases that differ for one reason: ``ids`` of the case file, all of ``category``;
+    ``docs`` is the title docs/cel.md gives the difference (``cases`` and ``case_file``)."""
 
     category: str
     reason: str
     ids: tuple[int, ...]
+    docs: str = ""
 
 
 def side(outcome: Outcome) -> str:
@@ -246,6 +251,7 @@ class Known:
     cases: tuple[KnownGroup, ...]
     oracle_vs_case_file: tuple[KnownGroup, ...]
     generated: tuple[KnownPattern, ...]
+    case_file: tuple[KnownGroup, ...] = ()
 
     def case_categories(self) -> dict[int, str]:
         """Case id -> listed category (each id in one group only)."""
@@ -292,7 +298,8 @@ def load_known(path: Path = KNOWN_FILE) -> Known:
             if categorised and category not in CATEGORIES:
                 raise ValueError(f"{where}: category {category!r} is not one of {CATEGORIES}")
             result.append(KnownGroup(category, str(entry["reason"]),
-                                     tuple(int(i) for i in entry["ids"])))
+                                     tuple(int(i) for i in entry["ids"]),
+                                     str(entry.get("docs", ""))))
         return tuple(result)
 
     patterns = []
@@ -318,4 +325,5 @@ def load_known(path: Path = KNOWN_FILE) -> Known:
             raise ValueError(f"{where}: the example does not match its own pattern")
         patterns.append(KnownPattern(entry["category"], str(entry["reason"]),
                                      example=example, **regexes))
-    return Known(groups("cases", True), groups("oracle_vs_case_file", False), tuple(patterns))
+    return Known(groups("cases", True), groups("oracle_vs_case_file", False), tuple(patterns),
+                 groups("case_file", False))

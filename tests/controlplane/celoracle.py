@@ -212,7 +212,7 @@ def canonical_oracle(value: Any) -> Any:
     raise OracleError(f"unknown oracle tag {tag!r} in {value!r}")
 
 
-# gpuguard carries the Kubernetes opaque types as one-key maps (policies/cel/library/__init__.py).
+# gpuguard carries the Kubernetes opaque types as one-key maps (policies/cel/library/).
 OPAQUE_NAMES = {
     "kubernetes.Quantity": "quantity", "net.IP": "ip", "net.CIDR": "cidr",
     "kubernetes.URL": "url", "kubernetes.Semver": "semver",

@@ -66,3 +66,24 @@ def test_the_scanner_never_raises_and_tokens_cover_the_code(source):
     assert all(a.end <= b.start for a, b in itertools.pairwise(tokens))
     scan.code_only(source)
     scan.references(source, "variables")
+    scan.calls(source, "validate", member=True)
+    scan.aggregate_literals(source, frozenset({"format"}))
+
+
+def test_calls_finds_member_and_global_calls_outside_strings_and_comments():
+    source = "format.named('x').value().validate(f(')')) || 'a.validate(' == y.format.named(1)"
+    [member] = scan.calls(source, "validate", member=True)
+    assert source[member.name_start:member.name_end] == "validate"
+    assert source[member.end - 1] == ")" and source[:member.end].endswith("f(')'))")
+    [named] = scan.calls(source, "format.named", member=False)  # y.format.named is a member
+    assert (named.name_start, named.name_end) == (0, len("format.named"))
+    assert scan.calls("// x.validate(1)\nvalidate(2)", "validate", member=True) == ()
+
+
+def test_aggregate_literals_reads_literal_elements_only():
+    kinds = [[e.kind for e in group] for group in scan.aggregate_literals(
+        "[1, 2.0, 3u, -4, 'a', b'b', true, null, x + 1] + m[0] + {'k': 1, 'j': 'v'} + "
+        "T{a: 1, b: 'x'} + '%s'.format(['a', 1])", frozenset({"format"}))]
+    # m[0] indexes; T{...} is a typed object literal; format's argument list is exempt
+    assert kinds == [["int", "double", "uint", "int", "string", "bytes", "bool", "null"],
+                     ["string", "string"], ["int", "string"]]

@@ -487,5 +487,4 @@ def test_message_expression_failure_is_explained():
         "expression": "false", "message": "static text", "messageExpression": "string(gpu.kai.x)"}]})
     pod = first("manifests/gpuop__cuda-vector-add-legacy-pod.yaml")
     verdict = engine_for(policy).evaluate(from_object(pod, now=NOW))
-    assert verdict.message == ('msg: static text (messageExpression failed: Key not found in '
-                               'map : "x")')
+    assert verdict.message == "msg: static text (messageExpression failed: no such key: x)"

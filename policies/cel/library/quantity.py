@@ -27,6 +27,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Final
 
+from policies.cel.library.declarations import FunctionSpec, function
 from policies.facts.quantity import QuantityError, parse_quantity
 
 QUANTITY_KEY: Final = "__quantity__"
@@ -196,7 +197,39 @@ def _describe(value: object) -> str:
     return {int: "int", float: "double", str: "string", list: "list"}.get(type(value), "value")
 
 
+DECLARATIONS: Final[tuple[FunctionSpec, ...]] = (
+    function("quantity", ("string_to_quantity", ["string"], "opaque", False, quantity)),
+    function("isQuantity", ("is_quantity_string", ["string"], "bool", False, is_quantity)),
+    function(
+        "add",
+        ("quantity_add", ["opaque", "opaque"], "opaque", True, add),
+        ("quantity_add_int", ["opaque", "int"], "opaque", True, add),
+    ),
+    function(
+        "sub",
+        ("quantity_sub", ["opaque", "opaque"], "opaque", True, sub),
+        ("quantity_sub_int", ["opaque", "int"], "opaque", True, sub),
+    ),
+    function("mul", ("quantity_multiply_int", ["opaque", "int"], "opaque", True, mul)),
+    function(
+        "sign",
+        ("quantity_sign", ["opaque"], "int", False, sign),
+        ("quantity_sign_member", ["opaque"], "int", True, sign),
+    ),
+    function("isInteger", ("quantity_is_integer", ["opaque"], "bool", True, is_integer)),
+    function("asInteger", ("quantity_get_int", ["opaque"], "int", True, as_integer)),
+    function(
+        "asApproximateFloat",
+        ("quantity_get_float", ["opaque"], "double", True, as_approximate_float),
+    ),
+)
+"""The quantity library's functions (``compareTo``, ``isGreaterThan`` and ``isLessThan`` are
+shared with Semver in :mod:`~policies.cel.library.opaque`), as
+:mod:`~policies.cel.library.libraries` collects them."""
+
+
 __all__ = [
+    "DECLARATIONS",
     "MAX_EXPONENT",
     "QUANTITY_KEY",
     "add",
