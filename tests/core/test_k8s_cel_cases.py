@@ -22,7 +22,6 @@ with the reason from ``tests/data/k8s-cel/known-differences.yaml``, which docs/c
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,10 +33,11 @@ from tests.controlplane.cel_differential import (
     load_cases,
     load_known,
 )
+from tests.paths import ROOT
 
 KNOWN = load_known()
 CASES = load_cases()
-DOC = Path(__file__).resolve().parent.parent / "docs" / "cel.md"
+DOC = ROOT / "docs" / "cel.md"
 
 
 def _reasons() -> dict[int, tuple[str, bool]]:
