@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from audit.inventory.summary import GpuSummary, InventorySummary
 from policies.facts import mig
-from policies.facts.gpu import GPUFacts
+from policies.facts.gpu import GPUFacts, HamiSplit, KaiShare
 from policies.facts.nodes import NodeFacts, node_facts
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.workloads import workload_facts
@@ -194,10 +194,10 @@ def _allocate(node: NodeFacts | None, pods: Sequence[PodGpus], gpu_mib: int | No
     return held
 
 
-def _kai(held: _Allocation, pod: str, kai: Mapping[str, Any], gpu_mib: int | None) -> None:
+def _kai(held: _Allocation, pod: str, kai: KaiShare, gpu_mib: int | None) -> None:
     """A KAI / Run:ai pod: ``gpu-fraction`` of ``devices`` GPUs, or ``gpu-memory`` MiB on each."""
-    devices = int(kai.get("devices") or 1)
-    fraction, memory = kai.get("fraction"), kai.get("memory_mib")
+    devices = kai.devices
+    fraction, memory = kai.fraction, kai.memory_mib
     held.shared_pods.append(pod)
     held.shared_devices += devices
     if memory:
@@ -213,12 +213,11 @@ def _kai(held: _Allocation, pod: str, kai: Mapping[str, Any], gpu_mib: int | Non
                                       "MiB" + (f" x {devices}" if devices > 1 else ""), devices))
 
 
-def _hami(held: _Allocation, pod: str, hami: Mapping[str, Any], devices: int,
+def _hami(held: _Allocation, pod: str, hami: HamiSplit, devices: int,
           gpu_mib: int | None) -> None:
     """A HAMi pod: ``gpucores`` percent and ``gpumem`` MiB (or percent) on each of its GPUs."""
-    count = int(hami.get("gpus") or devices or 1)
-    cores, memory, percent = hami.get("gpucores"), hami.get("gpumem_mib"), hami.get(
-        "gpumem_percentage")
+    count = hami.gpus or devices or 1
+    cores, memory, percent = hami.gpucores, hami.gpumem_mib, hami.gpumem_percentage
     held.shared_pods.append(pod)
     held.shared_devices += count
     share = Fraction(int(cores), 100) if cores else Fraction(0)  # unknown share: no lower bound

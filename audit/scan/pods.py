@@ -221,14 +221,14 @@ class PodReader:
         facts = pod_facts(spec, metadata, settings=self._settings,
                           claim_templates=self._claims, namespace=namespace)
         kai_share = None
-        if facts.kai and facts.kai.get("fraction") is not None:
-            kai_share = Fraction(str(facts.kai["fraction"])) * int(facts.kai.get("devices") or 1)
+        if facts.kai and facts.kai.fraction is not None:
+            kai_share = Fraction(str(facts.kai.fraction)) * facts.kai.devices
         usage = TemplateUsage(
             gpu_requested=facts.requested,
             requests=dict(facts.effective_requests),
             equivalents=facts.gpu_equivalents,
             kai_share=kai_share,
-            hami=dict(facts.hami) if facts.hami else None,
+            hami=facts.hami.to_dict() if facts.hami else None,
             mig=dict(facts.mig),
             shared=facts.shared,
             dra=bool(facts.dra_claims),

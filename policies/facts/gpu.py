@@ -14,12 +14,14 @@ Must not read files, the clock or the environment, and must not know workload ki
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final, TypeVar
 
@@ -188,6 +190,75 @@ class DraClaim:
 
 
 @dataclass(frozen=True)
+class KaiShare:
+    """A pod's KAI / Run:ai GPU sharing, from its annotations (KAI scheduler docs, "GPU
+    sharing": ``gpu-fraction``, ``gpu-memory``, ``gpu-fraction-num-devices``,
+    ``gpu-fraction-container-name``).
+
+    ``fraction``: the share of each GPU (0 < f <= 1), None when only memory is asked;
+    ``memory_mib``: GPU memory per device (MiB), None when only a fraction is asked; ``devices``:
+    how many GPUs the share spans; ``container``: the container that gets it. The dict view
+    (:meth:`to_dict`, also the CEL ``gpu.kai`` map) has exactly these fields, same names.
+    """
+
+    fraction: float | None = None
+    memory_mib: int | None = None
+    devices: int = 1
+    container: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON / CEL view: the fields above, by name."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class HamiSplit:
+    """The HAMi / Volcano split of a container's GPUs (HAMi docs: ``nvidia.com/gpumem``,
+    ``gpumem-percentage``, ``gpucores``, and each vendor's equivalents), per GPU it spans.
+
+    ``gpus``: devices the split spans; ``gpumem_mib``: memory per device (MiB), None when not
+    given or the vendor's unit is unknown; ``gpumem_percentage``: memory per device in percent;
+    ``gpucores``: the vendor's core units per device (100 = a whole device for HAMi NVIDIA). The
+    dict view (:meth:`to_dict`, also the CEL ``gpu.hami`` map) has exactly these fields.
+    """
+
+    gpus: int = 1
+    gpumem_mib: int | None = None
+    gpumem_percentage: int | None = None
+    gpucores: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON / CEL view: the fields above, by name."""
+        return dataclasses.asdict(self)
+
+
+class MigSingleStatus(StrEnum):
+    """How a pod's ``nvidia.com/gpu`` relates to MIG on a ``mig.strategy=single`` node (NVIDIA
+    GPU operator docs, "MIG strategies": there ``nvidia.com/gpu`` is a MIG instance of the node's
+    one profile)."""
+
+    PINNED = "pinned"  # a node selector / affinity pins the MIG profile (nvidia.com/mig.config)
+    EXCLUDED = "excluded"  # the pod's placement excludes MIG nodes: whole GPUs
+    UNKNOWN = "unknown"  # nothing says: whole GPU or MIG instance, unknown from the pod alone
+
+
+@dataclass(frozen=True)
+class MigSingle:
+    """What ``nvidia.com/gpu`` means for this pod under the MIG ``single`` strategy:
+    ``status`` (:class:`MigSingleStatus`), the pinned ``profile`` and the GPU ``model`` when the
+    placement names them. The dict view (:meth:`to_dict`, also CEL ``gpu.migSingle``) has
+    exactly these fields, the status as its string."""
+
+    status: MigSingleStatus
+    profile: str | None = None
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON / CEL view: the fields above, by name."""
+        return {"status": str(self.status), "profile": self.profile, "model": self.model}
+
+
+@dataclass(frozen=True)
 class GPUFacts:
     """The GPU facts of one pod, or (scaled and merged) of a whole workload.
 
@@ -208,9 +279,9 @@ class GPUFacts:
     shared: bool = False
     gpu_memory_mib: int | None = None
     vendors: tuple[str, ...] = ()
-    mig_single: Mapping[str, str | None] | None = None
-    kai: Mapping[str, Any] | None = None
-    hami: Mapping[str, Any] | None = None
+    mig_single: MigSingle | None = None
+    kai: KaiShare | None = None
+    hami: HamiSplit | None = None
     dra_claims: tuple[DraClaim, ...] = ()
     unrequested_access: tuple[Access, ...] = ()
     privileged: tuple[Access, ...] = ()
@@ -257,9 +328,9 @@ class GPUFacts:
             "shared": self.shared,
             "gpu_memory_mib": self.gpu_memory_mib,
             "vendors": list(self.vendors),
-            "mig_single": dict(self.mig_single) if self.mig_single else None,
-            "kai": dict(self.kai) if self.kai else None,
-            "hami": dict(self.hami) if self.hami else None,
+            "mig_single": self.mig_single.to_dict() if self.mig_single else None,
+            "kai": self.kai.to_dict() if self.kai else None,
+            "hami": self.hami.to_dict() if self.hami else None,
             "dra": (
                 {"claims": [c.to_dict() for c in self.dra_claims], "gpus": self.dra_gpus}
                 if self.dra_claims
@@ -321,7 +392,8 @@ def merge(parts: Iterable[GPUFacts]) -> GPUFacts:
             memory = (memory or 0) + part.gpu_memory_mib
         kai = kai or part.kai
         hami = hami or part.hami
-        if part.mig_single and (single is None or part.mig_single.get("status") == "unknown"):
+        if part.mig_single and (single is None
+                                or part.mig_single.status == MigSingleStatus.UNKNOWN):
             single = part.mig_single
         approximate = approximate or part.approximate
         shared = shared or part.shared
@@ -367,7 +439,7 @@ class _Container:
     memory_mib: int | None = None
     asks_gpu: bool = False
     claims: frozenset[str] = frozenset()
-    split: dict[str, int | None] | None = None
+    split: HamiSplit | None = None
     asked: dict[str, int] = field(default_factory=dict)  # every GPU-related resource, as asked
 
 
@@ -646,9 +718,10 @@ def _container_asks(
         memory_mib = (None if memory is None or family.memory_mib_per_unit is None
                       else int(memory * family.memory_mib_per_unit))
         if container.split is None:
-            container.split = {"gpus": devices, "gpumem_mib": memory_mib,
-                               "gpumem_percentage": split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
-                               "gpucores": split.get(ResourceKind.SPLIT_CORES)}
+            container.split = HamiSplit(
+                gpus=devices, gpumem_mib=memory_mib,
+                gpumem_percentage=split.get(ResourceKind.SPLIT_MEMORY_PERCENT),
+                gpucores=split.get(ResourceKind.SPLIT_CORES))
         # All of a device's cores is the vendor's "exclusive" (HAMi gpucores 100); less shares it.
         out.shared = out.shared or family.cores_per_device is None or \
             split.get(ResourceKind.SPLIT_CORES) != family.cores_per_device
@@ -810,7 +883,7 @@ def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Pla
 def _kai(
     annotations: Mapping[str, Any], containers: Sequence[_Container], where: str,
     out: _Collector,
-) -> tuple[dict[str, Any] | None, Fraction | None]:
+) -> tuple[KaiShare | None, Fraction | None]:
     """Read the KAI / Run:ai annotations (``where`` is their metadata path): (details,
     equivalents). The annotated container counts as asking for a GPU."""
     texts: dict[str, str] = {}
@@ -823,12 +896,13 @@ def _kai(
             texts[key] = str(value).strip()
     if KAI_FRACTION not in texts and KAI_MEMORY not in texts:
         return None, Fraction(0)
-    details: dict[str, Any] = {"fraction": None, "memory_mib": None, "devices": 1,
-                               "container": None}
+    share_of: float | None = None
+    memory_of: int | None = None
+    devices_of = 1
     if KAI_DEVICES in texts:
         devices = parse_count(texts[KAI_DEVICES])
         if devices:
-            details["devices"] = devices
+            devices_of = devices
         else:
             out.invalid.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
                                "not a positive integer")
@@ -840,8 +914,8 @@ def _kai(
         else:
             fraction = Fraction(-1)
         if 0 < fraction <= 1:
-            details["fraction"] = float(fraction)
-            equivalents = fraction * details["devices"]
+            share_of = float(fraction)
+            equivalents = fraction * devices_of
         else:
             out.invalid.append(
                 f"{where}.annotations[{KAI_FRACTION}]: {texts[KAI_FRACTION]!r} is not a fraction "
@@ -851,7 +925,7 @@ def _kai(
     if KAI_MEMORY in texts:
         memory = texts[KAI_MEMORY]
         if (memory_mib := parse_count(memory)) is not None:
-            details["memory_mib"] = memory_mib
+            memory_of = memory_mib
             if equivalents is None:
                 out.unknown.append(
                     f"{where}.annotations[{KAI_MEMORY}]: {memory} MiB of GPU memory; the share "
@@ -872,11 +946,11 @@ def _kai(
     else:
         target = next((c for c in containers if c.ctype == "containers"), None)
     if target is not None:
-        details["container"] = target.name
         target.asks_gpu = True
     out.shared = True
     out.vendors.append("nvidia")
-    return details, equivalents
+    return KaiShare(share_of, memory_of, devices_of,
+                    target.name if target is not None else None), equivalents
 
 
 def _dra(
@@ -1122,8 +1196,8 @@ def pod_facts(
     equivalents = _add(equivalents, kai_equivalents)
     equivalents = _add(equivalents, dra_equivalents)
     memory = _effective([(c, c.memory_mib or 0) for c in plain])
-    if kai and kai.get("memory_mib"):
-        memory = (memory or 0) + kai["memory_mib"] * kai["devices"]
+    if kai and kai.memory_mib:
+        memory = (memory or 0) + kai.memory_mib * kai.devices
 
     reach: list[Access] = []
     privileged: list[Access] = []
@@ -1135,12 +1209,11 @@ def pod_facts(
     single = None
     if "nvidia.com/gpu" in gpus:
         if placement.mig_profile:
-            single = {"status": "pinned", "profile": placement.mig_profile,
-                      "model": placement.model}
+            single = MigSingle(MigSingleStatus.PINNED, placement.mig_profile, placement.model)
         elif placement.excluded_mig:
-            single = {"status": "excluded", "profile": None, "model": placement.model}
+            single = MigSingle(MigSingleStatus.EXCLUDED, None, placement.model)
         else:
-            single = {"status": "unknown", "profile": None, "model": None}
+            single = MigSingle(MigSingleStatus.UNKNOWN)
     hami = _hami_details(plain)
     return GPUFacts(
         gpus=gpus,
@@ -1166,9 +1239,9 @@ def pod_facts(
     )
 
 
-def _hami_details(containers: Sequence[_Container]) -> dict[str, int | None] | None:
+def _hami_details(containers: Sequence[_Container]) -> HamiSplit | None:
     """The HAMi / Volcano split of the first container that has one (per GPU it spans)."""
-    return next((dict(c.split) for c in containers if c.split), None)
+    return next((c.split for c in containers if c.split), None)
 
 
 # KubeVirt vGPU types are named like GRID_T4-1Q / NVIDIA_A10-4C (a framebuffer share), passthrough

@@ -5,13 +5,22 @@ edit).
 """
 
 import copy
+import dataclasses
 import re
 from fractions import Fraction
 
 import pytest
 
 from policies.cel.gpu import empty_gpu_data, gpu_data
-from policies.facts.gpu import GPUFacts, ResourceProblem, merge, pod_facts
+from policies.facts.gpu import (
+    GPUFacts,
+    HamiSplit,
+    KaiShare,
+    MigSingle,
+    ResourceProblem,
+    merge,
+    pod_facts,
+)
 from policies.facts.resource_names import GPUSettings
 from policies.facts.workloads import claim_templates_of, find_workload, workload_facts
 from policies.sources import read_documents
@@ -34,7 +43,7 @@ def test_gpu_only_in_init_container_is_counted_hami_2167():
     assert facts.effective_requests == {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}
     assert facts.gpus == {"nvidia.com/gpu": 1}
     assert facts.gpu_memory_mib == 8000
-    assert facts.hami == {"gpus": 1, "gpumem_mib": 8000, "gpumem_percentage": None,
+    assert facts.hami is not None and facts.hami.to_dict() == {"gpus": 1, "gpumem_mib": 8000, "gpumem_percentage": None,
                           "gpucores": None}
     assert facts.sources[0].path == "spec.initContainers[0].resources.limits[nvidia.com/gpu]"
     # HAMi memory in MiB without a cores share: the share of a GPU needs the GPU's size.
@@ -152,7 +161,7 @@ def test_mig_single_strategy_pinned_by_product_label_counts_a_slice():
     pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "A100-SXM4-40GB-MIG-1g.5gb"}
     facts = facts_of(pod)
     assert facts.gpus == {"nvidia.com/gpu": 1}
-    assert facts.mig_single == {"status": "pinned", "profile": "1g.5gb", "model": "A100-40GB"}
+    assert facts.mig_single is not None and facts.mig_single.to_dict() == {"status": "pinned", "profile": "1g.5gb", "model": "A100-40GB"}
     assert facts.gpu_equivalents == Fraction(1, 7)
 
 
@@ -163,7 +172,7 @@ def test_mig_single_strategy_pinned_by_gke_partition_size():
         "cloud.google.com/gke-gpu-partition-size": "3g.20gb",
     }
     facts = facts_of(pod)
-    assert facts.mig_single == {"status": "pinned", "profile": "3g.20gb", "model": "A100-40GB"}
+    assert facts.mig_single is not None and facts.mig_single.to_dict() == {"status": "pinned", "profile": "3g.20gb", "model": "A100-40GB"}
     assert facts.gpu_equivalents == Fraction(3, 7)
 
 
@@ -174,7 +183,7 @@ def test_whole_gpu_pinned_to_a_non_mig_product_by_required_affinity():
             {"key": "nvidia.com/gpu.product", "operator": "In",
              "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
     facts = facts_of(pod)
-    assert facts.mig_single == {"status": "excluded", "profile": None, "model": "H100-80GB"}
+    assert facts.mig_single is not None and facts.mig_single.to_dict() == {"status": "excluded", "profile": None, "model": "H100-80GB"}
     assert facts.gpu_equivalents == 1
 
 
@@ -225,8 +234,9 @@ def test_renamed_shared_resource_uses_configured_replicas():
 
 def test_kai_fraction_on_an_init_container():
     facts = facts_of(first("manifests/kai__gpu-fraction-init-container.yaml"))
-    assert facts.kai == {"fraction": 0.5, "memory_mib": None, "devices": 1,
-                         "container": "gpu-init"}
+    assert facts.kai is not None
+    assert facts.kai.to_dict() == {"fraction": 0.5, "memory_mib": None, "devices": 1,
+                                   "container": "gpu-init"}
     assert facts.gpu_equivalents == Fraction(1, 2)
     assert facts.shared
 
@@ -591,3 +601,33 @@ def test_resource_problems_in_cel():
         "problem": "obsolete resource name (removed in Kubernetes 1.10; use nvidia.com/gpu); the "
                    "API server rejects it"}]
     assert empty_gpu_data()["resourceProblems"] == []
+
+
+@pytest.mark.parametrize(("manifest", "field", "cel_key", "record"), [
+    ("manifests/kai__gpu-fraction-init-container.yaml", "kai", "kai", KaiShare),
+    ("manifests/hami__default-use-gpumem-gpucores.yaml", "hami", "hami", HamiSplit),
+])
+def test_kai_hami_views_are_the_record_fields(manifest, field, cel_key, record):
+    # One field list: the JSON view (to_dict) and the CEL view (gpu.kai / gpu.hami) are the
+    # record's fields, by name; no view adds, drops or renames one.
+    workload = workload_facts(first(manifest))
+    assert workload is not None
+    facts = workload.total
+    value = getattr(facts, field)
+    assert isinstance(value, record)
+    names = [f.name for f in dataclasses.fields(record)]
+    assert list(value.to_dict()) == names
+    assert list(facts.to_dict()[field]) == names
+    assert list(gpu_data(workload)[cel_key]) == names
+
+
+def test_mig_single_view_is_the_record_fields():
+    workload = workload_facts({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                               "spec": {"containers": [{"name": "c", "resources": {
+                                   "limits": {"nvidia.com/gpu": 1}}}]}})
+    assert workload is not None
+    facts = workload.total
+    assert isinstance(facts.mig_single, MigSingle)
+    names = [f.name for f in dataclasses.fields(MigSingle)]
+    assert list(facts.mig_single.to_dict()) == names == list(gpu_data(workload)["migSingle"])
+    assert facts.mig_single.to_dict()["status"] == "unknown"  # a plain string for JSON and CEL
