@@ -108,13 +108,19 @@ def _progress_callbacks(stack: ExitStack, live: bool) -> tuple[Callable[[int], N
     return objects, (pages if live else None)
 
 
-def connect_cluster(args: argparse.Namespace) -> Any:
-    """The cluster's ClusterConfig from ``--kubeconfig`` / ``--context`` (else the default
-    kubeconfig or in-cluster); raises ClusterConfigError. Shared with ``gpuguard diff``."""
+def connect_cluster(args: argparse.Namespace) -> tuple[Any, int]:
+    """``(the cluster's ClusterConfig, EXIT_OK)`` from ``--kubeconfig`` / ``--context`` (else
+    the default kubeconfig or in-cluster), or ``(None, EXIT_USAGE)`` after one line saying why
+    the configuration is unusable. Shared with ``gpuguard diff``."""
     # The kubernetes client is imported only for live audits: it costs ~0.3 s to load.
+    from kube.config import ClusterConfigError  # noqa: PLC0415
     from kube.connect import connect  # noqa: PLC0415
 
-    return connect(args.kubeconfig, args.context)
+    try:
+        return connect(args.kubeconfig, args.context), EXIT_OK
+    except ClusterConfigError as exc:
+        _error(f"error: {exc}")
+        return None, EXIT_USAGE
 
 
 def _publish(cluster: Any, report: dict[str, Any], failed: list[str]) -> int:
@@ -284,13 +290,9 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
 
     cluster = None
     if live:
-        from kube.config import ClusterConfigError  # noqa: PLC0415 - see connect_cluster
-
-        try:
-            cluster = connect_cluster(args)
-        except ClusterConfigError as exc:
-            _error(f"error: {exc}")
-            return EXIT_USAGE
+        cluster, code = connect_cluster(args)
+        if cluster is None:
+            return code
     history = None
     if args.history:
         try:

@@ -95,13 +95,9 @@ def run(args: argparse.Namespace, gpu: GPUSettings,
                        "every error)")
     cluster = None
     if live:
-        from kube.config import ClusterConfigError  # noqa: PLC0415 - see connect_cluster
-
-        try:
-            cluster = connect_cluster(args)
-        except ClusterConfigError as exc:
-            _error(f"error: {exc}")
-            return EXIT_USAGE
+        cluster, code = connect_cluster(args)
+        if cluster is None:
+            return code
     return _compare(args, settings, current, candidate, cluster)
 
 
