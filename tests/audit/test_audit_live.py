@@ -9,7 +9,6 @@ never slept, and nothing is timed.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
 import json
 from pathlib import Path
@@ -28,6 +27,7 @@ from kube.connect import connect
 from kube.lists import Lister, ListError, NotServed, Resource
 from policies.facts.resource_names import DEFAULT_SETTINGS
 from policies.sources import Document, LoadError
+from tests.builders.inventory_scenario import NOW
 from tests.fakes.fake_kube_api import FakeKubeAPI
 from tests.paths import ROOT
 
@@ -35,7 +35,6 @@ EXAMPLE = ROOT / "examples" / "cluster"
 POLICIES = ROOT / "tests" / "data" / "audit" / "policies.yaml"
 PODS = Resource("", "v1", "pods", "Pod")
 NODES = Resource("", "v1", "nodes", "Node")
-NOW = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.UTC)
 
 
 @pytest.fixture(scope="module")

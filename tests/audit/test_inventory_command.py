@@ -3,7 +3,6 @@ NVML, --annotate-node through a stand-in for the kube call, the --interval loop,
 kube.node_annotations' merge patch as the real kubernetes client sends it (no network)."""
 
 import argparse
-import datetime
 import io
 import json
 import sys
@@ -19,9 +18,8 @@ from audit.inventory.summary import ANNOTATION, summarize, summary_from_json
 from gpuguard import inventory_command
 from gpuguard.cli import main
 from kube.node_annotations import AnnotationError, NodeAnnotator, merge_patch
+from tests.builders.inventory_scenario import NOW
 from tests.fakes.fake_nvml import FakeNvml, example_machine, t4
-
-NOW = datetime.datetime(2026, 3, 2, 10, 0, 0, tzinfo=datetime.UTC)
 
 
 def args(*argv):

@@ -12,9 +12,8 @@ from audit.inventory.join import join_objects
 from audit.inventory.nvml_reader import read_inventory
 from audit.inventory.summary import ANNOTATION, summarize
 from tests.builders import inventory_scenario as scenario
+from tests.builders.inventory_scenario import NOW
 from tests.fakes.fake_nvml import FakeNvml, example_machine, h100
-
-NOW = datetime.datetime(2026, 3, 2, 10, 0, 0, tzinfo=datetime.UTC)
 
 
 def inventory(node="gpu-node-01", at=NOW, machine=example_machine):

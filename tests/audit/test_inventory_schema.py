@@ -2,7 +2,6 @@
 code writes, both read back unchanged, the summary stays small, bad documents name the field."""
 
 import copy
-import datetime
 import json
 import re
 
@@ -16,11 +15,11 @@ from audit.inventory.summary import (
     summary_from_dict,
     summary_from_json,
 )
+from tests.builders.inventory_scenario import NOW
 from tests.fakes.fake_nvml import FakeNvml, a100_mig, example_machine, h100
 from tests.paths import ROOT
 
 DOC = ROOT / "docs" / "inventory.md"
-NOW = datetime.datetime(2026, 3, 2, 10, 0, 0, tzinfo=datetime.UTC)
 
 
 def example():

@@ -1,7 +1,6 @@
 """audit.inventory.nvml_reader against the fake NVML backend: the call sequence, errors kept per device,
 MIG enumeration with empty slots, profile reconstruction, and the no-NVML paths."""
 
-import datetime
 import json
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 from audit.inventory.model import inventory_from_dict
 from audit.inventory.nvml import NvmlUnavailable, error_name, load_backend, unavailable_reason
 from audit.inventory.nvml_reader import profile_from_attributes, read_inventory
+from tests.builders.inventory_scenario import NOW
 from tests.fakes.fake_nvml import (
     A100_80GB_PROFILES,
     GIB,
@@ -25,8 +25,6 @@ from tests.fakes.fake_nvml import (
     mig_device,
     t4,
 )
-
-NOW = datetime.datetime(2026, 3, 2, 10, 0, 0, tzinfo=datetime.UTC)
 
 
 def read(fake, node="gpu-node-01"):

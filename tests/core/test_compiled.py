@@ -1,22 +1,19 @@
 """Policies compiled once for evaluation (policies/engine/compiled.py): the fast mode decides, says
 and patches exactly as the reference mode, which evaluates every policy as written."""
 
-import datetime
 
 import pytest
 import yaml
 
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine
 from policies.facts.review import from_object
 from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, library_path, parse_text
 from policies.vocabulary import EvaluationMode, EvaluationPoint
 from tests.builders.corpus import DATA, corpus_reviews, first
+from tests.builders.environment import ADMISSION_NOW as NOW
+from tests.builders.environment import ENV
 
-ENV = CelEnvironment(GPU_LIBRARY)
-NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 REVIEWS = list(corpus_reviews(NOW))
 POD = "manifests/gpuop__cuda-vector-add-legacy-pod.yaml"
 

@@ -7,16 +7,13 @@ import jsonpatch
 import pytest
 import yaml
 
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine, EvaluationExpired, audit_key
 from policies.facts.review import UserInfo, from_object, from_request
 from policies.policy.loader import build_policy_set, rewrite_jsonpatch_literals
 from policies.sources import parse_text
 from tests.builders.corpus import bug_input, first
-
-ENV = CelEnvironment(GPU_LIBRARY)
-NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
+from tests.builders.environment import ADMISSION_NOW as NOW
+from tests.builders.environment import ENV
 
 
 def engine_for(text: str) -> Engine:

@@ -1,23 +1,20 @@
 """Each policy's validation pass as one CEL program (policies/engine/fused.py): the same verdict as rule
 by rule on every real input, and the rule-by-rule path for anything that is not plain."""
 
-import datetime
 import json
 
 import pytest
 import yaml
 
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine
 from policies.facts.review import from_object, from_request
 from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, parse_text
 from policies.vocabulary import EvaluationMode
 from tests.builders.corpus import DATA, corpus_reviews, first
+from tests.builders.environment import ADMISSION_NOW as NOW
+from tests.builders.environment import ENV
 
-ENV = CelEnvironment(GPU_LIBRARY)
-NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 LIBRARY = DATA.parent.parent / "policies" / "library"
 
 

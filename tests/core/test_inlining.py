@@ -4,8 +4,6 @@ activations, and a safe fallback."""
 import pytest
 import yaml
 
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine
 from policies.engine.inlining import cel_literal, inline_policy
 from policies.facts.review import from_object
@@ -13,8 +11,7 @@ from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, library_path, parse_text
 from policies.vocabulary import EvaluationMode
 from tests.builders.corpus import first
-
-ENV = CelEnvironment(GPU_LIBRARY)
+from tests.builders.environment import ENV
 
 
 def policy_set(spec):

@@ -4,12 +4,9 @@
 import pytest
 
 from gpuguard.cli import main
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.policy.loader import load_policies
+from tests.builders.environment import ENV
 from tests.paths import TESTS
-
-ENV = CelEnvironment(GPU_LIBRARY)
 
 BROKEN = """\
 apiVersion: gpuguard.io/v1alpha1

@@ -14,8 +14,6 @@ import pytest
 
 from gpuguard import policy_set
 from gpuguard.cli import main
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.facts.resource_names import GPUSettings
 from policies.policy.loader import load_policies, load_quotas, load_snapshot, read_policy_files
 from policies.sources import (
@@ -26,8 +24,8 @@ from policies.sources import (
     read_snapshot,
 )
 from tests.builders.corpus import DATA
+from tests.builders.environment import ENV
 
-ENV = CelEnvironment(GPU_LIBRARY)
 POD = str(DATA / "manifests" / "gpuop__cuda-vector-add-legacy-pod.yaml")
 
 DENY = """\

@@ -5,8 +5,6 @@ import copy
 import pytest
 
 from kube.lists import AUDIT_RESOURCES
-from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine
 from policies.facts import prefilter
 from policies.facts.review import from_object, plural_of
@@ -15,8 +13,8 @@ from policies.facts.workloads import find_workload
 from policies.policy.loader import build_policy_set
 from policies.sources import Document
 from tests.builders.corpus import first
+from tests.builders.environment import ENV
 
-ENV = CelEnvironment(GPU_LIBRARY)
 LIMIT = {
     "apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "max-4"},
     "spec": {"validations": [{"expression": "gpu.maxPerPod.count <= 4",

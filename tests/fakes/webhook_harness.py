@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import copy
-import datetime
 import functools
 import json
 import os
@@ -23,6 +22,7 @@ from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
 from policies.facts.resource_names import GPUSettings
 from policies.sources import Snapshot
+from tests.builders.environment import ADMISSION_NOW as NOW
 from tests.fakes.fake_timer import ManualTimer
 from tests.paths import TESTS
 from webhook.admission import Admitter, Recorder
@@ -32,7 +32,6 @@ from webhook.metrics import Metrics
 from webhook.policy_store import PolicyStore
 from webhook.settings import ServerSettings
 
-NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 JSON = {"Content-Type": "application/json"}
 DATA = TESTS / "data"
 

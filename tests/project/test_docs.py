@@ -5,14 +5,13 @@ import re
 
 import pytest
 
-from policies.cel.gpu import GPU_LIBRARY, gpu_data
-from policies.cel.runtime import CelEnvironment
+from policies.cel.gpu import gpu_data
 from policies.facts.workloads import workload_facts
 from tests.builders.corpus import first
+from tests.builders.environment import ENV
 from tests.paths import ROOT, TESTS
 
 DOC = ROOT / "docs" / "cel.md"
-ENV = CelEnvironment(GPU_LIBRARY)
 
 
 def examples():
