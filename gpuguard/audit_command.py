@@ -44,6 +44,7 @@ from audit.scan.utilization import Metrics, MetricsError, read_metrics
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
+from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
@@ -249,8 +250,8 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         _error("error: give either -f PATH (a snapshot) or --cluster, not both")
         return EXIT_USAGE
     if not live and not args.filename:
-        _error("error: nothing to audit: give -f PATH (e.g. -f examples/cluster, the bundled "
-               "snapshot) or --cluster")
+        _error(f"error: nothing to audit: give -f PATH (e.g. -f {shown(CLUSTER_SNAPSHOT)}, the "
+               "bundled snapshot) or --cluster")
         return EXIT_USAGE
     if args.write_reports and not live:
         _error("error: --write-reports writes to the cluster: use it with --cluster")

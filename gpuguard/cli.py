@@ -50,6 +50,16 @@ class _UsageError(Exception):
     """A command-line usage error (exit code 2)."""
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up only when asked for (package metadata is read
+    from disk), then the parser exits 0 like argparse's own version action."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"gpuguard {version()}")
+        parser.exit()
+
+
 # Each command module has register(subparsers) -> handler(args, settings) -> exit code.
 _COMMANDS = (audit_command, gpus_command, lint_command, check_command, test_command, certs_command,
              serve_command, inventory_command, match_conditions_command)
@@ -64,6 +74,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int
         "2 bad input or usage, 3 environment (no NVML, API server unreachable), "
         "70 internal error.",
     )
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print gpuguard's version and exit")
     parser.add_argument("--debug", action="store_true",
                         help=f"print the traceback of an internal error (or {DEBUG_VARIABLE}=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -72,6 +84,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int
         name, handler = module.register(commands)
         handlers[name] = handler
     return parser, handlers
+
+
+def version() -> str:
+    """The installed distribution's version (``0.1.0``: pyproject.toml's, through the package
+    metadata), or ``unknown (not installed)`` when the sources run without being installed."""
+    from importlib.metadata import PackageNotFoundError  # noqa: PLC0415 - only for --version
+    from importlib.metadata import version as distribution_version  # noqa: PLC0415
+
+    try:
+        return distribution_version("gpuguard")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
