@@ -47,13 +47,14 @@ from gpuguard import policy_set
 from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
+from gpuguard.output_formats import write as write_document
 from gpuguard.settings import add_gpu_settings
 from policies.facts.resource_names import GPUSettings
 from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
 from policies.policy.quota import QUOTA_KIND
 from policies.sources import Document, LoadError, printable
 
-OUTPUTS = ("table", "json", "markdown", "html", "policyreport")
+OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
 
@@ -194,6 +195,8 @@ def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
 def _print(report: dict[str, Any], output: str) -> None:
     if output == "json":
         write_json(report, sys.stdout)
+    elif output == "yaml":
+        write_document(report, "yaml", sys.stdout)
     elif output == "markdown":
         sys.stdout.write(render_markdown.render(report) + "\n")
     elif output == "html":
