@@ -98,3 +98,47 @@ def test_check_takes_n_for_the_namespace():
     long = _run("check", "-f", POD, "--namespace", "team-llm", "-o", "json")
     assert short == long
     assert json.loads(short[1])["results"][0]["namespace"] == "team-llm"
+
+
+def _flags(parser: argparse.ArgumentParser) -> tuple[str, str, str]:
+    """(the -o cell, the -f cell, the -n cell) of docs/cli-conventions.md for ``parser``."""
+    options = {o: a for a in parser._actions for o in a.option_strings}
+    output = options.get("-o")
+    if output is None:
+        cell = "—"
+    elif output.metavar == "FILE":
+        cell = "FILE"
+    elif output.metavar == "FORMAT":  # gpuguard.output_formats.add_output
+        cell = ", ".join(f for f in (*DOCUMENT_FORMATS, "markdown", "html", "policyreport")
+                         if _accepts(parser, f))
+    else:
+        cell = ", ".join(output.choices)
+    paths = any(a.nargs in ("+", "*") and not a.option_strings for a in parser._actions)
+    files = "yes" if "-f" in options else "PATH..." if paths else "—"
+    namespace = "yes" if {"-n", "--namespace"} <= set(options) else "—"
+    return cell, files, namespace
+
+
+def _accepts(parser: argparse.ArgumentParser, output: str) -> bool:
+    action = next(a for a in parser._actions if "-o" in a.option_strings)
+    try:
+        return action.type(output) == output
+    except argparse.ArgumentTypeError:
+        return False
+
+
+def test_the_conventions_table_is_what_the_parsers_take():
+    rows = {}
+    for line in (ROOT / "docs" / "cli-conventions.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0].strip("`")] = tuple(cells[1:4])
+    assert list(rows) == list(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        parser = _parser(name)
+        if name == "audit":  # its own choices (OUTPUTS), not add_output
+            output = next(a for a in parser._actions if "-o" in a.option_strings)
+            flags = (", ".join(output.choices), *_flags(parser)[1:])
+        else:
+            flags = _flags(parser)
+        assert rows[name] == flags, name
