@@ -2,8 +2,8 @@
 ``-o table|json|yaml`` with JSON and YAML the same versioned document, YAML without anchors,
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
-Not yet common (see the report of the branch): ``inventory`` has no ``-o yaml``;
-``match-conditions -o`` names an output file; ``-o junit|sarif`` does not exist yet.
+Not yet common (docs/cli-conventions.md): ``match-conditions -o`` names an output file;
+``-o junit|sarif`` does not exist yet.
 """
 
 from __future__ import annotations
@@ -142,3 +142,23 @@ def test_the_conventions_table_is_what_the_parsers_take():
         else:
             flags = _flags(parser)
         assert rows[name] == flags, name
+
+
+def test_inventory_yaml_is_its_json_document():
+    from tests.test_inventory_command import run as run_inventory
+
+    code, as_json, _ = run_inventory(["--node", "gpu-node-01"])
+    code_yaml, as_yaml, _ = run_inventory(["--node", "gpu-node-01", "-o", "yaml"])
+    assert code == code_yaml == 0
+    document = json.loads(as_json)
+    assert document["apiVersion"] == API_VERSION
+    assert yaml.safe_load(as_yaml) == document and "&id" not in as_yaml
+
+
+def test_certs_take_n_for_the_namespace():
+    parser = _parser("certs")
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, required in (("generate", ["--service", "gpuguard", "--out", "x"]),
+                           ("renew", ["--out", "x"])):
+        args = sub.choices[name].parse_known_args(["-n", "gpuguard-system", *required])[0]
+        assert args.namespace == "gpuguard-system"
