@@ -61,7 +61,11 @@ def _print_table(results: Sequence[SuiteResult]) -> None:
 def run(paths: Sequence[str], output: str, settings: GPUSettings) -> int:
     """Run the suites under ``paths``, print the results; returns the exit code (0, 1 or 2)."""
     results = run_paths(paths, settings)
-    if output != "table":
+    if output == "junit":
+        from gpuguard.junit_report import junit_xml  # noqa: PLC0415 - only for -o junit
+
+        sys.stdout.write(junit_xml(results))
+    elif output != "table":
         write(versioned("TestReport", {
             "suites": [{"source": s.source, "name": s.name, "errors": list(s.errors),
                         "cases": [c.to_dict() for c in s.cases]} for s in results],
@@ -88,6 +92,6 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     )
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="suite file or directory of suite files")
-    add_output(parser)
+    add_output(parser, extra=("junit",))
     add_gpu_settings(parser)
     return "test", lambda args, settings: run(args.paths, args.output, settings)

@@ -3,7 +3,7 @@
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
 Not yet common (docs/cli-conventions.md): ``match-conditions -o`` names an output file;
-``-o junit|sarif`` does not exist yet.
+``-o junit|sarif`` for ``check`` and ``audit`` findings.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def _flags(parser: argparse.ArgumentParser) -> tuple[str, str, str]:
     elif output.metavar == "FILE":
         cell = "FILE"
     elif output.metavar == "FORMAT":  # gpuguard.output_formats.add_output
-        cell = ", ".join(f for f in (*DOCUMENT_FORMATS, "markdown", "html", "policyreport")
+        cell = ", ".join(f for f in (*DOCUMENT_FORMATS, "junit", "sarif", "markdown", "html", "policyreport")
                          if _accepts(parser, f))
     else:
         cell = ", ".join(output.choices)
@@ -162,3 +162,40 @@ def test_certs_take_n_for_the_namespace():
                            ("renew", ["--out", "x"])):
         args = sub.choices[name].parse_known_args(["-n", "gpuguard-system", *required])[0]
         assert args.namespace == "gpuguard-system"
+
+
+def test_test_results_as_junit_for_ci(tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    vllm = EXAMPLE / "workloads" / "vllm-mistral.yaml"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"""\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicyTest
+metadata: {{name: limits}}
+policies: [{ROOT / "policies" / "library" / "gpu-requests-equal-limits.yaml"}]
+cases:
+- name: passes
+  resource: {vllm}
+  expect: {{allowed: true}}
+- name: fails
+  resource: {vllm}
+  expect: {{allowed: false}}
+- name: later
+  skip: "waiting for \\x01 the fix"
+  resource: {vllm}
+  expect: {{allowed: true}}
+""")
+    assert cli.main(["test", str(suite), "-o", "junit"]) == 1
+    out = capsys.readouterr().out
+    root = ET.fromstring(out.encode())
+    assert (root.tag, root.get("tests"), root.get("failures"), root.get("errors"),
+            root.get("skipped")) == ("testsuites", "3", "1", "0", "1")
+    (element,) = root
+    assert (element.get("name"), element.get("file")) == ("limits", str(suite))
+    cases = {c.get("name"): c for c in element}
+    assert cases["passes"].find("failure") is None
+    failure = cases["fails"].find("failure")
+    assert failure.get("message") == "allowed: expected false, got true (no denial)"
+    assert cases["later"].find("skipped") is not None
+    assert "\\u0001" in cases["later"].find("skipped").get("message")
