@@ -206,12 +206,14 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
             snapshot.index.namespace_labels, settings)
     now = datetime.datetime.now(datetime.UTC)
     entries = []
+    located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
     for document in documents:
         try:
             review = _review(document, args, labels, now, snapshot)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue
+        located.append((document.source, document.line_of("")))
         if quota_check is None:
             entries.append(_entry(document, review, engine.evaluate(review)))
             continue
@@ -220,7 +222,13 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
                               quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
-    if args.output != "table":
+    if args.output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import sarif_log  # noqa: PLC0415
+
+        sys.stdout.write(sarif_log(((s, n, e) for (s, n), e in zip(located, entries,
+                                                                  strict=True)), version()))
+    elif args.output != "table":
         write(versioned("CheckResult", {"results": entries, "errors": problems}), args.output,
               sys.stdout)
     else:
@@ -254,6 +262,6 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--user", default="", help="requesting user name (userInfo.username)")
     parser.add_argument("--group", action="append", default=[],
                         help="requesting user's group (repeatable)")
-    add_output(parser)
+    add_output(parser, extra=("sarif",))
     add_gpu_settings(parser)
     return "check", run

@@ -3,7 +3,7 @@
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
 Not yet common (docs/cli-conventions.md): ``match-conditions -o`` names an output file;
-``-o junit|sarif`` for ``check`` and ``audit`` findings.
+``-o junit|sarif`` for ``audit`` findings, ``-o junit`` for ``check``.
 """
 
 from __future__ import annotations
@@ -199,3 +199,36 @@ cases:
     assert failure.get("message") == "allowed: expected false, got true (no denial)"
     assert cases["later"].find("skipped") is not None
     assert "\\u0001" in cases["later"].find("skipped").get("message")
+
+
+def test_check_findings_as_sarif_for_code_scanning(tmp_path):
+    policy = tmp_path / "toy.yaml"
+    policy.write_text("""\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: toy}
+spec:
+  validationActions: [Warn]
+  validations:
+  - name: no-gpu
+    expression: gpu.count == 0
+    message: asks for a GPU
+""")
+    denied = _run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "sarif")
+    warned = _run("check", "-f", POD, "--policies", str(policy), "-o", "sarif")
+    log = json.loads(denied[1])
+    assert (log["version"], denied[0]) == ("2.1.0", 1)
+    (run,) = log["runs"]
+    assert run["tool"]["driver"]["name"] == "gpuguard"
+    rules = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert rules == ["no-unrequested-gpu-access/no-unrequested-access"]
+    # The two denials check -o json reports, each pointing at the file.
+    as_json = json.loads(_run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "json")[1])
+    assert len(run["results"]) == sum(1 for e in as_json["results"] if not e["allowed"]) == 2
+    for result in run["results"]:
+        assert (result["level"], result["ruleIndex"]) == ("error", 0)
+        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
+            str(EXAMPLE / "pods.yaml")
+    (warning,) = json.loads(warned[1])["runs"][0]["results"]
+    assert (warned[0], warning["ruleId"], warning["level"]) == (0, "toy/no-gpu", "warning")
+    assert warning["message"]["text"] == "Deployment team-llm/mistral-7b: asks for a GPU"
