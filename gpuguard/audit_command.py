@@ -44,15 +44,17 @@ from audit.scan.utilization import Metrics, MetricsError, read_metrics
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
+from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
+from gpuguard.output_formats import write as write_document
 from gpuguard.settings import add_gpu_settings
 from policies.facts.resource_names import GPUSettings
 from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
 from policies.policy.quota import QUOTA_KIND
 from policies.sources import Document, LoadError, printable
 
-OUTPUTS = ("table", "json", "markdown", "html", "policyreport")
+OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
 
@@ -201,6 +203,8 @@ def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
 def _print(report: dict[str, Any], output: str) -> None:
     if output == "json":
         write_json(report, sys.stdout)
+    elif output == "yaml":
+        write_document(report, "yaml", sys.stdout)
     elif output == "markdown":
         sys.stdout.write(render_markdown.render(report) + "\n")
     elif output == "html":
@@ -257,8 +261,8 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         _error("error: give either -f PATH (a snapshot) or --cluster, not both")
         return EXIT_USAGE
     if not live and not args.filename:
-        _error("error: nothing to audit: give -f PATH (e.g. -f examples/cluster, the bundled "
-               "snapshot) or --cluster")
+        _error(f"error: nothing to audit: give -f PATH (e.g. -f {shown(CLUSTER_SNAPSHOT)}, the "
+               "bundled snapshot) or --cluster")
         return EXIT_USAGE
     if args.write_reports and not live:
         _error("error: --write-reports writes to the cluster: use it with --cluster")

@@ -303,7 +303,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "NAME.NS.svc.cluster.local.",
     )
     gen.add_argument("--service", required=True, metavar="NAME", help="the webhook Service name")
-    gen.add_argument("--namespace", required=True, metavar="NS", help="its namespace")
+    gen.add_argument("-n", "--namespace", required=True, metavar="NS", help="its namespace")
     gen.add_argument("--force", action="store_true",
                      help="replace existing files, including the CA (the caBundle changes)")
     gen.add_argument("--ca-days", type=_positive, default=DEFAULT_CA_DAYS, metavar="N",
@@ -317,7 +317,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "of the current tls.crt are reused.",
     )
     ren.add_argument("--service", metavar="NAME", help="the webhook Service name")
-    ren.add_argument("--namespace", metavar="NS", help="its namespace")
+    ren.add_argument("-n", "--namespace", metavar="NS", help="its namespace")
     for command in (gen, ren):
         command.add_argument("--out", default=".", metavar="DIR",
                              help="directory of ca.crt, ca.key, tls.crt, tls.key (default .)")

@@ -30,6 +30,7 @@ from rich.table import Table
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
+from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
@@ -205,12 +206,14 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
             snapshot.index.namespace_labels, settings)
     now = datetime.datetime.now(datetime.UTC)
     entries = []
+    located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
     for document in documents:
         try:
             review = _review(document, args, labels, now, snapshot)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue
+        located.append((document.source, document.line_of("")))
         if quota_check is None:
             entries.append(_entry(document, review, engine.evaluate(review)))
             continue
@@ -219,9 +222,15 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
                               quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
-    if args.output == "json":
-        json.dump({"results": entries, "errors": problems}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+    if args.output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import sarif_log  # noqa: PLC0415
+
+        sys.stdout.write(sarif_log(((s, n, e) for (s, n), e in zip(located, entries,
+                                                                  strict=True)), version()))
+    elif args.output != "table":
+        write(versioned("CheckResult", {"results": entries, "errors": problems}), args.output,
+              sys.stdout)
     else:
         _print_table(entries)
     if problems:
@@ -241,7 +250,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help="manifests or AdmissionReviews: file, directory or - (repeatable)")
     parser.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory (repeatable); default: built-in library")
-    parser.add_argument("--namespace", default="default",
+    parser.add_argument("-n", "--namespace", default="default",
                         help="namespace for objects that name none (default: default)")
     parser.add_argument("--namespace-labels", metavar="K=V,...",
                         help="labels of the objects' namespace, for namespaceSelector and "
@@ -253,6 +262,6 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--user", default="", help="requesting user name (userInfo.username)")
     parser.add_argument("--group", action="append", default=[],
                         help="requesting user's group (repeatable)")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output(parser, extra=("sarif",))
     add_gpu_settings(parser)
     return "check", run

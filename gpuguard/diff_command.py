@@ -162,7 +162,8 @@ def _print(diff: dict[str, Any], output: str) -> None:
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
     """Add ``gpuguard diff``; returns (name, handler)."""
     parser = commands.add_parser(
-        "diff", help="what a candidate policy set would change on a snapshot (what-if)",
+        "diff",
+        help="what a candidate policy set would change on a snapshot or the cluster (what-if)",
         description="Audit a snapshot with the current policy set and with a candidate, and "
         "print per workload what changes: newly denied, newly warned, no longer denied, new or "
         "changed mutations (JSONPatch), with counts per policy and per team. Exit 1 when the "

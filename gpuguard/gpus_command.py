@@ -9,18 +9,17 @@ exit code is 2. A path that names no object at all (an empty file or directory, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
+from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from policies.facts.dra import DraIndex
 from policies.facts.nodes import node_facts
@@ -121,11 +120,9 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
     result = collect(paths, settings)
     for error in result["errors"]:
         print(f"gpuguard: {error}", file=sys.stderr)
-    if output == "json":
-        # One write: json.dump's many small writes dominate the time on large snapshots.
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    elif output == "yaml":
-        yaml.safe_dump(result, sys.stdout, sort_keys=False)
+    if output != "table":
+        # One write for JSON: json.dump's many small writes dominate on large snapshots.
+        write(versioned("GPUFacts", result), output, sys.stdout)
     else:
         console = Console()
         if not console.is_terminal:
@@ -150,7 +147,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         help="file, directory or - for stdin; YAML (multi-document) or JSON, kind: List, .gz "
         "(repeatable)",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    add_output(parser)
     parser.add_argument(
         "--all", action="store_true",
         help="also list workloads that ask for no GPU (table output)",

@@ -31,6 +31,7 @@ from audit.inventory.nvml import NvmlBackend, NvmlUnavailable, load_backend
 from audit.inventory.nvml_reader import read_inventory
 from audit.inventory.summary import ANNOTATION, summarize
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE
+from gpuguard.output_formats import write
 from policies.facts.resource_names import GPUSettings
 from policies.sources import printable
 
@@ -185,7 +186,7 @@ def _once(args: argparse.Namespace, backend: NvmlBackend, node: str, annotate: A
     if args.output == "table":
         render_table(inventory, out)
     else:
-        out.write(json.dumps(inventory.to_dict(), indent=2) + "\n")
+        write(inventory.to_dict(), args.output, out)
     if annotate is None:
         return EXIT_OK
     try:
@@ -245,8 +246,9 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "'gpuguard audit --inventory' joins with the allocations). Schema: docs/inventory.md. "
         "Exit codes: 0 done, 2 usage or annotation failure, 3 NVML not available.",
     )
-    parser.add_argument("-o", "--output", choices=("json", "table"), default="json",
-                        help="json (the GPUInventory document, default) or table")
+    parser.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="json",
+                        help="json (the GPUInventory document, default), yaml (the same "
+                        "document) or table")
     parser.add_argument("--annotate-node", metavar="NAME",
                         help=f"patch the {ANNOTATION} annotation of Node NAME (needs patch on "
                         "nodes)")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK
+from gpuguard.output_formats import add_output, versioned, write
 from policies.facts.resource_names import GPUSettings
 
 
@@ -18,11 +18,11 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
     loaded = policy_set.load(paths, settings)
     names = loaded.engine.policies.names()
     quotas = loaded.engine.policies.quotas
-    if output == "json":
-        json.dump({"policies": list(names), "quotas": [q.name for q in quotas],
-                   "errors": [str(e) for e in loaded.errors],
-                   "warnings": list(loaded.warnings)}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+    if output != "table":
+        write(versioned("LintResult", {
+            "policies": list(names), "quotas": [q.name for q in quotas],
+            "errors": [str(e) for e in loaded.errors], "warnings": list(loaded.warnings)}),
+            output, sys.stdout)
     else:
         for error in loaded.errors:
             print(f"error: {error}")
@@ -43,5 +43,5 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "document and field path. Exit 1 when there is any error.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="policy file or directory")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_output(parser, aliases={"text": "table"})
     return "lint", lambda args, settings: run(args.paths, args.output, settings)

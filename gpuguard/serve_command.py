@@ -48,6 +48,7 @@ from certs.generate import generate_ca, generate_serving_cert
 from certs.material import utc_now
 from certs.tls import ReloadingTLS, TLSError, describe
 from gpuguard import policy_set
+from gpuguard.bundled_examples import ADMISSION_REVIEW
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
 from gpuguard.settings import add_gpu_settings
 from kube.config import ClusterConfigError, detect
@@ -68,8 +69,7 @@ from webhook.server import Server, run
 from webhook.settings import ServerSettings
 
 LOG = logging.getLogger("gpuguard.serve")
-SAMPLE_REVIEW = Path(__file__).resolve().parent.parent / "examples" / "admission" / \
-    "gpu-pod-review.json"
+SAMPLE_REVIEW = ADMISSION_REVIEW  # also in a wheel install (package data)
 DEV_SERVICE, DEV_NAMESPACE = "gpuguard", "gpuguard-system"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)

@@ -10,7 +10,6 @@ policies did not load (the message names the file, line and field).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from policies.facts.resource_names import GPUSettings
 from policies.suites import ERRORED, FAILED, PASSED, SKIPPED, SuiteResult, exit_code, run_paths
@@ -61,14 +61,16 @@ def _print_table(results: Sequence[SuiteResult]) -> None:
 def run(paths: Sequence[str], output: str, settings: GPUSettings) -> int:
     """Run the suites under ``paths``, print the results; returns the exit code (0, 1 or 2)."""
     results = run_paths(paths, settings)
-    if output == "json":
-        document: dict[str, Any] = {
+    if output == "junit":
+        from gpuguard.junit_report import junit_xml  # noqa: PLC0415 - only for -o junit
+
+        sys.stdout.write(junit_xml(results))
+    elif output != "table":
+        write(versioned("TestReport", {
             "suites": [{"source": s.source, "name": s.name, "errors": list(s.errors),
                         "cases": [c.to_dict() for c in s.cases]} for s in results],
             "summary": _summary(results),
-        }
-        json.dump(document, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        }), output, sys.stdout)
     else:
         _print_table(results)
     for suite in results:  # unreadable input, also on stderr, one line each
@@ -90,6 +92,6 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     )
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="suite file or directory of suite files")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_output(parser, extra=("junit",))
     add_gpu_settings(parser)
     return "test", lambda args, settings: run(args.paths, args.output, settings)

@@ -1,11 +1,14 @@
 """Inline SVG charts for the HTML report: plain markup, no script, no external resource.
 
 Owns drawing the report's charts from its figures — allocation per node and per team (stacked
-horizontal bars in GPU-equivalents), fragmentation (free whole GPUs per node against the pod sizes
-that still fit) and findings by policy (stacked by severity). Every label goes through
-:func:`html.escape`; colours come from CSS classes the page defines (``s-allocated``, ``s-free``,
-``s-stranded``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``, ``s-error``,
-``s-info``), and each bar segment has a ``<title>`` tooltip.
+horizontal bars in GPU-equivalents; free GPUs on cordoned/NotReady nodes apart from the really
+stranded ones), fragmentation (free whole GPUs per node against the pod sizes that still fit),
+findings by policy (stacked by severity) and, apart, the mutations admission would apply (``info``
+findings, which would otherwise dwarf the rest). Every label goes through :func:`html.escape`;
+colours come from CSS classes the page defines (``s-allocated``, ``s-free``, ``s-stranded``,
+``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``, ``s-error``,
+``s-info``), and each bar segment has a ``<title>`` tooltip. Labels are sized to the longest one
+(up to :data:`MAX_LABEL` characters) so that none is cut at the chart's edge.
 
 Must not read the report's files or anything else; returns strings.
 """
@@ -16,16 +19,22 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from audit.report.tables import IN_SERVICE, UNAVAILABLE, number
+
 Segment = tuple[float, str, str]  # (value, css class, tooltip)
 _ROW = 22
-_LABEL = 220
-_WIDTH = 760
-_PLOT = _WIDTH - _LABEL - 90
+_PLOT = 450
+_VALUE = 60  # room right of the longest bar for its total
+_CHAR = 7.2  # px per character of the 12 px label font, a generous average (digits, a-z, -)
+_NOTE_CHAR = 6.4  # same for the 11 px notes and legend
 MAX_ROWS = 40
+#: Longer labels are shortened with "…" (the full text is the label's tooltip).
+MAX_LABEL = 44
+_SEVERITIES = ("deny", "warn", "audit", "error")
 
 
 def _number(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
+    return number(value)
 
 
 def bar_chart(title: str, rows: Sequence[tuple[str, Sequence[Segment]]], unit: str,
@@ -41,64 +50,97 @@ def bar_chart(title: str, rows: Sequence[tuple[str, Sequence[Segment]]], unit: s
     """
     shown = list(rows[:MAX_ROWS])
     peak = max((sum(v for v, _, _ in segs) for _, segs in shown), default=0.0) or 1.0
+    label_width = 16 + _CHAR * min(MAX_LABEL, max((len(label) for label, _ in shown),
+                                                  default=8))
+    width = round(max(label_width + _PLOT + _VALUE, _CHAR * len(title),
+                      _NOTE_CHAR * len(note)))
+    legend_lines = _legend_lines(legend, width - label_width)
     top = 48 if note else 34
-    height = top + len(shown) * _ROW + 40
+    height = top + max(len(shown), 1) * _ROW + 28 + 16 * len(legend_lines)
     parts = [f'<svg class="chart" role="img" aria-label="{html.escape(title)}" '
-             f'viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" height="{height}">',
+             f'viewBox="0 0 {width} {height}" width="{width}" height="{height}">',
              f'<text class="c-title" x="0" y="16">{html.escape(title)}</text>']
     if note:
         parts.append(f'<text class="c-note" x="0" y="34">{html.escape(note)}</text>')
+    if not shown:
+        parts.append(f'<text class="c-note" x="{label_width:.0f}" y="{top + 15}">nothing to '
+                     "draw</text>")
     for index, (label, segments) in enumerate(shown):
         y = top + index * _ROW
-        short = label if len(label) <= 32 else label[:31] + "…"
-        parts.append(f'<text class="c-label" x="{_LABEL - 8}" y="{y + 15}" '
+        short = label if len(label) <= MAX_LABEL else label[:MAX_LABEL - 1] + "…"
+        parts.append(f'<text class="c-label" x="{label_width - 8:.0f}" y="{y + 15}" '
                      f'text-anchor="end"><title>{html.escape(label)}</title>'
                      f'{html.escape(short)}</text>')
-        x = float(_LABEL)
+        x = label_width
         total = 0.0
         for value, css, tip in segments:
             if value <= 0:
                 continue
-            width = value / peak * _PLOT
-            parts.append(f'<rect class="{css}" x="{x:.1f}" y="{y + 3}" width="{width:.1f}" '
+            bar = value / peak * _PLOT
+            parts.append(f'<rect class="{css}" x="{x:.1f}" y="{y + 3}" width="{bar:.1f}" '
                          f'height="{_ROW - 6}"><title>{html.escape(tip)}</title></rect>')
-            x += width
+            x += bar
             total += value
         parts.append(f'<text class="c-value" x="{x + 6:.1f}" y="{y + 15}">'
                      f'{html.escape(_number(total))}</text>')
-    axis_y = top + len(shown) * _ROW + 4
-    parts.append(f'<line class="c-axis" x1="{_LABEL}" y1="{top}" x2="{_LABEL}" y2="{axis_y}"/>')
-    parts.append(f'<text class="c-note" x="{_LABEL}" y="{axis_y + 16}">0 — '
+    axis_y = top + max(len(shown), 1) * _ROW + 4
+    parts.append(f'<line class="c-axis" x1="{label_width:.0f}" y1="{top}" '
+                 f'x2="{label_width:.0f}" y2="{axis_y}"/>')
+    parts.append(f'<text class="c-note" x="{label_width:.0f}" y="{axis_y + 16}">0 — '
                  f'{html.escape(_number(peak))} {html.escape(unit)}</text>')
-    x = float(_LABEL + 180)
-    for css, text in legend:
-        parts.append(f'<rect class="{css}" x="{x:.0f}" y="{axis_y + 7}" width="10" height="10"/>'
-                     f'<text class="c-note" x="{x + 14:.0f}" y="{axis_y + 16}">'
-                     f'{html.escape(text)}</text>')
-        x += 14 + 7 * len(text) + 16
+    for line, entries in enumerate(legend_lines):
+        y = axis_y + 32 + 16 * line
+        x = label_width
+        for css, text in entries:
+            parts.append(f'<rect class="{css}" x="{x:.0f}" y="{y - 9}" width="10" height="10"/>'
+                         f'<text class="c-note" x="{x + 14:.0f}" y="{y}">'
+                         f'{html.escape(text)}</text>')
+            x += _legend_width(text)
     parts.append("</svg>")
     return "".join(parts)
 
 
+def _legend_width(text: str) -> float:
+    return 14 + _NOTE_CHAR * len(text) + 16
+
+
+def _legend_lines(legend: Sequence[tuple[str, str]],
+                  room: float) -> list[list[tuple[str, str]]]:
+    """The legend's entries in lines of at most ``room`` px (at least one entry a line)."""
+    lines: list[list[tuple[str, str]]] = []
+    used = room
+    for entry in legend:
+        if used + _legend_width(entry[1]) > room:
+            lines.append([])
+            used = 0.0
+        lines[-1].append(entry)
+        used += _legend_width(entry[1])
+    return lines
+
+
 def node_allocation(report: Mapping[str, Any]) -> str:
-    """Allocated / free / stranded GPU-equivalents per GPU node (largest nodes first)."""
+    """Allocated / free / stranded GPU-equivalents per GPU node (largest nodes first); free GPUs
+    on cordoned or NotReady nodes (``stranded.node_unavailable``) in their own colour."""
     rows = []
     for node in sorted(report["nodes"], key=lambda n: (-(n["gpu_equivalents"]["allocatable"]
                                                           or 0), n["name"])):
         eq = node["gpu_equivalents"]
         allocated = eq["allocated"] or 0.0
         free = eq["free"] or 0.0
-        stranded = node["stranded"] is not None
+        stranded = node["stranded"]
+        css, what = ("s-free", "free") if stranded is None else \
+            ("s-unavailable", f"free on a {UNAVAILABLE.removesuffix('s')}") \
+            if stranded["node_unavailable"] else ("s-stranded", "stranded")
         rows.append((node["name"], [
             (allocated, "s-allocated", f"{node['name']}: {_number(allocated)} allocated"),
-            (free, "s-stranded" if stranded else "s-free",
-             f"{node['name']}: {_number(free)} {'stranded' if stranded else 'free'}"
-             + (f" ({'; '.join(node['stranded']['reasons'])})" if stranded else "")),
+            (free, css, f"{node['name']}: {_number(free)} {what}"
+             + (f" ({'; '.join(stranded['reasons'])})" if stranded else "")),
         ]))
     note = f"{len(rows) - MAX_ROWS} more nodes in the tables" if len(rows) > MAX_ROWS else ""
     return bar_chart("GPU allocation per node", rows, "GPU-equivalents",
                      [("s-allocated", "allocated"), ("s-free", "free"),
-                      ("s-stranded", "stranded")], note=note)
+                      ("s-stranded", f"stranded on {IN_SERVICE}"),
+                      ("s-unavailable", f"free on {UNAVAILABLE}")], note=note)
 
 
 def team_allocation(report: Mapping[str, Any]) -> str:
@@ -136,14 +178,25 @@ def fragmentation(report: Mapping[str, Any]) -> str:
 
 
 def findings_by_policy(report: Mapping[str, Any]) -> str:
-    """Findings per policy, stacked by severity."""
+    """Findings per policy, stacked by severity (deny, warn, audit, error; ``info`` apart in
+    :func:`mutations_by_policy`)."""
     rows = []
-    for entry in sorted(report["policies"], key=lambda p: -sum(
-            p[s] for s in ("deny", "warn", "audit", "error", "info"))):
+    for entry in sorted(report["policies"], key=lambda p: (-sum(p[s] for s in _SEVERITIES),
+                                                           p["policy"])):
         segments = [(float(entry[s]), f"s-{s}", f"{entry['policy']}: {entry[s]} {s}")
-                    for s in ("deny", "warn", "audit", "error", "info")]
+                    for s in _SEVERITIES]
         if sum(v for v, _, _ in segments):
             rows.append((entry["policy"], segments))
     return bar_chart("Findings by policy", rows, "findings",
-                     [("s-deny", "deny"), ("s-warn", "warn"), ("s-audit", "audit"),
-                      ("s-error", "error"), ("s-info", "info")])
+                     [(f"s-{s}", s) for s in _SEVERITIES])
+
+
+def mutations_by_policy(report: Mapping[str, Any]) -> str:
+    """``info`` findings per policy: the changes admission's mutating policies would make to
+    running workloads (not violations)."""
+    rows = [(entry["policy"], [(float(entry["info"]), "s-info",
+                                f"{entry['policy']}: {entry['info']} mutation(s)")])
+            for entry in sorted(report["policies"], key=lambda p: (-p["info"], p["policy"]))
+            if entry["info"]]
+    return bar_chart("Mutations admission would apply (info)", rows, "workloads",
+                     [("s-info", "info: a change, not a violation")])

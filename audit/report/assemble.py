@@ -290,6 +290,7 @@ def _summary(result: ScanResult, workloads: dict[ObjectKey, dict[str, Any]],
         "evaluated_workloads": len(result.compliance.evaluated),
         "physical_gpus": cluster["physical_gpus"],
         "whole_gpus": cluster["whole_gpus"],
+        "stranded_by_cause": cluster["stranded_by_cause"],
         "gpu_equivalents": {
             **{k: v for k, v in cluster["gpu_equivalents"].items() if k != "nodes_unknown"},
             "pending": as_float(pending_eq),

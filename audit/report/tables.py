@@ -11,6 +11,7 @@ Must not print or escape for a medium.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,30 @@ class TextTable:
 
 
 def number(value: float | None, unknown: str = "?") -> str:
-    """A GPU-equivalent (or other) figure: up to 3 decimals, no trailing zeros."""
+    """A GPU-equivalent (or other) figure as a person reads it: 2 decimals below 10, 1 from 10
+    on, no trailing zeros (``0.14``, ``4.14``, ``72.1``, ``8``); a non-zero figure that would
+    round to 0 is ``<0.01``. The JSON report keeps the exact figures (6 places)."""
     if value is None:
         return unknown
-    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    text = f"{value:.{1 if abs(value) >= 10 else 2}f}".rstrip("0").rstrip(".")
+    if text in ("0", "-0", "") and value:
+        return "<0.01" if value > 0 else "-<0.01"
     return "0" if text in ("-0", "") else text
+
+
+def moment(value: str | None, unknown: str = "-") -> str:
+    """An ISO 8601 time of the report (``2026-12-02T01:20:15.031985+00:00``) as a person reads
+    it, in UTC to the minute: ``2 Dec 2026, 01:20 UTC``. A time without a zone is taken as UTC;
+    text that is no ISO time is returned as it is."""
+    if not value:
+        return unknown
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.UTC)
+    return f"{when.day} {when:%b %Y, %H:%M} UTC"
 
 
 def ref_text(ref: Mapping[str, Any] | None) -> str:
@@ -69,13 +89,15 @@ def _summary(report: Mapping[str, Any]) -> TextTable:
         ("GPU-equivalents", f"{number(eq['allocatable'])} allocatable, "
          f"{number(eq['allocated'])} allocated"
          + (f" ({share:.0%})" if share is not None else "")
-         + f", {number(eq['free'])} free, {number(eq['stranded'])} stranded"),
+         + f", {number(eq['free'])} free, {number(eq['stranded'])} stranded "
+         f"({_stranded_split(s, 'gpu_equivalents')})"),
         ("pending demand", f"{s['gpu_pods']['pending']} GPU pod(s), "
          f"{number(eq['pending'])} GPU-equivalents"),
         ("idle allocated", "no metrics" if eq["idle_allocated"] is None
          else f"{number(eq['idle_allocated'])} GPU-equivalents"),
         ("whole GPUs", f"{whole['allocatable']} allocatable, {whole['allocated']} allocated, "
-         f"{whole['free']} free, {whole['stranded']} stranded"),
+         f"{whole['free']} free, {whole['stranded']} stranded "
+         f"({_stranded_split(s, 'whole_gpus')})"),
         ("pods", f"{s['pods']} ({s['gpu_pods']['running']} GPU pods running, "
          f"{s['gpu_pods']['pending']} pending; {s['finished_pods']} finished, not counted)"),
         ("workloads", f"{s['workloads']} ({s['gpu_workloads']} with GPUs, "
@@ -87,16 +109,29 @@ def _summary(report: Mapping[str, Any]) -> TextTable:
             f"more: {', '.join(s['quotas']['near']) or 'none'}")]
           if s.get("quotas") and (s["quotas"]["over"] or s["quotas"]["near"]) else []),
         ("problems", f"{s['stranded_nodes']} node(s) with stranded GPUs, "
-         f"{s['errors']} input error(s), {s['warnings']} warning(s)"),
+         f"{s['errors']} input error(s), {len(_problem_rows(report)) - s['errors']} "
+         "warning(s)"),
     ]
     return TextTable("summary", "Summary", ("", ""), tuple(rows))
+
+
+def _stranded_split(summary: Mapping[str, Any], unit: str) -> str:
+    """``16 on cordoned/NotReady nodes, 10 on in-service nodes`` from ``stranded_by_cause``."""
+    causes = summary["stranded_by_cause"]
+    return (f"{number(causes['node_unavailable'][unit])} on {UNAVAILABLE}, "
+            f"{number(causes['in_service'][unit])} on {IN_SERVICE}")
+
+
+#: How the two causes of stranded GPUs are named in every human-readable output.
+UNAVAILABLE = "cordoned/NotReady nodes"
+IN_SERVICE = "in-service nodes"
 
 
 def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
     changes = report.get("changes")
     if not changes:
         return []
-    note = f"since run {changes['previous_run']['id']} at {changes['previous_run']['at']}"
+    note = f"since run {changes['previous_run']['id']} at {moment(changes['previous_run']['at'])}"
     policy_set = changes.get("policy_set") or {}
     if policy_set.get("changed"):
         added, gone = policy_set.get("policies_added"), policy_set.get("policies_removed")
@@ -229,11 +264,23 @@ def _fragmentation(report: Mapping[str, Any]) -> TextTable:
                   rows, None)
 
 
-def _stranded(report: Mapping[str, Any], limit: int | None) -> TextTable:
-    rows = [(s["node"], number(s["gpu_equivalents"]), str(s["whole_gpus"]),
-             _counts(s["resources"]), "; ".join(s["reasons"])) for s in report["stranded"]]
-    return _table("stranded", "Stranded GPUs (free, but no pod can use them)",
-                  ("node", "GPU-eq", "whole GPUs", "free resources", "why"), rows, limit)
+def _stranded(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
+    """Two tables: free GPUs on nodes out of service (NotReady / cordoned: a failure's or an
+    operator's doing), and GPUs stranded on nodes in service (a placement problem to fix)."""
+    columns = ("node", "GPU-eq", "whole GPUs", "free resources", "why")
+    tables = []
+    for key, unavailable, title, note in (
+            ("stranded", False, f"Stranded GPUs on {IN_SERVICE} (free, but no pod can use them)",
+             "Ready and schedulable nodes whose free GPUs no pod of the snapshot can use: "
+             "MIG misconfigured, a taint nothing tolerates, CPU or memory exhausted"),
+            ("stranded-unavailable", True, f"Free GPUs on {UNAVAILABLE}",
+             "out of service: the scheduler skips these nodes for every pod until they are "
+             "Ready and uncordoned")):
+        rows = [(s["node"], number(s["gpu_equivalents"]), str(s["whole_gpus"]),
+                 _counts(s["resources"]), "; ".join(s["reasons"]))
+                for s in report["stranded"] if s["node_unavailable"] is unavailable]
+        tables.append(_table(key, title, columns, rows, limit, note))
+    return tables
 
 
 def _mig(report: Mapping[str, Any]) -> list[TextTable]:
@@ -267,7 +314,8 @@ def _utilization(report: Mapping[str, Any], limit: int | None) -> list[TextTable
     window = util["window"]
     note = (f"{util['devices']} device(s) in {util['source']}, {util['allocated_devices']} "
             f"allocated, {util['idle_allocated_devices']} idle (< {util['idle_below']:.0%} "
-            + (f"mean utilization); window {window['start']} to {window['end']}, "
+            + (f"mean utilization); window {moment(window['start'])} to "
+               f"{moment(window['end'])}, "
                if window["start"] and window["end"] else
                "mean utilization); sample times not given, ")
             + f"{window['samples']} sample(s)")
@@ -303,12 +351,19 @@ def _exceptions(report: Mapping[str, Any], limit: int | None) -> TextTable:
                   ("policy", "workload", "team", "reason"), rows, limit)
 
 
-def _problems(report: Mapping[str, Any], limit: int | None) -> TextTable:
+def _problem_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Input errors, warnings and the nodes' label warnings: the rows of the problems table,
+    which the summary counts (one list, so the counts match the table)."""
     rows = [("error", e) for e in report["errors"]] + [("warning", w)
                                                        for w in report["warnings"]]
     for node in report["nodes"]:
         rows += [("node", f"{node['name']}: {w}") for w in node["warnings"]]
-    return _table("problems", "Input errors and warnings", ("type", "message"), rows, limit)
+    return rows
+
+
+def _problems(report: Mapping[str, Any], limit: int | None) -> TextTable:
+    return _table("problems", "Input errors and warnings", ("type", "message"),
+                  _problem_rows(report), limit)
 
 
 def tables(report: Mapping[str, Any], limit: int | None = None) -> list[TextTable]:
@@ -316,7 +371,7 @@ def tables(report: Mapping[str, Any], limit: int | None = None) -> list[TextTabl
     return [
         _summary(report), *_changes(report, limit), _teams(report, limit),
         *_quotas(report, limit),
-        _nodes(report, limit), _fragmentation(report), _stranded(report, limit),
+        _nodes(report, limit), _fragmentation(report), *_stranded(report, limit),
         *_mig(report), _pending(report, limit), *_utilization(report, limit),
         _policies(report), _findings(report, limit), _exceptions(report, limit),
         _problems(report, limit),

@@ -14,7 +14,10 @@ pods for the pending analysis), then the figures of the report:
 - **free** = allocatable - allocated, per resource and in GPU-equivalents, on usable nodes;
 - **stranded**: free GPUs on nodes nothing can use — not Ready, cordoned, ``-MIG-INVALID``, behind
   a taint that no GPU workload in the snapshot tolerates, or with CPU / memory so exhausted that
-  the smallest GPU pod of the snapshot no longer fits;
+  the smallest GPU pod of the snapshot no longer fits. Each stranded node says whether the node
+  is out of service (:func:`node_unavailable`: NotReady or cordoned, the scheduler skips it for
+  every pod — an operator's or a failure's doing, not a placement problem) or in service with
+  GPUs nothing can use (the rest), and the cluster totals split the two;
 - **fragmentation** of whole GPUs: total free vs the largest request one node can still host
   ("12 GPUs free, but no node can host a 4-GPU pod");
 - **MIG**: instances configured vs used per profile; pending demand for profiles no node offers;
@@ -48,6 +51,14 @@ DEFAULT_MIN_CPU_MILLICORES = 1000
 DEFAULT_MIN_MEMORY_BYTES = 1 << 30
 FIT_SIZES = (1, 2, 4, 8)
 _CONDITION_TAINTS = "node.kubernetes.io/"
+
+
+def node_unavailable(node: NodeCapacity) -> bool:
+    """Whether the kube-scheduler filters ``node`` out for every pod: its Ready condition is
+    False, or it is cordoned (``spec.unschedulable``). A node with no conditions counts as Ready
+    (:mod:`audit.scan.node_capacity`). The one place this rule is decided, for stranded GPUs and
+    for the pending pods' ``node-unavailable`` reason."""
+    return node.ready is False or node.unschedulable
 
 
 def as_float(value: Fraction | float | None) -> float | None:
@@ -346,6 +357,7 @@ class Placement:
             cluster=self._cluster(gpu_nodes, equivalents),
             fragmentation=self._fragmentation(gpu_nodes, equivalents),
             stranded=[{"node": n["name"], "reasons": n["stranded"]["reasons"],
+                       "node_unavailable": n["stranded"]["node_unavailable"],
                        "gpu_equivalents": n["stranded"]["gpu_equivalents"],
                        "whole_gpus": n["stranded"]["whole_gpus"],
                        "resources": n["stranded"]["resources"]}
@@ -420,6 +432,7 @@ class Placement:
         if reasons and (free_eq is None or free_eq > 0 or node.facts.mig_invalid):
             stranded = {
                 "reasons": reasons,
+                "node_unavailable": node_unavailable(node),
                 "gpu_equivalents": as_float(free_eq),
                 "whole_gpus": free_whole,
                 "resources": {r: v["free"] for r, v in resources.items() if v["free"]},
@@ -469,6 +482,10 @@ class Placement:
         totals: dict[str, Fraction | float] = {
             "allocatable": Fraction(0), "allocated": Fraction(0), "free": Fraction(0),
                   "stranded": Fraction(0)}
+        # Stranded GPUs split by cause: on nodes out of service (NotReady / cordoned) or in service.
+        by_cause: dict[str, dict[str, Any]] = {
+            cause: {"nodes": 0, "gpu_equivalents": Fraction(0), "whole_gpus": 0}
+                    for cause in ("node_unavailable", "in_service")}
         unknown_nodes = []
         physical = 0
         physical_unknown = 0
@@ -488,6 +505,12 @@ class Placement:
             totals["allocated"] += figures.allocated
             if figures.free is not None:
                 totals["stranded" if node["stranded"] else "free"] += figures.free
+            if node["stranded"]:
+                cause = by_cause["node_unavailable" if node["stranded"]["node_unavailable"]
+                                 else "in_service"]
+                cause["nodes"] += 1
+                cause["whole_gpus"] += node["whole_gpus"]["free"]
+                cause["gpu_equivalents"] += figures.free or 0
             if node["physical_gpus"] is None:
                 physical_unknown += 1
             else:
@@ -503,6 +526,8 @@ class Placement:
             "gpu_equivalents": {k: as_float(v) for k, v in totals.items()}
             | {"nodes_unknown": unknown_nodes},
             "whole_gpus": whole,
+            "stranded_by_cause": {name: {**cause, "gpu_equivalents": as_float(
+                cause["gpu_equivalents"])} for name, cause in by_cause.items()},
             "resources": dict(sorted(resources.items())),
         }
 
@@ -650,8 +675,8 @@ def _explain(template: TemplateUsage, nodes: list[NodeCapacity],
     fits: list[str] = []
     offered = {r for node in nodes for r, n in node.allocatable.items() if n}
     for node in nodes:
-        unavailable = "node(s) were not ready" if node.ready is False else \
-            "node(s) were unschedulable" if node.unschedulable else None
+        unavailable = None if not node_unavailable(node) else \
+            "node(s) were not ready" if node.ready is False else "node(s) were unschedulable"
         bad = untolerated(template.tolerations, node.taints)
         selected = selects(template.node_selector, template.affinity, node.labels, node.name)
         short = [r for r, n in sorted(template.requests.items())

@@ -69,10 +69,11 @@ def test_html_is_self_contained_with_charts(report):
     parser.feed(page)
     parser.close()
     assert parser.open == []  # every element closed in order
-    assert parser.tags.count("svg") == 4
+    assert parser.tags.count("svg") == 5
     labels = [v for k, v in parser.attributes if k == "aria-label"]
     assert labels == ["GPU allocation per node", "GPU allocation per team",
-                      "Fragmentation: nodes that can host an N-GPU pod", "Findings by policy"]
+                      "Fragmentation: nodes that can host an N-GPU pod", "Findings by policy",
+                      "Mutations admission would apply (info)"]
     # nothing is fetched: no script, stylesheet link, image, frame or URL anywhere
     assert not {"script", "link", "img", "iframe", "object", "embed"} & set(parser.tags)
     assert not any(k in ("src", "href") for k, _ in parser.attributes)
@@ -96,6 +97,10 @@ def test_html_escapes_input():
                            "evaluated_workloads": 0,
                            "findings": {"deny": 1, "warn": 0, "audit": 0, "error": 0,
                                         "info": 0},
+                           "stranded_by_cause": {cause: {"nodes": 0, "gpu_equivalents": 0,
+                                                         "whole_gpus": 0}
+                                                 for cause in ("node_unavailable",
+                                                               "in_service")},
                            "exceptions": 0, "stranded_nodes": 0, "errors": 0, "warnings": 0},
                "nodes": [], "teams": [], "stranded": [], "pending": [],
                "fragmentation": {"whole_gpus": [], "gpu_equivalents": {

@@ -1,0 +1,233 @@
+"""The flags every command shares (issue 19, item 4), checked on the real parsers and outputs:
+``-o table|json|yaml`` with JSON and YAML the same versioned document, YAML without anchors,
+``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
+
+Not yet common (docs/cli-conventions.md): ``match-conditions -o`` names an output file;
+``-o junit|sarif`` for ``audit`` findings, ``-o junit`` for ``check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+
+import pytest
+import yaml
+
+from audit.report.assemble import API_VERSION as REPORT_API_VERSION
+from gpuguard import cli
+from gpuguard.output_formats import API_VERSION, DOCUMENT_FORMATS, write
+from tests.paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "cluster"
+POD = str(EXAMPLE / "workloads" / "vllm-mistral.yaml")
+LIBRARY = str(ROOT / "policies" / "library")
+
+#: command line (without -o) → the kind of its document.
+DOCUMENTS = {
+    ("gpus", "-f", POD): "GPUFacts",
+    ("lint", LIBRARY): "LintResult",
+    ("check", "-f", POD, "-n", "team-llm"): "CheckResult",
+    ("test", str(ROOT / "tests" / "policies")): "TestReport",
+    ("audit", "-f", str(EXAMPLE), "--jobs", "0"): "AuditReport",
+}
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.main(list(argv))
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize(("argv", "kind"), list(DOCUMENTS.items()),
+                         ids=[argv[0] for argv in DOCUMENTS])
+def test_json_and_yaml_are_the_same_versioned_document(argv, kind):
+    code, as_json = _run(*argv, "-o", "json")
+    code_yaml, as_yaml = _run(*argv, "-o", "yaml")
+    assert code == code_yaml and code in (0, 1), as_json[-500:]
+    document = json.loads(as_json)
+    assert (document["apiVersion"], document["kind"]) == (API_VERSION, kind)
+    assert list(document)[:2] == ["apiVersion", "kind"]
+    again = yaml.safe_load(as_yaml)
+    if kind == "AuditReport":  # two runs, two times
+        again["generated"] = document["generated"]
+    assert again == document
+    assert "&id" not in as_yaml and "*id" not in as_yaml
+
+
+def test_yaml_writes_a_repeated_object_out_again():
+    shared = {"nvidia.com/gpu": 1}
+    stream = io.StringIO()
+    write({"requests": shared, "limits": shared}, "yaml", stream)
+    assert stream.getvalue() == ("requests:\n  nvidia.com/gpu: 1\n"
+                                 "limits:\n  nvidia.com/gpu: 1\n")
+
+
+def test_one_api_version_for_every_output():
+    assert API_VERSION == REPORT_API_VERSION
+
+
+def _parser(name: str) -> argparse.ArgumentParser:
+    parser, _ = cli.build_parser(name)
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize(("name", "inputs"), [
+    ("audit", ["-f", "x"]), ("gpus", ["-f", "x"]), ("check", ["-f", "x"]), ("lint", ["x"]),
+    ("test", ["x"])])
+def test_every_document_command_takes_the_common_formats(name, inputs):
+    parser = _parser(name)
+    for output in DOCUMENT_FORMATS:
+        assert parser.parse_args(["-o", output, *inputs]).output == output
+
+
+def test_lint_still_accepts_text_as_table(capsys):
+    assert _parser("lint").parse_args(["-o", "text", "x"]).output == "table"
+    assert cli.main(["lint", "-o", "xml", LIBRARY]) == 2
+    assert "invalid choice: 'xml' (choose from 'table', 'json', 'yaml')" in \
+        capsys.readouterr().err
+
+
+def test_check_takes_n_for_the_namespace():
+    short = _run("check", "-f", POD, "-n", "team-llm", "-o", "json")
+    long = _run("check", "-f", POD, "--namespace", "team-llm", "-o", "json")
+    assert short == long
+    assert json.loads(short[1])["results"][0]["namespace"] == "team-llm"
+
+
+def _flags(parser: argparse.ArgumentParser) -> tuple[str, str, str]:
+    """(the -o cell, the -f cell, the -n cell) of docs/cli-conventions.md for ``parser``."""
+    options = {o: a for a in parser._actions for o in a.option_strings}
+    output = options.get("-o")
+    if output is None:
+        cell = "—"
+    elif output.metavar in ("FILE", "DIR"):  # -o names where to write, not a format
+        cell = output.metavar
+    elif output.metavar == "FORMAT":  # gpuguard.output_formats.add_output
+        cell = ", ".join(f for f in (*DOCUMENT_FORMATS, "junit", "sarif", "markdown", "html", "policyreport")
+                         if _accepts(parser, f))
+    else:
+        cell = ", ".join(output.choices)
+    paths = any(a.nargs in ("+", "*") and not a.option_strings for a in parser._actions)
+    files = "yes" if "-f" in options else "PATH..." if paths else "—"
+    namespace = "yes" if {"-n", "--namespace"} <= set(options) else "—"
+    return cell, files, namespace
+
+
+def _accepts(parser: argparse.ArgumentParser, output: str) -> bool:
+    action = next(a for a in parser._actions if "-o" in a.option_strings)
+    try:
+        return action.type(output) == output
+    except argparse.ArgumentTypeError:
+        return False
+
+
+def test_the_conventions_table_is_what_the_parsers_take():
+    rows = {}
+    for line in (ROOT / "docs" / "cli-conventions.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0].strip("`")] = tuple(cells[1:4])
+    assert list(rows) == list(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        parser = _parser(name)
+        if name == "audit":  # its own choices (OUTPUTS), not add_output
+            output = next(a for a in parser._actions if "-o" in a.option_strings)
+            flags = (", ".join(output.choices), *_flags(parser)[1:])
+        else:
+            flags = _flags(parser)
+        assert rows[name] == flags, name
+
+
+def test_inventory_yaml_is_its_json_document():
+    from tests.audit.test_inventory_command import run as run_inventory
+
+    code, as_json, _ = run_inventory(["--node", "gpu-node-01"])
+    code_yaml, as_yaml, _ = run_inventory(["--node", "gpu-node-01", "-o", "yaml"])
+    assert code == code_yaml == 0
+    document = json.loads(as_json)
+    assert document["apiVersion"] == API_VERSION
+    assert yaml.safe_load(as_yaml) == document and "&id" not in as_yaml
+
+
+def test_certs_take_n_for_the_namespace():
+    parser = _parser("certs")
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, required in (("generate", ["--service", "gpuguard", "--out", "x"]),
+                           ("renew", ["--out", "x"])):
+        args = sub.choices[name].parse_known_args(["-n", "gpuguard-system", *required])[0]
+        assert args.namespace == "gpuguard-system"
+
+
+def test_test_results_as_junit_for_ci(tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    vllm = EXAMPLE / "workloads" / "vllm-mistral.yaml"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"""\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicyTest
+metadata: {{name: limits}}
+policies: [{ROOT / "policies" / "library" / "gpu-requests-equal-limits.yaml"}]
+cases:
+- name: passes
+  resource: {vllm}
+  expect: {{allowed: true}}
+- name: fails
+  resource: {vllm}
+  expect: {{allowed: false}}
+- name: later
+  skip: "waiting for \\x01 the fix"
+  resource: {vllm}
+  expect: {{allowed: true}}
+""")
+    assert cli.main(["test", str(suite), "-o", "junit"]) == 1
+    out = capsys.readouterr().out
+    root = ET.fromstring(out.encode())
+    assert (root.tag, root.get("tests"), root.get("failures"), root.get("errors"),
+            root.get("skipped")) == ("testsuites", "3", "1", "0", "1")
+    (element,) = root
+    assert (element.get("name"), element.get("file")) == ("limits", str(suite))
+    cases = {c.get("name"): c for c in element}
+    assert cases["passes"].find("failure") is None
+    failure = cases["fails"].find("failure")
+    assert failure.get("message") == "allowed: expected false, got true (no denial)"
+    assert cases["later"].find("skipped") is not None
+    assert "\\u0001" in cases["later"].find("skipped").get("message")
+
+
+def test_check_findings_as_sarif_for_code_scanning(tmp_path):
+    policy = tmp_path / "toy.yaml"
+    policy.write_text("""\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: toy}
+spec:
+  validationActions: [Warn]
+  validations:
+  - name: no-gpu
+    expression: gpu.count == 0
+    message: asks for a GPU
+""")
+    denied = _run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "sarif")
+    warned = _run("check", "-f", POD, "--policies", str(policy), "-o", "sarif")
+    log = json.loads(denied[1])
+    assert (log["version"], denied[0]) == ("2.1.0", 1)
+    (run,) = log["runs"]
+    assert run["tool"]["driver"]["name"] == "gpuguard"
+    rules = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert rules == ["no-unrequested-gpu-access/no-unrequested-access"]
+    # The two denials check -o json reports, each pointing at the file.
+    as_json = json.loads(_run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "json")[1])
+    assert len(run["results"]) == sum(1 for e in as_json["results"] if not e["allowed"]) == 2
+    for result in run["results"]:
+        assert (result["level"], result["ruleIndex"]) == ("error", 0)
+        assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
+            str(EXAMPLE / "pods.yaml")
+    (warning,) = json.loads(warned[1])["runs"][0]["results"]
+    assert (warned[0], warning["ruleId"], warning["level"]) == (0, "toy/no-gpu", "warning")
+    assert warning["message"]["text"] == "Deployment team-llm/mistral-7b: asks for a GPU"
