@@ -229,9 +229,7 @@ class AdmissionHandlers:
         self._headers(request)
         body = _Body()
         await self._read_body(request, self.settings.max_body_bytes, body)
-        data = body.data()
-        return wire.parse_envelope(wire.decode_json(data, max_depth=self.settings.max_depth),
-                                   len(data))
+        return wire.decode_envelope(body.data(), max_depth=self.settings.max_depth)
 
     def _check_deadline(self, started_at: float, body: _Body) -> None:
         """Raise the 429 of a large request whose deadline passed while it waited for a turn
