@@ -98,6 +98,10 @@ and the loop must keep answering health probes and reading other requests."""
 INLINE_OVERRUNS = 3
 
 
+Abandoned = Callable[["concurrent.futures.Future[Any]"], None]
+"""Told of an evaluation left running in its thread past the deadline (:meth:`Admitter.admit`)."""
+
+
 class NamespaceSource(Protocol):
     """Namespace objects by name (:mod:`kube.namespaces`)."""
 
@@ -275,11 +279,13 @@ class Admitter:
         return review
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,
-                    waited_s: float = 0.0) -> Decision:
+                    waited_s: float = 0.0, abandoned: Abandoned | None = None) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
 
         ``waited_s``: seconds the request already spent before this call (a large body's wait
-        for a decode turn, its read and decode), taken off its deadline.
+        for a decode turn, its read and decode), taken off its deadline. ``abandoned``: called,
+        on the event loop, with each thread-pool evaluation still running when the deadline
+        decided the answer (it stops at its next policy or rule; the caller may wait for it).
 
         Raises:
             WireError: 400 for an AdmissionRequest that cannot be evaluated; 503 when no
@@ -298,10 +304,12 @@ class Admitter:
         request = envelope.request
         checked = (request.get("object"), request.get("oldObject")) if envelope.checked else ()
         with checked_json(*checked):
-            return await self._decide(envelope, endpoint, review, snapshot, waited_s)
+            return await self._decide(envelope, endpoint, review, snapshot, waited_s,
+                                      abandoned)
 
     async def _decide(self, envelope: Envelope, endpoint: Endpoint, review: ReviewInput,
-                      snapshot: PolicySnapshot, waited_s: float) -> Decision:
+                      snapshot: PolicySnapshot, waited_s: float,
+                      abandoned: Abandoned | None) -> Decision:
         """:meth:`admit` once the request is parsed and a policy set is loaded."""
         mutate = endpoint == Endpoint.MUTATE
         now = self.timer.now()
@@ -312,7 +320,8 @@ class Admitter:
         quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
             else ()
         if not quotas:
-            return await self._evaluate(snapshot, review, endpoint, deadline_at, inline)
+            return await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
+                                        abandoned)
         request = envelope.request
         quota = await self._quota_step(quotas, request, deadline_at)
         if not quota.allowed:
@@ -323,7 +332,7 @@ class Admitter:
                             policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
                             review=review, policy_set=snapshot)
         decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
-                                        quota=quota.cel)
+                                        abandoned, quota=quota.cel)
         if not decision.allowed and quota.reserved and self.quota is not None:
             # The pod will not be created: give its reservations back (best effort, unawaited).
             self.quota_executor.submit(self.quota.release, quotas, quota.reserved, request)
@@ -363,7 +372,8 @@ class Admitter:
                 self.quota_executor.submit(self.quota.release, quotas, reserved, request)
 
     async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
-                        deadline_at: float, inline: bool, **quota: Any) -> Decision:
+                        deadline_at: float, inline: bool, abandoned: Abandoned | None = None,
+                        **quota: Any) -> Decision:
         """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable).
 
         ``inline``: evaluate on the event loop (small bodies, see module docstring), else in
@@ -399,7 +409,8 @@ class Admitter:
                         verdict = await asyncio.wrap_future(future)
                 except TimeoutError:
                     # Drops it if still queued; a running one stops at its next policy.
-                    future.cancel()
+                    if not future.cancel() and abandoned is not None:
+                        abandoned(future)
                     raise EvaluationExpired from None
         except EvaluationExpired:
             return self._fallback(snapshot, review, endpoint, DEADLINE,
