@@ -673,8 +673,12 @@ async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
 
     monkeypatch.setattr(cel, "_is_clean", is_clean)
 
-    body = json.dumps(review_file(path.name) if path.parent.name == "admissionreviews"
-                      else json.loads(path.read_text(encoding="utf-8"))).encode()
+    from webhook.admission import CHECKED_MIN_BYTES
+
+    review = review_file(path.name) if path.parent.name == "admissionreviews" \
+        else json.loads(path.read_text(encoding="utf-8"))
+    review["padding"] = "x" * CHECKED_MIN_BYTES  # outside the request: only the size grows
+    body = json.dumps(review).encode()
     checked = wire.decode_envelope(body, max_depth=100)
     assert checked.checked
     unchecked = wire.parse_envelope(json.loads(body), len(body))  # the standard library's
