@@ -175,26 +175,31 @@ def load(port: int, ca: str, bodies: list[bytes], go: multiprocessing.Event,
             while not go.is_set():
                 await asyncio.sleep(0.01)
 
+            async def send(client: aiohttp.ClientSession, body: bytes) -> tuple[int, bytes]:
+                async with client.post(f"{base}/validate", data=body,
+                                       headers={"Content-Type": "application/json"}) as r:
+                    return r.status, await r.read()
+
             async def post(body: bytes) -> tuple[int, float, dict, bool]:
                 start = time.time()
-                for retried in (False, True):
-                    try:
-                        async with session.post(f"{base}/validate", data=body, headers={
-                                "Content-Type": "application/json"}) as r:
-                            raw = await r.read()
-                        break
-                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                        # The server closed this idle connection (--max-idle-connections)
-                        # as the post went out: once more on a new one, as Go's transport
-                        # (kube-apiserver) retries a request on a connection closed idle.
-                        if retried:
-                            raise
+                retried = False
+                try:
+                    status, raw = await send(session, body)
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # The server closed this idle connection (--max-idle-connections) as the
+                    # post went out: once more on a new one (not another pooled one, closed
+                    # too perhaps), as Go's transport (kube-apiserver) retries a request on a
+                    # connection closed idle.
+                    retried = True
+                    fresh = aiohttp.TCPConnector(ssl=context, force_close=True)
+                    async with aiohttp.ClientSession(connector=fresh, timeout=timeout) as one:
+                        status, raw = await send(one, body)
                 seconds = time.time() - start
                 try:
                     answer = json.loads(raw)
                 except ValueError:
                     answer = {"raw": raw[:200].decode("latin-1")}
-                return r.status, seconds, answer, retried
+                return status, seconds, answer, retried
 
             results = await asyncio.gather(*(post(body) for body in bodies))
             idle.set()
@@ -298,10 +303,11 @@ def main() -> int:
             opened, idle, release = context.Event(), context.Event(), context.Event()
             probes: multiprocessing.queues.Queue = context.Queue()
             results: multiprocessing.queues.Queue = context.Queue()
+            # Daemons: a failed run must not leave them running.
             prober = context.Process(target=probe, args=(port, ca, args.probe_ms / 1000, stop,
-                                                         probes, probing))
+                                                         probes, probing), daemon=True)
             loader = context.Process(target=load, args=(port, ca, bodies, go, opened,
-                                                        idle, release, results))
+                                                        idle, release, results), daemon=True)
             prober.start()
             probing.wait(120)  # the process takes seconds to start on a loaded machine
             time.sleep(2.0)  # idle probes: the baseline
@@ -320,9 +326,11 @@ def main() -> int:
                     peak.append(rss_kib(server.pid))
                     time.sleep(0.05)
 
-            sampler = threading.Thread(target=sample)
+            sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-            idle.wait(300)
+            while not idle.wait(0.5):
+                if not loader.is_alive():
+                    raise RuntimeError("the load process failed (its traceback is above)")
             burst_end = time.time()
             cpu_burst = cpu_seconds(server.pid) - cpu_start
             sampler.join()
