@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import time
@@ -311,9 +312,26 @@ class AdmissionHandlers:
         (an evaluation stops at its next policy or rule: one that does not must not hold the
         turn for good)."""
         timer = self.admitter.timer
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
+        pending = set(running)
+
+        def one_ended(future: concurrent.futures.Future[Any]) -> None:  # on the loop
+            pending.discard(future)
+            if not pending and not ended.done():
+                ended.set_result(None)
+
+        def in_thread(future: concurrent.futures.Future[Any]) -> None:
+            # Not asyncio.wrap_future: its copy of the evaluation's exception (EvaluationExpired)
+            # would be logged as never retrieved.
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(one_ended, future)
+
+        for future in running:
+            future.add_done_callback(in_thread)
         try:
             async with timer.timeout_at(timer.now() + self.settings.deadline_s):
-                await asyncio.wait([asyncio.wrap_future(future) for future in running])
+                await ended
         except TimeoutError:
             LOG.warning("an evaluation abandoned at its deadline is still running; its large-"
                         "request turn is given back", extra={"fields": {
