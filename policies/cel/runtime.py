@@ -176,7 +176,7 @@ def to_cel_data(value: Any, *, path: str = "value") -> Any:
         ValueError: nesting deeper than :data:`MAX_NESTING`, or a value of another type; the
             message gives the path, e.g. ``object.spec.containers[0].x: values of type set ...``.
     """
-    if type(value) in _CONTAINERS and (_is_checked(value) or _is_clean(value, 0)):
+    if type(value) in _CONTAINERS and ((_CHECKED and _is_checked(value)) or _is_clean(value, 0)):
         return value
     try:
         return _convert(value, 0)
