@@ -547,6 +547,8 @@ def test_checked_bodies_are_json_the_cel_runtime_takes_as_it_is(text):
 @pytest.mark.parametrize(("text", "max_depth"), [
     ('{"s": "\\ud800"}', 100),  # a lone surrogate: the standard library decodes it
     ('{"f": 1e400}', 100),  # infinity
+    ('{"f": -1.8e308}', 100),  # just past a double: infinity too
+    ('{"s": "\\udc00x"}', 100),  # a lone low surrogate
     ('{"i": 9223372036854775808}', 100),  # past int64 (19 digits: never orjson)
     ('{"i": 1000000000000000000}', 100),  # 19 digits within int64: the standard library too
     ('{"a": 1}', 101),  # the limit is past what the CEL runtime takes
