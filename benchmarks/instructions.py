@@ -11,7 +11,8 @@ the end, for scripts and closing notes):
   ``examples/admission/gpu-pod-review.json`` with the built-in library (denied), split into
   phases: the wire (JSON decode + envelope + response, what the null handler does), the
   ReviewInput, the GPU facts (``workload_facts`` + the ``gpu`` CEL view), the CEL data
-  (Python re-check by ``prepare``, activations, the runtime's lazy conversion on first use),
+  (Python re-check by ``prepare``, which takes the objects the wire checked unwalked;
+  activations; the runtime's lazy conversion on first use),
   the CEL programs, and the rest (matching, results, glue: the whole minus the phases);
 - ``validate_no_policy_instructions``: the same request when no policy applies (a set holding
   only a ConfigMap policy; an empty set is refused, it would allow everything);
@@ -243,8 +244,7 @@ class Admission:
     def envelope(self, body: bytes) -> Envelope:
         """The body decoded and checked as the handler does."""
         wire = self.wire
-        return wire.parse_envelope(wire.decode_json(body, max_depth=self.settings.max_depth),
-                                   len(body))
+        return wire.decode_envelope(body, max_depth=self.settings.max_depth)
 
     def answer(self, envelope: Envelope, decision: Decision) -> bytes:
         """The AdmissionReview response bytes for ``decision``."""
@@ -306,7 +306,9 @@ class Recorded:
 
     facts: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
     views: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
-    prepares: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    # prepare's arguments, and the values of its data that the request had checked
+    prepares: list[tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]] = field(
+        default_factory=list)
     activations: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
     runtimes: list[tuple[Any, Any, Any]] = field(default_factory=list)  # env, data, runtime
     runs: list[tuple[Any, Any, Any]] = field(default_factory=list)  # expression, runtime, value
@@ -351,6 +353,14 @@ def recording() -> Iterator[Recorded]:
             return original(*args, **kwargs)
         return wrapper
 
+    prepare, is_checked = cel.prepare, cel._is_checked
+
+    def record_prepare(data: Any, **kwargs: Any) -> Any:
+        # The values the request had checked (cel.checked_json): the replay checks them too.
+        checked = tuple(v for v in data.values() if is_checked(v))
+        calls.prepares.append(((data,), kwargs, checked))
+        return prepare(data, **kwargs)
+
     environment, expression = cel.CelEnvironment, cel.CompiledExpression
     for owner, name in ((environment, "activation"), (environment, "_runtime_activation"),
                         (expression, "_run")):
@@ -379,9 +389,10 @@ def recording() -> Iterator[Recorded]:
         return value
 
     try:
-        for original, target in ((workload_facts, calls.facts), (gpu_data, calls.views),
-                                 (cel.prepare, calls.prepares)):
-            if _patch_function(original, recorder(target, original), undo) == 0:
+        for original, wrapper in ((workload_facts, recorder(calls.facts, workload_facts)),
+                                  (gpu_data, recorder(calls.views, gpu_data)),
+                                  (cel.prepare, record_prepare)):
+            if _patch_function(original, wrapper, undo) == 0:
                 raise RuntimeError(f"{original.__module__}.{original.__name__} is held by no "
                                    f"gpuguard module: update benchmarks/instructions.py")
         for owner, name, wrapper in ((environment, "activation", record_activation),
@@ -404,6 +415,7 @@ class Phases:
         from policies.facts.workloads import workload_facts
 
         self.workload_facts, self.gpu_data, self.prepare = workload_facts, gpu_data, cel.prepare
+        self.checked_json = cel.checked_json
         self.error = cel.CelEvaluationError
         self.calls = calls
         # Runs grouped by the runtime activation they used, in order: replayed on a fresh one.
@@ -421,8 +433,12 @@ class Phases:
             self.gpu_data(*args, **kwargs)
 
     def recheck(self) -> None:
-        for args, kwargs in self.calls.prepares:
-            self.prepare(*args, **kwargs)
+        for args, kwargs, checked in self.calls.prepares:
+            if not checked:  # as the webhook: a small body's objects are not named at all
+                self.prepare(*args, **kwargs)
+                continue
+            with self.checked_json(*checked):
+                self.prepare(*args, **kwargs)
 
     def activations(self) -> None:
         for env, args, kwargs in self.calls.activations:

@@ -12,7 +12,9 @@ one ``--size-mib`` MiB AdmissionReview of a GPU pod on each at the same moment, 
 of thousands of env vars: many small JSON objects, the costliest to decode) and ``containers``
 (hundreds of containers).
 
-Prints the ``/readyz`` latency (p50 / p99 / max) before and during the burst, the reviews'
+Prints the ``/readyz`` latency (p50 / p99 / max) before the load connections open and during the
+burst (the connections open just before it: the server closes idle ones beyond
+``--max-idle-connections`` after a grace period), the reviews'
 statuses and latencies, how many answers were decided by failurePolicy (deadline), and the
 server's resident memory (VmRSS): at the start (ready, after one warm-up review), at its peak,
 after the burst with the connections still open and idle, and after they close. Machine-readable
@@ -26,6 +28,7 @@ import asyncio
 import copy
 import json
 import multiprocessing
+import os
 import shutil
 import signal
 import socket
@@ -90,6 +93,14 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used (``/proc/PID/stat``): what the burst cost
+    the server, a figure the other jobs of a shared machine change far less than wall time."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_by_mapping(pid: int) -> dict[str, int]:
     """Resident KiB of the process by kind of mapping: the brk heap, anonymous mappings (malloc
     arenas of threads, large blocks, Python's object arenas) and files (code, libraries)."""
@@ -115,9 +126,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def probe(port: int, ca: str, interval: float, stop: multiprocessing.synchronize.Event,
-          out: multiprocessing.queues.Queue) -> None:
-    """``GET /readyz`` every ``interval`` s on one keep-alive connection; puts
-    ``(sent_at, seconds, status)`` tuples on ``out``, then None."""
+          out: multiprocessing.queues.Queue, probing: multiprocessing.synchronize.Event) -> None:
+    """``GET /readyz`` every ``interval`` s on one keep-alive connection (``probing`` set after
+    the first answer); puts ``(sent_at, seconds, status)`` tuples on ``out``, then None."""
     import http.client
 
     context = ssl.create_default_context(cafile=ca)
@@ -134,6 +145,7 @@ def probe(port: int, ca: str, interval: float, stop: multiprocessing.synchronize
             status = f"error {type(exc).__name__}"
             connection.close()
         results.append((start, time.time() - start, status))
+        probing.set()
         time.sleep(max(0.0, interval - (time.time() - start)))
     connection.close()
     out.put(results)
@@ -146,7 +158,7 @@ def load(port: int, ca: str, bodies: list[bytes], go: multiprocessing.Event,
     connections idle until ``release``, close them; puts the per-request results on ``out``."""
     import aiohttp
 
-    async def main() -> list[tuple[int, float, dict]]:
+    async def main() -> list[tuple[int, float, dict, bool]]:
         context = ssl.create_default_context(cafile=ca)
         connector = aiohttp.TCPConnector(limit=len(bodies), ssl=context, keepalive_timeout=600)
         timeout = aiohttp.ClientTimeout(total=120)
@@ -163,17 +175,31 @@ def load(port: int, ca: str, bodies: list[bytes], go: multiprocessing.Event,
             while not go.is_set():
                 await asyncio.sleep(0.01)
 
-            async def post(body: bytes) -> tuple[int, float, dict]:
+            async def send(client: aiohttp.ClientSession, body: bytes) -> tuple[int, bytes]:
+                async with client.post(f"{base}/validate", data=body,
+                                       headers={"Content-Type": "application/json"}) as r:
+                    return r.status, await r.read()
+
+            async def post(body: bytes) -> tuple[int, float, dict, bool]:
                 start = time.time()
-                async with session.post(f"{base}/validate", data=body,
-                                        headers={"Content-Type": "application/json"}) as r:
-                    raw = await r.read()
+                retried = False
+                try:
+                    status, raw = await send(session, body)
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # The server closed this idle connection (--max-idle-connections) as the
+                    # post went out: once more on a new one (not another pooled one, closed
+                    # too perhaps), as Go's transport (kube-apiserver) retries a request on a
+                    # connection closed idle.
+                    retried = True
+                    fresh = aiohttp.TCPConnector(ssl=context, force_close=True)
+                    async with aiohttp.ClientSession(connector=fresh, timeout=timeout) as one:
+                        status, raw = await send(one, body)
                 seconds = time.time() - start
                 try:
                     answer = json.loads(raw)
                 except ValueError:
                     answer = {"raw": raw[:200].decode("latin-1")}
-                return r.status, seconds, answer
+                return status, seconds, answer, retried
 
             results = await asyncio.gather(*(post(body) for body in bodies))
             idle.set()
@@ -261,27 +287,37 @@ def main() -> int:
         for name, data in (("ca.crt", ca_cert), ("tls.crt", cert), ("tls.key", key)):
             (directory / name).write_bytes(data)
         ca = str(directory / "ca.crt")
-        bodies = [review(args.shape, size, f"burst-{i}") for i in range(args.concurrency)]
+        # One body built (the env shape takes seconds), each copy with its own uid.
+        template = review(args.shape, size, "burst-uid-0000")
+        bodies = [template.replace(b'"burst-uid-0000"', f'"burst-uid-{i:04d}"'.encode())
+                  for i in range(args.concurrency)]
         port = free_port()
         server = start_server(directory, port, args.server_arg)
         try:
             rss_ready = rss_kib(server.pid)
-            warm_status = post_once(port, ca, review(args.shape, size, "warm-up"))
+            warm_status = post_once(port, ca, template.replace(b'"burst-uid-0000"',
+                                                               b'"burst-warm-up"'))
             time.sleep(1.0)
             rss_start = rss_kib(server.pid)
-            stop, go = context.Event(), context.Event()
+            stop, go, probing = context.Event(), context.Event(), context.Event()
             opened, idle, release = context.Event(), context.Event(), context.Event()
             probes: multiprocessing.queues.Queue = context.Queue()
             results: multiprocessing.queues.Queue = context.Queue()
+            # Daemons: a failed run must not leave them running.
             prober = context.Process(target=probe, args=(port, ca, args.probe_ms / 1000, stop,
-                                                         probes))
+                                                         probes, probing), daemon=True)
             loader = context.Process(target=load, args=(port, ca, bodies, go, opened,
-                                                        idle, release, results))
+                                                        idle, release, results), daemon=True)
+            prober.start()
+            probing.wait(120)  # the process takes seconds to start on a loaded machine
+            time.sleep(2.0)  # idle probes: the baseline
+            baseline_end = time.time()
+            # The connections open just before the burst: the server closes idle ones beyond
+            # --max-idle-connections after a grace period, and a post racing that close fails.
             loader.start()
             opened.wait(120)
-            prober.start()
-            time.sleep(2.0)  # idle probes: the baseline
             peak = [rss_kib(server.pid)]
+            cpu_start = cpu_seconds(server.pid)
             burst_start = time.time()
             go.set()
 
@@ -290,10 +326,13 @@ def main() -> int:
                     peak.append(rss_kib(server.pid))
                     time.sleep(0.05)
 
-            sampler = threading.Thread(target=sample)
+            sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-            idle.wait(300)
+            while not idle.wait(0.5):
+                if not loader.is_alive():
+                    raise RuntimeError("the load process failed (its traceback is above)")
             burst_end = time.time()
+            cpu_burst = cpu_seconds(server.pid) - cpu_start
             sampler.join()
             time.sleep(args.settle_s)
             rss_idle = rss_kib(server.pid)
@@ -313,18 +352,20 @@ def main() -> int:
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
-        before = [s for at, s, _ in samples if at < burst_start]
+        before = [s for at, s, _ in samples if at < baseline_end]
         during = [s for at, s, _ in samples if burst_start <= at <= burst_end]
         probe_statuses: dict[str, int] = {}
         for _, _, status in samples:
             probe_statuses[str(status)] = probe_statuses.get(str(status), 0) + 1
         statuses: dict[str, int] = {}
         fallbacks = 0
-        for status, _, answer in answers:
+        for status, _, answer, _ in answers:
             statuses[str(status)] = statuses.get(str(status), 0) + 1
             text = json.dumps(answer.get("response", {}))
             fallbacks += "did not finish within" in text
-        latencies = [seconds for _, seconds, _ in answers]
+        latencies = [seconds for _, seconds, _, _ in answers]
+        evaluated = statuses.get("200", 0)
+        retries = sum(retried for *_, retried in answers)
         print(f"gpuguard serve on 127.0.0.1 (TLS, built-in library), {args.concurrency} reviews "
               f"of {len(bodies[0])} bytes ({args.shape}) posted at once; warm-up answer "
               f"{warm_status}; server args {args.server_arg or 'none'}")
@@ -336,8 +377,10 @@ def main() -> int:
         print("slowest /readyz during the burst:", ", ".join(
             f"{s * 1000:.0f} ms at +{at - burst_start:.2f} s" for s, at in slowest))
         print(summarize("reviews", latencies), f"statuses {json.dumps(statuses)}, "
-              f"{fallbacks} decided by failurePolicy at the deadline; burst lasted "
-              f"{burst_end - burst_start:.1f} s")
+              f"{fallbacks} decided by failurePolicy at the deadline, {retries} sent again on "
+              f"a new connection (the server had closed theirs idle); burst lasted "
+              f"{burst_end - burst_start:.1f} s, the server used {cpu_burst:.2f} CPU s "
+              f"({1000 * cpu_burst / max(1, evaluated):.0f} ms per review answered 200)")
         print(f"RSS: ready {rss_ready / 1024:.1f} MiB, start (after one warm-up review) "
               f"{rss_start / 1024:.1f} MiB, peak {max(peak) / 1024:.1f} MiB, after the burst "
               f"with {args.concurrency} idle connections {rss_idle / 1024:.1f} MiB, after they "
@@ -351,6 +394,8 @@ def main() -> int:
             "readyz_p99_during_burst_ms": percentile(during, 0.99) * 1000,
             "readyz_max_during_burst_ms": max(during, default=float("nan")) * 1000,
             "review_p50_ms": percentile(latencies, 0.5) * 1000,
+            "reviews_answered_200": evaluated,
+            "server_cpu_s_during_burst": cpu_burst,
             "rss_start_mib": rss_start / 1024, "rss_peak_mib": max(peak) / 1024,
             "rss_idle_connections_mib": rss_idle / 1024, "rss_closed_mib": rss_closed / 1024,
             "rss_closed_vs_start_percent": 100 * (rss_closed - rss_start) / rss_start,

@@ -30,6 +30,12 @@ thread and back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passe
 cost more than the whole webhook around an empty policy set, and buys no parallelism (the engine
 holds the GIL).
 
+A body of ``CHECKED_MIN_BYTES`` or more that the wire decoder checked for CEL
+(``Envelope.checked``: orjson decoded it, the depth is within the runtime's limit) has its
+``object`` / ``oldObject`` passed to the engine unwalked
+(:func:`policies.cel.runtime.checked_json`): walking a 3 MiB pod again for the CEL runtime cost
+more than decoding it.
+
 Quota (``/validate`` only, and only when the served policy set holds ``GPUQuota`` documents —
 otherwise the step costs nothing): before the engine, the request is checked and, unless dryRun,
 reserved against every quota it counts against (:class:`webhook.quota.QuotaGate`, off the event
@@ -58,6 +64,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
+from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
 from policies.facts.review import ReviewError, ReviewInput, from_request
 from policies.policy.matching import applicability
@@ -90,6 +97,14 @@ INLINE_PAUSE_S = 30.0
 seconds, how long every evaluation goes to the thread pool instead: policies that slow stay slow,
 and the loop must keep answering health probes and reading other requests."""
 INLINE_OVERRUNS = 3
+CHECKED_MIN_BYTES = 16 * 1024
+"""Smallest checked body whose objects go to the engine unwalked: below it, naming them
+(:func:`policies.cel.runtime.checked_json`) costs about what the walk it saves does (a 2 KiB pod
+walks in a few microseconds), and requests no policy applies to would pay it for nothing."""
+
+
+Abandoned = Callable[["concurrent.futures.Future[Any]"], None]
+"""Told of an evaluation left running in its thread past the deadline (:meth:`Admitter.admit`)."""
 
 
 class NamespaceSource(Protocol):
@@ -269,11 +284,13 @@ class Admitter:
         return review
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,
-                    waited_s: float = 0.0) -> Decision:
+                    waited_s: float = 0.0, abandoned: Abandoned | None = None) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
 
         ``waited_s``: seconds the request already spent before this call (a large body's wait
-        for a decode turn, its read and decode), taken off its deadline.
+        for a decode turn, its read and decode), taken off its deadline. ``abandoned``: called,
+        on the event loop, with each thread-pool evaluation still running when the deadline
+        decided the answer (it stops at its next policy or rule; the caller may wait for it).
 
         Raises:
             WireError: 400 for an AdmissionRequest that cannot be evaluated; 503 when no
@@ -287,34 +304,46 @@ class Admitter:
         if snapshot is None:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
-        mutate = endpoint == Endpoint.MUTATE
-        now = self.timer.now()
-        deadline_at = now - waited_s + self.settings.deadline_s
-        limit = self.settings.inline_max_bytes
-        # 0: every request in the thread pool; so too for a while after one was too slow here.
-        inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until
-        quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
-            else ()
-        if not quotas:
-            return await self._evaluate(snapshot, review, endpoint, deadline_at, inline)
-        request = envelope.request
-        quota = await self._quota_step(quotas, request, deadline_at)
-        if not quota.allowed:
-            names = tuple(dict.fromkeys(quota.denied_by))
-            return Decision(allowed=False, decision=DENIED, message="; ".join(quota.denials),
-                            reason="Forbidden", warnings=quota.warnings,
-                            denied_by=tuple(f"GPUQuota/{n}" for n in names),
-                            policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
-                            review=review, policy_set=snapshot)
-        decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
-                                        quota=quota.cel)
-        if not decision.allowed and quota.reserved and self.quota is not None:
-            # The pod will not be created: give its reservations back (best effort, unawaited).
-            self.quota_executor.submit(self.quota.release, quotas, quota.reserved, request)
-        if quota.warnings:
-            decision = dataclasses.replace(decision,
-                                           warnings=(*quota.warnings, *decision.warnings))
-        return decision
+        # The decoder checked the body's JSON for CEL: the engine need not walk the objects
+        # again (see policies.cel.runtime.checked_json; the objects are never edited). Entered
+        # by hand rather than a ``with`` over a helper coroutine: this runs on every request.
+        checked = checked_json(envelope.request.get("object"), envelope.request.get(
+            "oldObject")) if envelope.checked and envelope.size >= CHECKED_MIN_BYTES else None
+        if checked is not None:
+            checked.__enter__()
+        try:
+            mutate = endpoint == Endpoint.MUTATE
+            now = self.timer.now()
+            deadline_at = now - waited_s + self.settings.deadline_s
+            limit = self.settings.inline_max_bytes
+            # 0: every request in the thread pool; so too for a while after one was too slow here.
+            inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until
+            quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
+                else ()
+            if not quotas:
+                return await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
+                                            abandoned)
+            request = envelope.request
+            quota = await self._quota_step(quotas, request, deadline_at)
+            if not quota.allowed:
+                names = tuple(dict.fromkeys(quota.denied_by))
+                return Decision(allowed=False, decision=DENIED, message="; ".join(quota.denials),
+                                reason="Forbidden", warnings=quota.warnings,
+                                denied_by=tuple(f"GPUQuota/{n}" for n in names),
+                                policy_outcomes=tuple((f"GPUQuota/{n}", "deny") for n in names),
+                                review=review, policy_set=snapshot)
+            decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
+                                            abandoned, quota=quota.cel)
+            if not decision.allowed and quota.reserved and self.quota is not None:
+                # The pod will not be created: give its reservations back (best effort, unawaited).
+                self.quota_executor.submit(self.quota.release, quotas, quota.reserved, request)
+            if quota.warnings:
+                decision = dataclasses.replace(decision,
+                                               warnings=(*quota.warnings, *decision.warnings))
+            return decision
+        finally:
+            if checked is not None:
+                checked.__exit__(None, None, None)
 
     async def _quota_step(self, quotas: Sequence[Quota], request: Mapping[str, Any],
                           deadline_at: float) -> QuotaDecision:
@@ -347,7 +376,8 @@ class Admitter:
                 self.quota_executor.submit(self.quota.release, quotas, reserved, request)
 
     async def _evaluate(self, snapshot: PolicySnapshot, review: ReviewInput, endpoint: Endpoint,
-                        deadline_at: float, inline: bool, **quota: Any) -> Decision:
+                        deadline_at: float, inline: bool, abandoned: Abandoned | None = None,
+                        **quota: Any) -> Decision:
         """The engine's decision under the deadline (``quota``: the CEL ``quota`` variable).
 
         ``inline``: evaluate on the event loop (small bodies, see module docstring), else in
@@ -383,7 +413,8 @@ class Admitter:
                         verdict = await asyncio.wrap_future(future)
                 except TimeoutError:
                     # Drops it if still queued; a running one stops at its next policy.
-                    future.cancel()
+                    if not future.cancel() and abandoned is not None:
+                        abandoned(future)
                     raise EvaluationExpired from None
         except EvaluationExpired:
             return self._fallback(snapshot, review, endpoint, DEADLINE,

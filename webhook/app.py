@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -139,7 +140,10 @@ class AdmissionHandlers:
     ``TURN_READ_S`` of its turn gives the turn up (a slow client must not hold it), is read to
     its end outside it, and waits for a turn again. A request whose deadline passes while it
     waits is answered 429 without being decoded (its body is still read, in turn, so that the
-    connection stays usable).
+    connection stays usable). A request answered by failurePolicy at its deadline while its
+    evaluation still runs in a thread keeps its turn until that evaluation stops (at its next
+    policy or rule; one more deadline at most), so that no more than ``max_large_requests``
+    large evaluations hold memory and the GIL at once.
 
     Args:
         decode_executor: where large bodies are decoded; None: the event loop's default
@@ -166,6 +170,7 @@ class AdmissionHandlers:
         self.in_flight = 0
         self.large_in_flight = 0
         self._turns = asyncio.Semaphore(settings.max_large_requests)
+        self._holding: set[asyncio.Task[None]] = set()  # turns held for abandoned evaluations
 
     def large(self, request: web.Request) -> bool:
         """Whether ``request`` takes the large path: a body over ``inline_max_bytes``, or of
@@ -234,9 +239,7 @@ class AdmissionHandlers:
         self._headers(request)
         body = _Body()
         await self._read_body(request, self.settings.max_body_bytes, body)
-        data = body.data()
-        return wire.parse_envelope(wire.decode_json(data, max_depth=self.settings.max_depth),
-                                   len(data))
+        return wire.decode_envelope(body.data(), max_depth=self.settings.max_depth)
 
     def _now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
@@ -297,9 +300,55 @@ class AdmissionHandlers:
         if self.memory is not None:
             self.memory.begin()
 
-    def _end_large(self, turn: list[bool]) -> None:
+    def _end_large(self, turn: list[bool],
+                   running: Sequence[concurrent.futures.Future[Any]] = ()) -> None:
+        """A large request was answered: give its turn back — once the evaluations it left
+        running past its deadline (``running``) have stopped, so that the turns bound the large
+        evaluations in memory and on the GIL at once, not just the requests."""
         self.large_in_flight -= 1
-        if turn[0]:
+        still = [future for future in running if not future.done()]
+        if not still:
+            self._release_large(turn[0])
+            return
+        task = asyncio.get_running_loop().create_task(self._hold_turn(turn[0], still))
+        self._holding.add(task)
+        task.add_done_callback(self._holding.discard)
+
+    async def _hold_turn(self, held: bool,
+                         running: Sequence[concurrent.futures.Future[Any]]) -> None:
+        """Release the turn when ``running`` have ended, or after one more deadline at most
+        (an evaluation stops at its next policy or rule: one that does not must not hold the
+        turn for good)."""
+        timer = self.admitter.timer
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
+        pending = set(running)
+
+        def one_ended(future: concurrent.futures.Future[Any]) -> None:  # on the loop
+            pending.discard(future)
+            if not pending and not ended.done():
+                ended.set_result(None)
+
+        def in_thread(future: concurrent.futures.Future[Any]) -> None:
+            # Not asyncio.wrap_future: its copy of the evaluation's exception (EvaluationExpired)
+            # would be logged as never retrieved.
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(one_ended, future)
+
+        for future in running:
+            future.add_done_callback(in_thread)
+        try:
+            async with timer.timeout_at(timer.now() + self.settings.deadline_s):
+                await ended
+        except TimeoutError:
+            LOG.warning("an evaluation abandoned at its deadline is still running; its large-"
+                        "request turn is given back", extra={"fields": {
+                            "after_ms": self.settings.deadline_ms}})
+        finally:
+            self._release_large(held)
+
+    def _release_large(self, held: bool) -> None:
+        if held:
             self._turns.release()
         if self.memory is not None:
             self.memory.end()
@@ -320,6 +369,7 @@ class AdmissionHandlers:
         self.metrics.in_flight.inc()
         envelope: wire.Envelope | None = None
         large: list[bool] | None = None  # [holds a decode turn] on the large path
+        running: list[concurrent.futures.Future[Any]] = []  # evaluations left past the deadline
         try:
             if not self._authorized(request):
                 raise wire.WireError(401, "Unauthorized", f"/{endpoint} requires a client "
@@ -334,7 +384,8 @@ class AdmissionHandlers:
             # small one's read is bounded by the body timeout and not counted, so the deadline
             # is the admitter's own clock alone (tests move it by hand).
             waited_s = self._now() - started_at if large is not None else 0.0
-            decision = await self.admitter.admit(envelope, Endpoint(endpoint), waited_s=waited_s)
+            decision = await self.admitter.admit(envelope, Endpoint(endpoint), waited_s=waited_s,
+                                                 abandoned=running.append)
         except wire.WireError as error:
             seconds = time.perf_counter() - start
             self.metrics.observe(endpoint, _OUTCOMES.get(error.status, "bad_request"), seconds)
@@ -365,7 +416,7 @@ class AdmissionHandlers:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
             if large is not None:
-                self._end_large(large)
+                self._end_large(large, running)
         body = wire.response(envelope, allowed=decision.allowed, message=decision.message,
                              reason=decision.reason, warnings=decision.warnings,
                              audit_annotations=decision.audit_annotations,

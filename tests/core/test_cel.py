@@ -921,3 +921,31 @@ def test_benchmark_expressions_agree_with_celpy(pod):
     activation = {"object": celpy.json_to_cel(pod)}
     for title, text in bench.SHARED.items():
         assert bool(bench.celpy_program(text).evaluate(activation)) is expected[title], title
+
+
+def test_checked_json_values_are_taken_unwalked_only_while_a_block_names_them():
+    import contextlib
+
+    # A tuple is what the walk converts: getting it back shows the value was not walked.
+    vouched = {"spec": {"ports": (1, 2)}}
+    twin = copy.deepcopy(vouched)
+    converted = {"spec": {"ports": [1, 2]}}
+    assert to_cel_data(vouched) == converted
+    with cel.checked_json(vouched, None, "text", 7):  # non-containers are ignored
+        assert to_cel_data(vouched) is vouched
+        assert cel.prepare({"object": vouched})["object"] is vouched
+        assert to_cel_data(twin) == converted  # an equal copy is walked
+        assert to_cel_data(vouched["spec"]) == {"ports": [1, 2]}  # so is a part on its own
+    assert to_cel_data(vouched) == converted
+    # Overlapping blocks (requests of two threads): checked until the last one ends.
+    with contextlib.ExitStack() as first:
+        first.enter_context(cel.checked_json(vouched))
+        with contextlib.ExitStack() as second:
+            second.enter_context(cel.checked_json(vouched))
+            first.close()
+            assert to_cel_data(vouched) is vouched
+        assert to_cel_data(vouched) == converted
+    with pytest.raises(RuntimeError, match="boom"), cel.checked_json(vouched):
+        raise RuntimeError("boom")
+    assert to_cel_data(vouched) == converted
+    assert not cel._CHECKED

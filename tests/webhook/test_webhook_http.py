@@ -275,6 +275,81 @@ async def test_a_large_request_whose_deadline_passes_waiting_for_its_turn_is_429
     assert status == 200  # the turn was given back
 
 
+class StuckEvaluation:
+    """Wraps the engine's evaluate: moves the harness's ManualTimer past the deadline (so the
+    answer goes out by failurePolicy) and then holds the pool thread until :attr:`hold` is set —
+    an evaluation abandoned at its deadline that is still running, which a real one is only for
+    the length of one policy (not on demand)."""
+
+    def __init__(self, harness, seconds):
+        self.engine = harness.store.current.engine
+        self.original = self.engine.evaluate
+        self.timer = harness.timer
+        self.seconds = seconds
+        self.hold = threading.Event()
+        self.stopped = threading.Event()
+        self.engine.evaluate = self
+
+    def __call__(self, review, **kwargs):
+        self.timer.advance(self.seconds)
+        self.hold.wait(WAIT_S)
+        try:
+            return self.original(review, **kwargs)
+        finally:
+            self.stopped.set()
+
+    def close(self):
+        self.hold.set()
+        self.engine.evaluate = self.original
+
+
+@pytest.mark.asyncio
+async def test_an_evaluation_left_running_at_its_deadline_keeps_its_turn_until_it_stops(
+        app_client):
+    """On main the turn went back with the failurePolicy answer, so the next large body was
+    decoded and evaluated beside the abandoned evaluation: two large evaluations in memory and
+    on the GIL with one turn."""
+    client, harness, _, _, returner = await app_client(inline_max_bytes=1024, deadline_ms=5000)
+    handlers = client.server.app[HANDLERS_KEY]
+    stuck = StuckEvaluation(harness, 6.0)
+    try:
+        status, body, _ = await post(client, json.dumps(review("stuck", pad=4096)).encode())
+        assert status == 200
+        assert "did not finish within the 5000 ms deadline" in json.dumps(body["response"])
+        assert not stuck.stopped.is_set()
+        assert handlers._turns.locked() and returner.in_flight == 1  # still a large request
+        stuck.hold.set()
+        await until(lambda: not handlers._turns.locked(), "the turn back once it stopped")
+        assert stuck.stopped.is_set() and returner.in_flight == 0
+    finally:
+        stuck.close()
+    status, body, _ = await post(client, json.dumps(review("next", pad=4096)).encode())
+    assert status == 200 and body["response"]["allowed"] is False
+    assert "deadline" not in json.dumps(body["response"])
+
+
+@pytest.mark.asyncio
+async def test_an_evaluation_that_does_not_stop_gives_its_turn_back_after_one_more_deadline(
+        app_client, caplog):
+    client, harness, _, _, returner = await app_client(inline_max_bytes=1024, deadline_ms=5000)
+    handlers = client.server.app[HANDLERS_KEY]
+    stuck = StuckEvaluation(harness, 6.0)
+    try:
+        status, _, _ = await post(client, json.dumps(review("stuck", pad=4096)).encode())
+        assert status == 200 and handlers._turns.locked()
+        harness.timer.advance(4.9)
+        await asyncio.sleep(0)
+        assert handlers._turns.locked()  # less than one more deadline: still held
+        with caplog.at_level(logging.WARNING, logger="gpuguard.webhook.app"):
+            harness.timer.advance(0.2)
+            await until(lambda: not handlers._turns.locked(), "the turn back after 5 s more")
+        assert not stuck.stopped.is_set() and returner.in_flight == 0
+        assert "still running; its large-request turn is given back" in caplog.text
+    finally:
+        stuck.close()
+    await until(stuck.stopped.is_set, "the evaluation to end")
+
+
 @pytest.mark.asyncio
 async def test_deadline_counts_from_the_arrival_of_the_request(app_client):
     """The evaluation gets what is left of the deadline after reading and decoding: past it,

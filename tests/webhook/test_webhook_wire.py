@@ -6,6 +6,7 @@ dryRun."""
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -23,6 +24,8 @@ from tests.fakes.webhook_harness import (
 )
 from webhook import wire
 from webhook.settings import MiB, ServerSettings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DENY_GPUS = gpu_policy("no-gpus-here", {
     "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
@@ -477,6 +480,92 @@ def test_depth_walk():
     assert not wire.too_deep({"a": [{"b": 1}]}, 3)
     assert wire.too_deep({"a": [{"b": {}}]}, 3)
     assert not wire.too_deep([], 1)
+    assert not wire.too_deep("x", 1)
+    assert wire.too_deep([[]], 1)
+
+
+def _depth(value):
+    """Levels of nesting by plain recursion (the top container is level 1; a scalar is 0)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _random_json(rng, depth):
+    """A JSON value mixing wide and deep objects and arrays (deterministic for ``rng``)."""
+    if depth <= 0 or rng.random() < 0.25:
+        return rng.choice([1, "s", None, 2.5, True, [], {}])
+    children = [_random_json(rng, depth - rng.choice([1, 1, 2])) for _ in range(rng.randint(1, 4))]
+    if rng.random() < 0.5:
+        return children
+    return {f"k{i}": child for i, child in enumerate(children)}
+
+
+def test_depth_walk_agrees_with_recursion_on_mixed_shapes():
+    import random
+
+    rng = random.Random(13)
+    for _ in range(300):
+        value = _random_json(rng, rng.randint(1, 12))
+        depth = _depth(value)
+        for limit in range(1, 14):
+            assert wire.too_deep(value, limit) is (depth > limit), (value, limit)
+
+
+def test_a_deep_branch_behind_wide_levels_is_too_deep():
+    # 60,000 shallow objects, then one array nested past the limit at the end of the list.
+    deep = "x"
+    for _ in range(99):
+        deep = [deep]
+    body = json.dumps({"env": [{"name": f"V{i}", "value": "v"} for i in range(60_000)]
+                       + [{"deep": deep}]}).encode()
+    with pytest.raises(wire.WireError) as caught:
+        wire.decode_json(body, max_depth=100)
+    assert (caught.value.status, caught.value.message) == (
+        400, "the request body nests JSON deeper than 100 levels")
+    assert wire.decode_json(body, max_depth=102)["env"][-1]["deep"][0][0]
+
+
+@pytest.mark.parametrize("text", [
+    '{"i": 999999999999999999, "j": -999999999999999999, "k": 0, "z": -0}',  # 18 digits
+    '{"f": 1.7976931348623157e308, "g": 5e-324, "h": -0.0, "e": 1E2}',
+    '{"u": "\\u00e9\\ud83d\\ude00\\u0000 \\" \\\\", "\\u00e9k": "v", "a": 1, "a": 2}',
+    '{"l": [true, false, null, [], {}, ""], "m": {"n": {"o": [1, [2, [3]]]}}}',
+    '[' * 100 + ']' * 100,
+])
+def test_checked_bodies_are_json_the_cel_runtime_takes_as_it_is(text):
+    from policies.cel.runtime import to_cel_data
+
+    value, checked = wire.decode_checked(text.encode(), max_depth=100)
+    assert checked
+    # What checked vouches for (policies.cel.runtime.checked_json): the walk changes nothing.
+    assert to_cel_data(value) is value
+
+
+@pytest.mark.parametrize(("text", "max_depth"), [
+    ('{"s": "\\ud800"}', 100),  # a lone surrogate: the standard library decodes it
+    ('{"f": 1e400}', 100),  # infinity
+    ('{"f": -1.8e308}', 100),  # just past a double: infinity too
+    ('{"s": "\\udc00x"}', 100),  # a lone low surrogate
+    ('{"i": 9223372036854775808}', 100),  # past int64 (19 digits: never orjson)
+    ('{"i": 1000000000000000000}', 100),  # 19 digits within int64: the standard library too
+    ('{"a": 1}', 101),  # the limit is past what the CEL runtime takes
+])
+def test_bodies_the_cel_runtime_would_walk_are_not_checked(text, max_depth):
+    value, checked = wire.decode_checked(text.encode(), max_depth=max_depth)
+    assert not checked
+    assert value == json.loads(text)  # decoded as the standard library decodes it
+
+
+def test_envelopes_say_whether_their_body_was_checked():
+    body = (ROOT / "examples" / "admission" / "gpu-pod-review.json").read_bytes()
+    assert wire.decode_envelope(body, max_depth=100).checked
+    assert wire.decode_body(body, None, max_bytes=3 * MiB, max_depth=100).checked
+    assert not wire.decode_envelope(body, max_depth=200).checked
+    unchecked = body.replace(b'"uid":', b'"big": 12345678901234567890, "uid":', 1)
+    assert not wire.decode_envelope(unchecked, max_depth=100).checked
 
 
 def test_settings_are_checked():
@@ -559,3 +648,59 @@ def test_log_fields_writes_the_same_line_and_leaves_other_set_ups_to_logging():
     assert json.loads(direct)["name"] == "caf\u00e9" and json.loads(direct)["big"] == 2**70
     assert json.loads(rejected)["level"] == "warning" and json.loads(rejected)["uid"] == "w"
     assert [(r.getMessage(), r.fields) for r in captured] == [("rejected", {"uid": "w"})]
+
+
+def _decided(decision):
+    return (decision.allowed, decision.decision, decision.message, decision.warnings,
+            dict(decision.audit_annotations), decision.patch, decision.policy_outcomes,
+            decision.fallback)
+
+
+REVIEWS = sorted((ROOT / "examples" / "admission").glob("*.json")) + sorted(
+    (ROOT / "tests" / "data" / "admissionreviews").glob("*.json"))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", REVIEWS, ids=[p.name for p in REVIEWS])
+async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
+    from policies.cel import runtime as cel
+    from webhook.admission import Endpoint
+
+    walked = []  # the top-level values the CEL data check walked
+
+    def is_clean(value, depth, walk=cel._is_clean):
+        if depth == 0:
+            walked.append(value)
+        return walk(value, depth)
+
+    monkeypatch.setattr(cel, "_is_clean", is_clean)
+
+    from webhook.admission import CHECKED_MIN_BYTES
+
+    review = review_file(path.name) if path.parent.name == "admissionreviews" \
+        else json.loads(path.read_text(encoding="utf-8"))
+    review["padding"] = "x" * CHECKED_MIN_BYTES  # outside the request: only the size grows
+    body = json.dumps(review).encode()
+    checked = wire.decode_envelope(body, max_depth=100)
+    assert checked.checked
+    unchecked = wire.parse_envelope(json.loads(body), len(body))  # the standard library's
+    assert not unchecked.checked
+    harness = Harness(None)
+    try:
+        for endpoint in Endpoint:
+            answers = []
+            for envelope in (checked, unchecked):
+                try:
+                    answers.append(_decided(await harness.admitter.admit(envelope, endpoint)))
+                except wire.WireError as error:
+                    answers.append((error.status, error.message))
+            assert answers[0] == answers[1]
+    finally:
+        harness.close()
+    assert not cel._CHECKED  # every block ended: nothing is held past its request
+    objects = [e.request.get(k) for e in (checked, unchecked) for k in ("object", "oldObject")]
+    # The checked body's objects were never walked; the unchecked ones were, whenever a policy
+    # applied (the CEL data is built only then).
+    assert not any(value is objects[0] or value is objects[1] for value in walked)
+    if walked:
+        assert any(value is objects[2] or value is objects[3] for value in walked)
