@@ -6,7 +6,6 @@ dryRun."""
 import copy
 import json
 import re
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -22,10 +21,9 @@ from tests.fakes.webhook_harness import (
     review_file,
     write_policies,
 )
+from tests.paths import ROOT
 from webhook import wire
 from webhook.settings import MiB, ServerSettings
-
-ROOT = Path(__file__).resolve().parent.parent
 
 DENY_GPUS = gpu_policy("no-gpus-here", {
     "matchConditions": [{"name": "gpu", "expression": "gpu.requested"}],
