@@ -98,6 +98,8 @@ _MISSING_KEY = re.compile(r"^no such key: (.*)$", re.S)
 # that the message a user searches for is the API server's (cases from tests/data/k8s-cel).
 _KUBERNETES_TEXTS: Final = (
     (re.compile(r'^Key not found in map : "(.*)"$', re.S), r"no such key: \1"),
+    # a non-string key (object["in"][0] on a map) is written without quotes
+    (re.compile(r"^Key not found in map : ([^\"].*)$", re.S), r"no such key: \1"),
     (re.compile(r"^divide by zero$"), "division by zero"),
     (re.compile(r"^Index error: index=(-?[0-9]+) size=[0-9]+$"), r"index out of bounds: \1"),
     (re.compile(r"^flatten\(\): (level must be non-negative)$"), r"\1"),

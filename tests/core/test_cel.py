@@ -599,6 +599,10 @@ def test_missing_key_names_the_key(labelled_pod):
     assert eval_error("object.metadata.missing", {"object": labelled_pod}).message == (
         "no such key: missing"
     )
+    # a key that is not a string (the oracle's generated object["in"][0] on a map): the same
+    # words, the key unquoted as Kubernetes writes it
+    assert eval_error('object["in"][0]', {"object": {"in": {"a": 1}}}).message == \
+        "no such key: 0"
 
 
 @pytest.mark.parametrize(
