@@ -143,7 +143,14 @@ def _compare(args: argparse.Namespace, settings: AuditSettings, current: policy_
     for line in (*before.errors, *notes):  # read once: both scans hold the same errors
         _error(line)
     diff = compare(before, after)
+    diff["errors"] = list(before.errors)
     _print(diff, args.output)
+    if before.errors:
+        # Part of the input could not be read: what it held may be just what the candidate
+        # would deny, so an incomplete comparison passes no gate (as audit's --fail-on).
+        _error(f"error: {len(before.errors)} input error(s): the comparison is incomplete and "
+               "cannot pass a gate")
+        return EXIT_ENVIRONMENT if scan_state is not None and scan_state.failed else EXIT_USAGE
     return EXIT_FINDINGS if diff["summary"]["workloads_newly_denied"] else EXIT_OK
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
@@ -79,6 +80,15 @@ def detect(
                                             client_configuration=configuration)
                 return ClusterConfig(k8s_client.ApiClient(configuration),
                                      f"kubeconfig {candidate}")
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        raise ClusterConfigError(f"cluster configuration cannot be used: {exc}") from None
+    except yaml.YAMLError as exc:  # the client parses the kubeconfig with PyYAML
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ClusterConfigError(f"cluster configuration cannot be used: the kubeconfig is not "
+                                 f"valid YAML{where}: {problem}") from None
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError) as exc:
+        # AttributeError/TypeError: a kubeconfig of the wrong shape (clusters: 5)
+        raise ClusterConfigError(f"cluster configuration cannot be used: {exc} (expected a "
+                                 "kubeconfig: clusters, users and contexts as lists of named "
+                                 "entries)") from None
     return None

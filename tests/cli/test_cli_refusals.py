@@ -348,3 +348,21 @@ def test_an_unreachable_api_server_is_exit_3_and_no_report(capsys, tmp_path):
 
 def _example_documents() -> list[Document]:
     return [d for d in iter_snapshot([str(EXAMPLE)]) if isinstance(d, Document)]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("garbage: [\n", "the kubeconfig is not valid YAML at line 2"),
+    ("apiVersion: v1\nkind: Config\nclusters: 5\n", "expected a kubeconfig"),
+])
+@pytest.mark.parametrize("command", [["audit", "--cluster"], ["diff", "--cluster",
+                                                               "--candidate", "policies/library"]])
+def test_a_kubeconfig_that_cannot_be_read_is_bad_input_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                   text, says, command):
+    # Was internal error 70 (PyYAML's ParserError escaped kube.config.detect).
+    monkeypatch.chdir(ROOT)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    code = main([*command, "--kubeconfig", str(kubeconfig)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and says in err[0] and "internal error" not in err[0], err

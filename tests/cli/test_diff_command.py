@@ -263,3 +263,20 @@ def test_a_snapshot_and_the_cluster_together_are_refused(capsys):
     out, err = capsys.readouterr()
     assert code == EXIT_USAGE and out == ""
     assert "either -f PATH (a snapshot) or --cluster, not both" in err
+
+
+def test_an_unreadable_document_makes_the_comparison_fail_its_gate(capsys, tmp_path):
+    # The trial's case: the one GPU pod the stricter candidate would newly deny sits in a file
+    # with git merge-conflict markers. Its absence must not read as "the candidate denies
+    # nothing new" (exit 0): the diff is printed, with the error, and exits 2.
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(EXAMPLE, snapshot)
+    (snapshot / "zz-conflicted.yaml").write_text(
+        "<<<<<<< HEAD\napiVersion: v1\nkind: Pod\n=======\nkind: Pod\n>>>>>>> theirs\n")
+    code = cli.main(["diff", "-f", str(snapshot), "--jobs", "0", "-o", "json",
+                     *_library_with(STRICTER)], environ={})
+    out, err = capsys.readouterr()
+    diff = json.loads(out)
+    assert code == EXIT_USAGE
+    assert diff["errors"] and "zz-conflicted.yaml" in diff["errors"][0]
+    assert "the comparison is incomplete and cannot pass a gate" in err
