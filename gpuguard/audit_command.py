@@ -49,6 +49,7 @@ from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_U
 from gpuguard.input_paths import PathCoverage
 from gpuguard.output_formats import write as write_document
 from gpuguard.settings import add_gpu_settings
+from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
 from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
 from policies.policy.quota import QUOTA_KIND
@@ -212,9 +213,7 @@ def _print(report: dict[str, Any], output: str) -> None:
     elif output == "policyreport":
         yaml.safe_dump_all(policy_reports.build(report), sys.stdout, sort_keys=False)
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=180)
+        console = table_console(180)
         render_terminal.render(report, console)
 
 

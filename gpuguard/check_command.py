@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -32,6 +31,7 @@ from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
+from gpuguard.terminal import table_console
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
 from policies.engine.evaluation import Engine, Verdict
@@ -144,9 +144,7 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict,
 
 
 def _print_table(entries: list[dict[str, Any]]) -> None:
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = table_console(160)
     for entry in entries:
         decision = "[green]allowed[/]" if entry["allowed"] else "[red]DENIED[/]"
         title = f"{entry['kind']}/{entry['namespace'] or '-'}/{entry['name'] or '-'} " \

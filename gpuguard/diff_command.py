@@ -28,8 +28,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
-
 from audit.render.policy_diff import render_markdown, render_table
 from audit.report.policy_diff import compare
 from audit.scan.scanner import Scanner
@@ -40,6 +38,7 @@ from gpuguard.audit_command import cluster_items, connect_cluster, settings_from
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
+from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
 from policies.sources import printable
 
@@ -160,9 +159,7 @@ def _print(diff: dict[str, Any], output: str) -> None:
     elif output == "markdown":
         sys.stdout.write(render_markdown(diff) + "\n")
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=180)
+        console = table_console(180)
         render_table(diff, console)
 
 

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,6 +20,7 @@ from gpuguard.exit_codes import EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import documents_of
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
+from gpuguard.terminal import table_console
 from policies.facts.dra import DraIndex
 from policies.facts.nodes import node_facts
 from policies.facts.resource_names import GPUSettings
@@ -124,9 +124,7 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings, *, show_all: b
         # One write for JSON: json.dump's many small writes dominate on large snapshots.
         write(versioned("GPUFacts", result), output, sys.stdout)
     else:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=160)  # files and pipes: keep names and paths on one line
+        console = table_console(160)
         table, notes = _table(result, show_all)
         console.print(table)
         for note in notes:

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
+from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
 from policies.suites import ERRORED, FAILED, PASSED, SKIPPED, SuiteResult, exit_code, run_paths
 
@@ -35,9 +35,7 @@ def _summary(results: Sequence[SuiteResult]) -> dict[str, int]:
 
 
 def _print_table(results: Sequence[SuiteResult]) -> None:
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = table_console(160)
     table = Table(show_header=True, box=None, padding=(0, 2))
     for column in ("suite", "case", "result", "details"):
         table.add_column(column, overflow="fold")

@@ -8,6 +8,7 @@ replacing a function the command calls with one that raises.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -153,3 +154,21 @@ def test_the_command_reference_documents_the_exit_codes_of_every_command():
         page = (reference / f"{command}.md").read_text(encoding="utf-8")
         assert page.startswith(f"# `gpuguard {command}`"), command
         assert "## Exit codes" in page and "(README.md#exit-codes)" in page, command
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["gpus", "-f", str(EXAMPLE)], EXIT_OK),
+    (["audit", "-f", str(EXAMPLE), "--fail-on", "deny", "--jobs", "0"], EXIT_FINDINGS),
+])
+def test_a_reader_that_went_away_leaves_the_commands_own_exit_code(argv, code):
+    # stdout is a pipe whose reading end is already closed (`| head` that has exited): every
+    # write fails with EPIPE. rich made that SystemExit(1), "findings" to CI, for gpus too.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpuguard", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
