@@ -44,6 +44,7 @@ from policies.facts.review import (
     from_request,
     namespace_stub,
 )
+from policies.facts.workloads import workload_facts
 from policies.json_fields import mapping_at
 from policies.sources import Document, printable, read_documents
 
@@ -124,7 +125,20 @@ def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
     return {**request, "dryRun": True}
 
 
-def _entry(document: Document, review: ReviewInput, verdict: Verdict,
+def _unrecognized(review: ReviewInput, settings: GPUSettings) -> list[str]:
+    """Gpuguard's own word on accelerator-looking resources the GPU registry does not know
+    (``GPUFacts.unrecognized``): no policy sees them as GPUs, so the object is judged as asking
+    for none of them."""
+    facts = workload_facts(review.object, settings=settings) \
+        if isinstance(review.object, Mapping) else None
+    if facts is None:
+        return []
+    return [f"gpuguard: {name}: unrecognized accelerator resource, judged as no GPU by every "
+            f"policy (--gpu-resource {name} counts it as whole devices)"
+            for name in facts.total.unrecognized]
+
+
+def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
            quota: QuotaDecision | None = None) -> dict[str, Any]:
     quota = quota or QuotaDecision()
     message = "; ".join(m for m in ("; ".join(quota.denials), verdict.message) if m)
@@ -136,7 +150,8 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict,
         "message": message,
         "quota": {"allowed": quota.allowed, "denials": list(quota.denials),
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
-        "warnings": [*quota.warnings, *verdict.warning_texts],
+        "warnings": [*quota.warnings, *verdict.warning_texts,
+                     *_unrecognized(review, settings)],
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -213,10 +228,10 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
             continue
         located.append((document.source, document.line_of("")))
         if quota_check is None:
-            entries.append(_entry(document, review, engine.evaluate(review)))
+            entries.append(_entry(document, review, engine.evaluate(review), settings))
             continue
         quota = quota_check.admit(_quota_request(document, review))
-        entries.append(_entry(document, review, engine.evaluate(review, quota=quota.cel),
+        entries.append(_entry(document, review, engine.evaluate(review, quota=quota.cel), settings,
                               quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)

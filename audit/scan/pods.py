@@ -63,6 +63,8 @@ class TemplateUsage:
         tolerations: ``(key, operator, value, effect)``, operator defaulted to ``Equal``.
         node_selector: ``nodeSelector`` items; affinity: required node-affinity terms or None.
         invalid: what the API server would reject (such pods cannot exist in a real cluster).
+        unrecognized: accelerator-looking extended resources the GPU registry does not know
+            (``policies.facts.resource_names.classify``): not counted, and reported by the scan.
     """
 
     gpu_requested: bool
@@ -79,6 +81,7 @@ class TemplateUsage:
     node_selector: tuple[tuple[str, str], ...]
     affinity: tuple[Term, ...] | None
     invalid: tuple[str, ...]
+    unrecognized: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +242,7 @@ class PodReader:
                                        as_mapping(spec.get("nodeSelector")).items())),
             affinity=_affinity(spec),
             invalid=tuple(facts.invalid),
+            unrecognized=tuple(facts.unrecognized),
         )
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()

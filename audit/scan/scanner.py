@@ -28,6 +28,7 @@ from audit.scan.result import PolicySetInfo, ScanResult
 from audit.scan.utilization import Metrics, utilization_report
 from audit.settings import AuditSettings
 from policies.engine.evaluation import Engine
+from policies.facts.resource_names import GPUSettings, ResourceKind, classify
 from policies.facts.workloads import claim_template_devices, find_workload
 from policies.json_fields import mapping_at
 from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
@@ -69,6 +70,9 @@ class Scanner:
         self.present: dict[ObjectKey, bool] = {}  # workload objects -> asks for GPUs
         self.errors: list[str] = []
         self.warnings: list[str] = []
+        # accelerator-looking resource names the registry does not know -> the pods and nodes
+        # that use them (named in one warning each, never counted as zero without a word)
+        self.unrecognized: dict[str, list[str]] = {}
         self.objects = 0
         self.ignored: dict[str, int] = {}
         self.progress = progress
@@ -94,6 +98,9 @@ class Scanner:
             elif kind == "Node":
                 node = node_capacity(body, self.settings.gpu)
                 self.placement.add_node(node)
+                for resource in _unrecognized_capacity(body, self.settings.gpu):
+                    self.unrecognized.setdefault(resource, []).append(
+                        f"Node {printable(node.name) or '(no name)'}")
                 # Unusable values (a GPU count out of int64 range, a negative allocatable) are
                 # input errors like an unreadable document: the node is audited without them.
                 self.errors += [f"{item.location}: Node {printable(node.name) or '(no name)'}: "
@@ -133,6 +140,9 @@ class Scanner:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
             return
         self._seen_pods.add(identity)
+        for resource in usage.template.unrecognized:
+            self.unrecognized.setdefault(resource, []).append(
+                f"Pod {usage.key.namespace or ''}/{usage.key.name}".replace(" /", " "))
         if self.quotas:
             charge = pod_charge(body, self.settings.gpu).usage
             if charge.pods:
@@ -216,6 +226,12 @@ class Scanner:
         if self.duplicate_pods:
             self.warnings.append(f"{self.duplicate_pods} pod(s) appeared more than once in the "
                                  "input; each was counted once (the first copy)")
+        for resource, users in sorted(self.unrecognized.items()):
+            shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+            self.warnings.append(
+                f"{printable(resource)}: unrecognized accelerator resource, counted as no GPU "
+                f"({len(users)} object(s): {shown}); --gpu-resource {printable(resource)} counts "
+                "it as whole devices")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
@@ -260,3 +276,12 @@ def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine:
         scanner.close()
         raise
     return scanner.finish(source or {}, policy_errors)
+
+
+def _unrecognized_capacity(node: Mapping[str, Any], settings: GPUSettings) -> list[str]:
+    """The accelerator-looking resource names a Node advertises (``status.capacity`` /
+    ``allocatable``) that the GPU registry does not know."""
+    status = mapping_at(node, "status")
+    names = {str(name) for field in ("capacity", "allocatable")
+             for name in mapping_at(status, field)}
+    return sorted(n for n in names if classify(n, settings) is ResourceKind.UNRECOGNIZED)

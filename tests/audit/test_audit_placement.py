@@ -75,7 +75,14 @@ def test_corpus_nodes_scan():
     assert report["cluster"]["gpu_equivalents"]["nodes_unknown"] == ["gpu-node-p5-01"]
     assert report["warnings"] == [
         "1 GPU pod(s) run on node(s) missing from the snapshot (not-in-snapshot); their GPUs "
-        "are valued from the pods alone"]
+        "are valued from the pods alone",
+        # the reporter's site-specific counters (gpu-operator#637): not GPUs gpuguard knows
+        "example.org/gpu-count: unrecognized accelerator resource, counted as no GPU (1 "
+        "object(s): Node gpu-node-a100-mixed-01); --gpu-resource example.org/gpu-count counts it "
+        "as whole devices",
+        "example.org/gpu-mem: unrecognized accelerator resource, counted as no GPU (1 "
+        "object(s): Node gpu-node-a100-mixed-01); --gpu-resource example.org/gpu-mem counts it as "
+        "whole devices"]
     assert report["summary"]["gpu_equivalents"]["allocated"] == 0.0  # only known nodes count
     assert report["teams"][0]["gpu_equivalents"]["allocated"] == 2.0  # the team still pays
 

@@ -218,16 +218,17 @@ def test_counts_match_the_tables_they_sit_above(page):
 
 
 def test_the_summary_counts_the_node_warnings_the_problems_table_lists(report):
-    # The example's report has no input warning but one node label warning (the issue's
-    # "0 warning(s)" above a table listing one); one more node warning makes two.
-    assert report["summary"]["warnings"] == 0
+    # The example's report has two input warnings (gpu-operator#637's node advertises two
+    # counters gpuguard does not know) and one node label warning (the issue's "0 warning(s)"
+    # above a table listing one); one more node warning makes four.
+    assert report["summary"]["warnings"] == 2
     sections = {t.key: t for t in tables(report)}
-    assert [r[0] for r in sections["problems"].rows] == ["node"]
-    assert dict(sections["summary"].rows)["problems"].endswith("0 input error(s), 1 warning(s)")
+    assert sorted(r[0] for r in sections["problems"].rows) == ["node", "warning", "warning"]
+    assert dict(sections["summary"].rows)["problems"].endswith("0 input error(s), 3 warning(s)")
     with_warning = copy.deepcopy(report)
     with_warning["nodes"][0]["warnings"].append("nvidia.com/gpu.count says 8, capacity says 4")
     sections = {t.key: t for t in tables(with_warning)}
-    assert dict(sections["summary"].rows)["problems"].endswith("0 input error(s), 2 warning(s)")
+    assert dict(sections["summary"].rows)["problems"].endswith("0 input error(s), 4 warning(s)")
 
 
 def test_the_page_has_a_print_stylesheet(page):
