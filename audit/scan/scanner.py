@@ -81,6 +81,9 @@ class Scanner:
         self._pod_refs: dict[tuple[str | None, str], tuple[ObjectKey, str | None]] = {}
         self._seen_pods: set[int] = set()  # hashes of (namespace, name): pods read twice
         self.duplicate_pods = 0
+        # objects given more than once, by kind: what the warnings name (Pods: the first copy
+        # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
+        self.duplicates: dict[str, list[str]] = {}
 
     def feed(self, item: Document | LoadError) -> None:
         """Take one document (or one reading error)."""
@@ -97,6 +100,8 @@ class Scanner:
                 self._pod(body)
             elif kind == "Node":
                 node = node_capacity(body, self.settings.gpu)
+                if node.name in self.placement.nodes:
+                    self.duplicates.setdefault("Node", []).append(printable(node.name))
                 self.placement.add_node(node)
                 for resource in _unrecognized_capacity(body, self.settings.gpu):
                     self.unrecognized.setdefault(resource, []).append(
@@ -127,6 +132,8 @@ class Scanner:
         if not isinstance(name, str) or not name:
             return
         labels = mapping_at(metadata, "labels")
+        if name in self.namespaces:
+            self.duplicates.setdefault("Namespace", []).append(printable(name))
         self.namespaces[name] = {str(k): str(v) for k, v in labels.items()}
         self.compliance.namespace(name, body)
 
@@ -138,6 +145,9 @@ class Scanner:
         identity = hash((usage.key.namespace, usage.key.name))
         if identity in self._seen_pods:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
+            self.duplicates.setdefault("Pod", []).append(
+                f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
+                else usage.key.name)
             return
         self._seen_pods.add(identity)
         for resource in usage.template.unrecognized:
@@ -223,9 +233,14 @@ class Scanner:
             self.warnings.append(
                 f"{sum(missing.values())} GPU pod(s) run on node(s) missing from the snapshot ("
                 + ", ".join(missing) + "); their GPUs are valued from the pods alone")
-        if self.duplicate_pods:
-            self.warnings.append(f"{self.duplicate_pods} pod(s) appeared more than once in the "
-                                 "input; each was counted once (the first copy)")
+        for kind, which in (("Pod", "the first copy counts"), ("Node", "the last copy counts"),
+                            ("Namespace", "the last copy counts")):
+            names = self.duplicates.get(kind, [])
+            if names:
+                shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more"
+                                                if len(names) > 5 else "")
+                self.warnings.append(f"{len(names)} {kind}(s) appeared more than once in the "
+                                     f"input ({shown}); {which}")
         for resource, users in sorted(self.unrecognized.items()):
             shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
             self.warnings.append(
