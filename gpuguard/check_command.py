@@ -133,8 +133,8 @@ def _unrecognized(review: ReviewInput, settings: GPUSettings) -> list[str]:
         if isinstance(review.object, Mapping) else None
     if facts is None:
         return []
-    return [f"gpuguard: {name}: unrecognized accelerator resource, judged as no GPU by every "
-            f"policy (--gpu-resource {name} counts it as whole devices)"
+    return [f"{name}: unrecognized accelerator resource, judged as no GPU by every policy "
+            f"(--gpu-resource {name} counts it as whole devices)"
             for name in facts.total.unrecognized]
 
 
@@ -150,8 +150,9 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
         "message": message,
         "quota": {"allowed": quota.allowed, "denials": list(quota.denials),
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
-        "warnings": [*quota.warnings, *verdict.warning_texts,
-                     *_unrecognized(review, settings)],
+        "warnings": [*quota.warnings, *verdict.warning_texts],
+        # gpuguard's own word, apart from the warnings the webhook would return
+        "notes": _unrecognized(review, settings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -180,6 +181,8 @@ def _print_table(entries: list[dict[str, Any]]) -> None:
             console.print(table)
         for warning in entry["warnings"]:
             console.print(f"  warning: {printable(warning)}", markup=False, highlight=False)
+        for note in entry["notes"]:
+            console.print(f"  note: {printable(note)}", markup=False, highlight=False)
         if entry["patch"]:
             console.print("  patch: " + json.dumps(entry["patch"]), markup=False,
                           highlight=False)
