@@ -250,13 +250,22 @@ class Placement:
         """(GPU-equivalents, unknown) of one pod of ``template`` on ``node``.
 
         Devices are valued with the node's units; a HAMi pod with a known share counts that
-        share; a KAI fraction adds its fraction. A node missing from the snapshot: the pod alone.
+        share; a KAI fraction adds its fraction; a pod whose GPUs are DRA claims only counts its
+        claims (unknown for a shared ResourceClaim). A node missing from the snapshot: the pod
+        alone.
         """
         if node is None:
             value = template.equivalents
             return (Fraction(0), True) if value is None else (value, False)
         if template.hami and template.equivalents is not None:
             return template.equivalents, False
+        if template.dra and not template.requests:
+            # DRA devices are not in node allocatable: the claims alone value the pod; a shared
+            # ResourceClaim or a claim of unknown size is unknown, never 0 without a word
+            value = template.equivalents
+            if value is None or template.dra_shared:
+                return Fraction(0), True
+            return value, False
         total = template.kai_share or Fraction(0)
         for resource, count in template.requests.items():
             if resource not in node.units:

@@ -65,6 +65,8 @@ class TemplateUsage:
         invalid: what the API server would reject (such pods cannot exist in a real cluster).
         unrecognized: accelerator-looking extended resources the GPU registry does not know
             (``policies.facts.resource_names.classify``): not counted, and reported by the scan.
+        dra_shared: a DRA claim names a ResourceClaim (not a template): one allocation that
+            several pods may share, which the streaming scan cannot split between them.
     """
 
     gpu_requested: bool
@@ -82,6 +84,7 @@ class TemplateUsage:
     affinity: tuple[Term, ...] | None
     invalid: tuple[str, ...]
     unrecognized: tuple[str, ...] = ()
+    dra_shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +246,7 @@ class PodReader:
             affinity=_affinity(spec),
             invalid=tuple(facts.invalid),
             unrecognized=tuple(facts.unrecognized),
+            dra_shared=any(c.resource_claim is not None for c in facts.dra_claims),
         )
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
