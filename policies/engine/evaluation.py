@@ -327,6 +327,11 @@ class Engine:
             c.index: tuple(RuleResult(c.policy.name, rule.name, rule.path, RuleOutcome.PASS)
                            for rule in c.fused.validations)
             for c in self.compiled if c.fused is not None}
+        # The value of such a pass in a combined program (one ``true`` per validation), for
+        # policies without auditAnnotations: compared whole, it needs no reading.
+        self._pass_values = {
+            c.index: [True] * len(c.fused.validations)
+            for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
 
     @property
     def fused_policies(self) -> frozenset[str]:
@@ -432,9 +437,14 @@ class Engine:
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
+                value = values.get(compiled.index, _NOT_EVALUATED)
+                if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
+                    # The plain pass, already evaluated: its elements are the fused program's
+                    # literal ``true``s (see policies.engine.fused), so equality is exact.
+                    run.results.extend(self._passes[compiled.index])
+                    continue
                 try:
-                    if self._validate_fused(compiled, data, run, point,
-                                            values.get(compiled.index, _NOT_EVALUATED)):
+                    if self._validate_fused(compiled, data, run, point, value):
                         continue
                     activation = self._ready(compiled.written, data, run, point)
                     if activation is not None:
