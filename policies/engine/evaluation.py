@@ -317,8 +317,8 @@ class Engine:
         # shape alone (no resourceNames), and whether they then decide applicability whole (no
         # selector, namespace list, subject or exception): what the selection cache relies on.
         self._shape_only = tuple(
-            (rules_name_free(c.policy.match),
-             selects_by_rules_alone(c.policy.match) and not c.policy.exceptions)
+            (shape_only := rules_name_free(c.policy.match),
+             shape_only and selects_by_rules_alone(c.policy.match) and not c.policy.exceptions)
             for c in self.compiled)
         self._selections: dict[tuple[Any, ...], tuple[tuple[CompiledPolicy, bool], ...]] = {}
         # The results of a fused pass in which every validation passed: the same objects each
