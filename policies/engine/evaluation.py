@@ -53,7 +53,13 @@ from policies.engine.messages import expression_message, expression_problem, sta
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
-from policies.policy.matching import applicability
+from policies.policy.matching import (
+    applicability,
+    effective_operation,
+    rules_name_free,
+    rules_select,
+    selects_by_rules_alone,
+)
 from policies.policy.model import Policy, PolicySet, Rule
 from policies.policy.mutation import (
     MutationError,
@@ -80,6 +86,7 @@ class RuleOutcome(StrEnum):
 
 
 _NOT_EVALUATED: Any = object()  # a fused program's value not computed yet
+SELECTION_CACHE_LIMIT = 1024  # request shapes (resource, subresource, operation) kept per engine
 AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
 _AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -306,6 +313,25 @@ class Engine:
         self.mode = mode
         self.compiled = compile_policies(policies.policies, environment, mode)
         self._combined = CombinedPrograms(environment) if mode == EvaluationMode.FAST else None
+        # Per compiled policy: whether its resource rules can be decided from the request's
+        # shape alone (no resourceNames), and whether they then decide applicability whole (no
+        # selector, namespace list, subject or exception): what the selection cache relies on.
+        self._shape_only = tuple(
+            (shape_only := rules_name_free(c.policy.match),
+             shape_only and selects_by_rules_alone(c.policy.match) and not c.policy.exceptions)
+            for c in self.compiled)
+        self._selections: dict[tuple[Any, ...], tuple[tuple[CompiledPolicy, bool], ...]] = {}
+        # The results of a fused pass in which every validation passed: the same objects each
+        # time (results are frozen), so the plain case builds none.
+        self._passes = {
+            c.index: tuple(RuleResult(c.policy.name, rule.name, rule.path, RuleOutcome.PASS)
+                           for rule in c.fused.validations)
+            for c in self.compiled if c.fused is not None}
+        # The value of such a pass in a combined program (one ``true`` per validation), for
+        # policies without auditAnnotations: compared whole, it needs no reading.
+        self._pass_values = {
+            c.index: [True] * len(c.fused.validations)
+            for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
 
     @property
     def fused_policies(self) -> frozenset[str]:
@@ -411,9 +437,14 @@ class Engine:
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
+                value = values.get(compiled.index, _NOT_EVALUATED)
+                if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
+                    # The plain pass, already evaluated: its elements are the fused program's
+                    # literal ``true``s (see policies.engine.fused), so equality is exact.
+                    run.results.extend(self._passes[compiled.index])
+                    continue
                 try:
-                    if self._validate_fused(compiled, data, run, point,
-                                            values.get(compiled.index, _NOT_EVALUATED)):
+                    if self._validate_fused(compiled, data, run, point, value):
                         continue
                     activation = self._ready(compiled.written, data, run, point)
                     if activation is not None:
@@ -489,11 +520,14 @@ class Engine:
             return False
         if outcome is None:
             return False
-        if outcome.condition is not None:
+        if outcome.passed:
+            run.results.extend(self._passes[compiled.index])
+        elif outcome.condition is not None:
             run.add(_skipped(policy, outcome.condition))
             return True
-        for rule, message in zip(fused.validations, outcome.validations, strict=True):
-            self._record(policy, rule, message, run, point)
+        else:
+            for rule, message in zip(fused.validations, outcome.validations, strict=True):
+                self._record(policy, rule, message, run, point)
         for rule, value in zip(fused.audit_annotations, outcome.annotations, strict=True):
             # null omits it (VAP semantics)
             if value is not None and point != EvaluationPoint.AUDIT:
@@ -540,7 +574,12 @@ class Engine:
         (:func:`policies.policy.matching.applicability`); exemptions are ``exempt`` results, and
         with ``explain`` the policies the match leaves out are ``skip`` results too."""
         result = []
-        for compiled in self.compiled:
+        candidates = ((c, False) for c in self.compiled) if explain else \
+            self._selection(review, point)
+        for compiled, decided in candidates:
+            if decided:  # its resource rules selected the request and are all it has
+                result.append(compiled)
+                continue
             policy = compiled.policy
             reason = applicability(policy, review, point=point)
             if reason is None:
@@ -552,6 +591,27 @@ class Engine:
                 run.add(RuleResult(policy.name, reason.rule, reason.path, RuleOutcome.SKIP,
                                    reason.message))
         return result
+
+    def _selection(self, review: ReviewInput,
+                   point: EvaluationPoint) -> tuple[tuple[CompiledPolicy, bool], ...]:
+        """The policies that may apply to a request of this shape (group, version, resource,
+        subresource, operation), in order, each with whether its resource rules decided that
+        whole; computed once per shape (:func:`policies.policy.matching.rules_select`). Safe
+        to share between threads: entries are only ever set whole, or all cleared."""
+        operation = effective_operation(review, point)
+        resource = review.resource
+        key = (resource.group, resource.version, resource.resource, review.subresource,
+               operation)
+        selection = self._selections.get(key)
+        if selection is None:
+            selection = tuple(
+                (compiled, decided) for compiled, (shape_only, decided)
+                in zip(self.compiled, self._shape_only, strict=True)
+                if not shape_only or rules_select(compiled.policy.match, review, operation))
+            if len(self._selections) >= SELECTION_CACHE_LIMIT:
+                self._selections.clear()
+            self._selections[key] = selection
+        return selection
 
     @staticmethod
     def _condition_holds(policy: Policy, condition: Rule, activation: RequestActivation,

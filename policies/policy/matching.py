@@ -73,17 +73,46 @@ def subject_matches(subject: Subject, review: ReviewInput) -> bool:
     return subject.name in ("*", name) and subject.namespace in ("", "*", namespace)
 
 
-def matches(match: Match, review: ReviewInput, *,
-            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
-    """Whether ``match`` selects this request (every given part must hold)."""
-    operation = AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
+def effective_operation(review: ReviewInput, point: EvaluationPoint) -> str:
+    """The operation the resource rules are matched against: the request's, or CREATE at the
+    audit point (existing objects are judged as if created)."""
+    return AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
+
+
+def rules_select(match: Match, review: ReviewInput, operation: str) -> bool:
+    """Whether the resource rules of ``match`` select the request: one of ``rules`` (and of
+    ``narrowing_rules``, when given) covers it and none of ``exclude_rules`` does. With
+    :func:`rules_name_free`, the answer depends on the request's group, version, resource,
+    subresource and ``operation`` alone (what :class:`policies.engine.evaluation.Engine` caches)."""
     if not any(rule_matches(r, review, operation) for r in match.rules):
         return False
     if match.narrowing_rules and not any(
         rule_matches(r, review, operation) for r in match.narrowing_rules
     ):
         return False
-    if any(rule_matches(r, review, operation) for r in match.exclude_rules):
+    return not any(rule_matches(r, review, operation) for r in match.exclude_rules)
+
+
+def rules_name_free(match: Match) -> bool:
+    """Whether no resource rule of ``match`` names objects (``resourceNames``), so that
+    :func:`rules_select` does not depend on the request's object name."""
+    return not any(rule.resource_names for rule in
+                   (*match.rules, *match.narrowing_rules, *match.exclude_rules))
+
+
+def selects_by_rules_alone(match: Match) -> bool:
+    """Whether ``match`` is its resource rules and nothing else (no selector, namespace list or
+    subjects), so that :func:`matches` is :func:`rules_select`."""
+    return not (match.namespace_selector.match_labels or match.namespace_selector.requirements
+                or match.object_selector.match_labels or match.object_selector.requirements
+                or match.namespaces or match.exclude_namespaces or match.subjects
+                or match.exclude_subjects)
+
+
+def matches(match: Match, review: ReviewInput, *,
+            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
+    """Whether ``match`` selects this request (every given part must hold)."""
+    if not rules_select(match, review, effective_operation(review, point)):
         return False
     namespace = review.namespace
     selector = match.namespace_selector
