@@ -145,3 +145,29 @@ def test_policies_without_authorizer_are_not_bound() -> None:
     assert not plain.uses_authorizer
     assert engine(f"{CHECK}.allowed()").uses_authorizer
     assert plain.evaluate(review()).allowed
+
+
+def test_a_suite_without_rbac_files_denies_with_the_reason(tmp_path) -> None:
+    """``gpuguard test``: a suite that names no ``rbac`` files cannot decide authorizer checks;
+    the library's gpu-requesters (failurePolicy Fail) then denies, saying why."""
+    from policies.suites import run_file
+    from tests.paths import ROOT
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"""
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicyTest
+metadata: {{name: no-rbac}}
+policies: [{ROOT / 'policies' / 'library' / 'gpu-requesters.yaml'}]
+cases:
+- name: undecidable
+  resource: {ROOT / 'tests' / 'data' / 'manifests' / 'lws__vllm-gpu-leaderworkerset.yaml'}
+  userInfo: {{username: alice, groups: [gpu-users]}}
+  expect:
+    allowed: false
+    results:
+    - {{policy: gpu-requesters, rule: allowed-requester, outcome: error,
+       messageContains: "the suite names no rbac files"}}
+""")
+    [result] = run_file(str(suite))
+    assert [c.status for c in result.cases] == ["pass"], result
