@@ -401,7 +401,8 @@ class Engine:
         if not self.uses_authorizer:
             return self._evaluate(review, point, mutate, validate, quota, _Run(expired),
                                   explain, None)
-        session = authz.Session(authorizer or _NO_AUTHORIZER, _subject(review))
+        session = authz.Session(authorizer if authorizer is not None else _NO_AUTHORIZER,
+                                _subject(review))
         with authz.bound(session, _request_resource(review)) as value:
             return self._evaluate(review, point, mutate, validate, quota,
                                   _Run(expired, session), explain, value)

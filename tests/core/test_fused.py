@@ -12,9 +12,9 @@ from policies.policy.loader import build_policy_set, load_policies
 from policies.sources import Document, parse_text
 from policies.vocabulary import EvaluationMode
 from tests.builders.corpus import DATA, corpus_reviews, first
-from tests.builders.rbac import gpu_roles
 from tests.builders.environment import ADMISSION_NOW as NOW
 from tests.builders.environment import ENV
+from tests.builders.rbac import gpu_roles
 
 LIBRARY = DATA.parent.parent / "policies" / "library"
 

@@ -128,3 +128,19 @@ def test_failures_are_errored_decisions_and_not_cached() -> None:
     reviews.fault = None
     assert authorizer.authorize(H100).allowed  # the failure was not kept
     assert len(reviews.posted) == 3
+
+
+def test_the_engine_asks_it_even_with_an_empty_cache() -> None:
+    """Regression (control-plane test): an authorizer with an empty cache has ``len() == 0``;
+    the engine took it for "no authorizer" and every check errored."""
+    from policies.facts.review import UserInfo
+    from tests.core.test_authorizer import CHECK, engine
+    from tests.core.test_authorizer import review as review_of
+
+    reviews = Reviews()
+    authorizer = SubjectAccessReviewAuthorizer(reviews, clock=Clock())
+    assert len(authorizer) == 0
+    verdict = engine(f"{CHECK}.allowed()").evaluate(
+        review_of(UserInfo("alice", groups=("gpu-h100",))), authorizer=authorizer)
+    assert verdict.allowed, verdict.message
+    assert reviews.posted[0]["spec"]["resourceAttributes"]["name"] == "NVIDIA-H100-80GB-HBM3"
