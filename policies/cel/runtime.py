@@ -18,8 +18,9 @@ libraries of :mod:`policies.cel.library` (quantity, lists, regex, sets, semver, 
 format, ``jsonpatch.escapeKey``, the ``authorizer`` checks of
 :mod:`policies.cel.library.authz`). Not supported: typed object construction for
 MutatingAdmissionPolicy (``Object{...}``, ``JSONPatch{...}``), ``<Quantity>.div``/``divInt``
-and ``transformMap``/``transformMapEntry`` (the runtime lacks their helper ``cel.@mapInsert``). Cross-type numeric ordering (``1 < 1.5``) is
-declared as in Kubernetes (:func:`_runtime_libraries`).
+and ``transformMap``/``transformMapEntry`` (the runtime lacks their helper ``cel.@mapInsert``).
+Cross-type numeric ordering (``1 < 1.5``) is declared as in Kubernetes
+(:func:`_runtime_libraries`).
 
 Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py`` pins it):
 
