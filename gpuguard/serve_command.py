@@ -147,6 +147,11 @@ def quota_gate(config: ServeConfig, namespaces: StaticNamespaces | NamespaceWatc
     return gate, cache
 
 
+STANDALONE_AUTHORIZER = ("gpuguard serve runs standalone (no cluster connection), so it cannot "
+                         "ask SubjectAccessReviews")
+"""Why every ``authorizer`` check is an errored decision without a cluster."""
+
+
 def authorizer_of(config: ServeConfig) -> Authorizer:
     """What CEL ``authorizer`` checks ask: SubjectAccessReviews through the cluster (cached,
     :class:`~kube.subject_access_reviews.SARSettings`), or, standalone, an authorizer whose every
@@ -157,8 +162,7 @@ def authorizer_of(config: ServeConfig) -> Authorizer:
     """
     cluster = detect(config.kubeconfig)
     if cluster is None:
-        return Unavailable("gpuguard serve runs standalone (no cluster connection), so it "
-                           "cannot ask SubjectAccessReviews")
+        return Unavailable(STANDALONE_AUTHORIZER)
     settings = SARSettings()
     return SubjectAccessReviewAuthorizer(api_create_review(cluster.api_client,
                                                            settings.timeout_s), settings)
