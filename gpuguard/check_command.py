@@ -11,6 +11,12 @@ the usage of the snapshot's pods (pending and running; team scopes from its Name
 the webhook's quota step (:class:`kube.quota_ledger.QuotaAdmission`, as a dry run over an
 in-memory ledger and a pod index filled from the snapshot), so the numbers and messages are the
 webhook's. CEL policies see the same figures as ``quota``.
+
+The CEL ``authorizer`` (``authorizer.group(..).resource(..).check(verb)``) is answered by the
+Kubernetes RBAC rules over the snapshot's Roles, ClusterRoles, RoleBindings and
+ClusterRoleBindings (:mod:`policies.rbac`) for ``--user`` / ``--group``; without ``--snapshot`` or
+without RBAC objects in it every check is an errored decision (the policy's failurePolicy decides)
+and a note says so.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import datetime
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.markup import escape
@@ -34,6 +40,7 @@ from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
+from policies.authorization import Authorizer, Unavailable
 from policies.engine.evaluation import Engine, Verdict
 from policies.facts.resource_names import GPUSettings
 from policies.facts.review import (
@@ -46,6 +53,7 @@ from policies.facts.review import (
 )
 from policies.facts.workloads import workload_facts
 from policies.json_fields import mapping_at
+from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
 
 
@@ -88,19 +96,25 @@ def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, s
 
 @dataclass
 class Snapshot:
-    """What quota needs of a cluster snapshot: Namespace labels and a pod usage index."""
+    """What quota and the CEL ``authorizer`` need of a cluster snapshot: Namespace labels, a
+    pod usage index and the RBAC objects (Roles, ClusterRoles and their bindings)."""
 
     namespace_labels: dict[str, dict[str, str]]
     index: PodUsageIndex
+    rbac: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, list[str]]:
-    """The Namespaces' labels and the Pods of a snapshot (files / directories); errors."""
+    """The Namespaces' labels, the Pods and the RBAC objects of a snapshot (files /
+    directories); errors."""
     documents, errors = read_documents(paths)
     labels: dict[str, dict[str, str]] = {}
     pods = []
+    rbac: list[Mapping[str, Any]] = []
     for document in documents:
         body = document.body
+        if is_rbac_object(body):
+            rbac.append(body)
         metadata = mapping_at(body, "metadata")
         if body.get("kind") == "Namespace" and isinstance(metadata.get("name"), str):
             raw = mapping_at(metadata, "labels")
@@ -109,8 +123,23 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
             pods.append(body)
     index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
     index.replace(pods)
-    return Snapshot(labels, index), [*(f"--snapshot: {e}" for e in errors),
+    return Snapshot(labels, index, rbac), [*(f"--snapshot: {e}" for e in errors),
                                      *documents_of(documents, errors, paths, "--snapshot")]
+
+
+def _authorizer(engine: Engine, snapshot: Snapshot | None) -> Authorizer:
+    """The CEL ``authorizer``: RBAC over the snapshot's RBAC objects; with none, every check
+    is an errored decision (the policy's failurePolicy decides) and a note says why."""
+    if snapshot is None:
+        authorizer: Authorizer = Unavailable(
+            "no --snapshot was given, so authorizer checks cannot be decided offline (give the "
+            "cluster's Roles, ClusterRoles and bindings with --snapshot)")
+    else:
+        authorizer = offline_authorizer(snapshot.rbac)
+    if engine.uses_authorizer and isinstance(authorizer, Unavailable):
+        print(f"gpuguard: note: policies use authorizer, but {authorizer.error}",
+              file=sys.stderr)
+    return authorizer
 
 
 def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
@@ -214,12 +243,13 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     if args.snapshot:
         snapshot, snapshot_errors = read_snapshot(args.snapshot, settings)
         problems.extend(snapshot_errors)
-        if not engine.policies.quotas:
+        if not engine.policies.quotas and not engine.uses_authorizer:
             print("gpuguard: note: --snapshot given but the policy files hold no GPUQuota "
                   "documents", file=sys.stderr)
         quota_check = QuotaAdmission(
             engine.policies.quotas, QuotaLedger(MemoryLedgerStore(), snapshot.index),
             snapshot.index.namespace_labels, settings)
+    authorizer = _authorizer(engine, snapshot)
     now = datetime.datetime.now(datetime.UTC)
     entries = []
     located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
@@ -231,11 +261,12 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
             continue
         located.append((document.source, document.line_of("")))
         if quota_check is None:
-            entries.append(_entry(document, review, engine.evaluate(review), settings))
+            entries.append(_entry(document, review, engine.evaluate(review, authorizer=authorizer),
+                                  settings))
             continue
         quota = quota_check.admit(_quota_request(document, review))
-        entries.append(_entry(document, review, engine.evaluate(review, quota=quota.cel), settings,
-                              quota))
+        entries.append(_entry(document, review, engine.evaluate(
+            review, quota=quota.cel, authorizer=authorizer), settings, quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
     if args.output == "sarif":

@@ -60,6 +60,12 @@ from kube.namespaces import (
 )
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
+from kube.subject_access_reviews import (
+    SARSettings,
+    SubjectAccessReviewAuthorizer,
+    api_create_review,
+)
+from policies.authorization import Authorizer, Unavailable
 from policies.facts.resource_names import GPUSettings
 from webhook import logs
 from webhook.metrics import enable_multiprocess, mark_worker_dead
@@ -141,6 +147,27 @@ def quota_gate(config: ServeConfig, namespaces: StaticNamespaces | NamespaceWatc
     return gate, cache
 
 
+STANDALONE_AUTHORIZER = ("gpuguard serve runs standalone (no cluster connection), so it cannot "
+                         "ask SubjectAccessReviews")
+"""Why every ``authorizer`` check is an errored decision without a cluster."""
+
+
+def authorizer_of(config: ServeConfig) -> Authorizer:
+    """What CEL ``authorizer`` checks ask: SubjectAccessReviews through the cluster (cached,
+    :class:`~kube.subject_access_reviews.SARSettings`), or, standalone, an authorizer whose every
+    check is an errored decision saying so (the policy's failurePolicy then decides).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    cluster = detect(config.kubeconfig)
+    if cluster is None:
+        return Unavailable(STANDALONE_AUTHORIZER)
+    settings = SARSettings()
+    return SubjectAccessReviewAuthorizer(api_create_review(cluster.api_client,
+                                                           settings.timeout_s), settings)
+
+
 def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
     """The namespace source: the labels file if given, else the cluster, else none.
 
@@ -175,13 +202,15 @@ def serve_worker(config: ServeConfig) -> int:
         tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         namespaces = namespace_source(config)
         quota, pod_cache = quota_gate(config, namespaces)
+        authorizer = authorizer_of(config)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
     loader = functools.partial(policy_set.load, settings=config.gpu)
     store = PolicyStore(config.policies, loader)
     server = Server(config.server, store, namespaces, tls,
-                    certificate_check=_certificate_check(tls), quota=quota)
+                    certificate_check=_certificate_check(tls), quota=quota,
+                    authorizer=authorizer)
     if pod_cache is not None:
         pod_cache.start()
     try:

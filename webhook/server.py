@@ -32,6 +32,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from policies.authorization import Authorizer
 from webhook.admission import Admitter, NamespaceSource, Recorder
 from webhook.app import HANDLERS_KEY, build_app
 from webhook.connections import ConnectionGuard, GuardedSite, handler_args, limit_tls_reads
@@ -91,6 +92,7 @@ class Server:
         certificate_check: a readiness check of the served certificate (see :class:`Health`).
         recorder: side effects of admitted requests (see :class:`~webhook.admission.Recorder`).
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
+        authorizer: what CEL ``authorizer`` checks ask (see :class:`~webhook.admission.Admitter`).
         timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
             default the monotonic clock.
     """
@@ -99,7 +101,7 @@ class Server:
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None, authorizer: Authorizer | None = None) -> None:
         self.settings = settings
         self.store = store
         self.namespaces = namespaces
@@ -117,7 +119,8 @@ class Server:
             settings.decode_threads, thread_name_prefix="gpuguard-decode")
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
-                                 quota_executor=self.quota_executor, timer=self.timer)
+                                 quota_executor=self.quota_executor, timer=self.timer,
+                                 authorizer=authorizer)
         self.memory = MemoryReturn(on_trim=self.metrics.memory_trims.inc)
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,

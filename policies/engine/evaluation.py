@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from policies.authorization import Authorizer, Subject, Unavailable
 from policies.cel.gpu import gpu_data
+from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
@@ -202,8 +204,14 @@ class EvaluationExpired(Exception):
 class _Run:
     """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
 
-    def __init__(self, expired: Callable[[], bool] | None = None) -> None:
+    def __init__(self, expired: Callable[[], bool] | None = None,
+                 session: authz.Session | None = None) -> None:
         self.expired = expired
+        # The request's authorizer session and its errored-decision count when the current
+        # policy's pass began: a rule that fails after an errored authorizer decision is an
+        # evaluation error (failurePolicy decides), not a plain violation.
+        self.session = session
+        self.mark = 0
         self.results: list[RuleResult] = []
         self.denials: list[Violation] = []
         self.warnings: list[Violation] = []
@@ -232,10 +240,24 @@ class _Run:
             return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
+    def begin(self) -> None:
+        """A policy's pass begins: authorizer errors before it are not its own."""
+        if self.session is not None:
+            self.mark = self.session.errored
+
+    def authorizer_error(self) -> str | None:
+        """The error of an errored authorizer decision the current pass saw, if any."""
+        if self.session is not None and self.session.errored > self.mark:
+            return self.session.last_error
+        return None
+
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
                 error: bool = False, reason: str = "Forbidden",
                 point: EvaluationPoint) -> None:
-        """Record a violated (or failed-to-evaluate) rule and act on it."""
+        """Record a violated (or failed-to-evaluate) rule and act on it; a violation after an
+        errored authorizer decision of the same pass is recorded as an error naming it."""
+        if not error and (cause := self.authorizer_error()) is not None:
+            message, error = f"{message} (authorizer check errored: {cause})", True
         actions = policy.actions if not error else (
             (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL else ())
         outcome = RuleOutcome.ERROR if error else RuleOutcome.FAIL
@@ -332,6 +354,9 @@ class Engine:
         self._pass_values = {
             c.index: [True] * len(c.fused.validations)
             for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
+        self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
+        """Whether some policy mentions ``authorizer`` (its checks may call the injected
+        authorizer: the webhook then evaluates off its event loop)."""
 
     @property
     def fused_policies(self) -> frozenset[str]:
@@ -374,6 +399,7 @@ class Engine:
         quota: Mapping[str, Any] | None = None,
         expired: Callable[[], bool] | None = None,
         explain: bool = False,
+        authorizer: Authorizer | None = None,
     ) -> Verdict:
         """Evaluate every policy on one request.
 
@@ -388,6 +414,9 @@ class Engine:
                 clock itself).
             explain: also give a ``skip`` result (rule ``match``) for each policy whose match
                 leaves the request out, so every policy has a result (policy test suites).
+            authorizer: what CEL ``authorizer`` checks ask (for ``review.user``); None: every
+                check is an errored decision. A rule that fails after an errored decision of
+                its policy's pass is an ``error`` result: the policy's failurePolicy decides.
 
         Returns:
             The :class:`Verdict`. Never raises for policy or input problems.
@@ -395,7 +424,19 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
-        run = _Run(expired)
+        if not self.uses_authorizer:
+            return self._evaluate(review, point, mutate, validate, quota, _Run(expired),
+                                  explain, None)
+        session = authz.Session(authorizer if authorizer is not None else _NO_AUTHORIZER,
+                                _subject(review))
+        with authz.bound(session, _request_resource(review)) as value:
+            return self._evaluate(review, point, mutate, validate, quota,
+                                  _Run(expired, session), explain, value)
+
+    def _evaluate(self, review: ReviewInput, point: EvaluationPoint, mutate: bool,
+                  validate: bool, quota: Mapping[str, Any] | None, run: _Run, explain: bool,
+                  authorizer: Any) -> Verdict:
+        expired = run.expired
         original = review.object
         current: Mapping[str, Any] | None = original
         applicable = self._applicable(review, point, run, explain)
@@ -405,7 +446,8 @@ class Engine:
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
-            "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
+            "namespaceObject": review.namespace_object, "quota": quota or {},
+            "authorizer": authorizer,
         }
         data = self._data(base, current, review.subject)
         stale = False  # the object changed since facts and CEL data were computed
@@ -417,6 +459,7 @@ class Engine:
                     raise EvaluationExpired
                 if stale:
                     data, stale = self._data(base, current, current), False
+                run.begin()
                 try:
                     changed = self._mutation_pass(compiled, current, data, run, point)
                 except EvaluationExpired:
@@ -430,13 +473,17 @@ class Engine:
         if validate:
             if stale:
                 data = self._data(base, current, current)
+            run.begin()
             values = self._evaluate_combined(applicable, data)
+            if run.authorizer_error() is not None:
+                values = {}  # each policy then runs on its own, its errors its own
             for compiled in applicable:
                 policy = compiled.policy
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
+                run.begin()
                 value = values.get(compiled.index, _NOT_EVALUATED)
                 if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
                     # The plain pass, already evaluated: its elements are the fused program's
@@ -471,7 +518,8 @@ class Engine:
         failed and each variable keeps its own iteration budget, as the API server does.
         """
         if compiled.inlined is not compiled.written:
-            trial = _Run(run.expired)
+            trial = _Run(run.expired, run.session)
+            trial.mark = run.mark
             changed = self._mutate_form(compiled.inlined, current, data, trial, point)
             if not trial.errors:
                 run.adopt(trial)
@@ -619,7 +667,11 @@ class Engine:
         value = _value(policy, condition, "matchCondition", activation, run, point)
         if value is True:
             return True
-        if value is False:
+        if value is False and (cause := run.authorizer_error()) is not None:
+            run.failure(policy, condition.name, condition.path,
+                        f"matchCondition {condition.name!r} is false after an errored "
+                        f"authorizer check: {cause}", error=True, point=point)
+        elif value is False:
             run.add(_skipped(policy, condition))
         elif value is not _FAILED:
             run.failure(policy, condition.name, condition.path,
@@ -718,6 +770,32 @@ class Engine:
 
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
+_NO_AUTHORIZER: Any = Unavailable("this evaluation was given no authorizer")
+
+
+def uses_authorizer(policy: Policy) -> bool:
+    """Whether an expression of ``policy`` names ``authorizer`` (a conservative text scan)."""
+    expressions = [r.expression for r in (*policy.match_conditions, *policy.variables,
+                                          *policy.validations, *policy.audit_annotations)]
+    expressions += [r.message_expression for r in policy.validations if r.message_expression]
+    expressions += [e for m in policy.mutations for e in (m.expression, m.condition) if e]
+    return any("authorizer" in e.expression for e in expressions)
+
+
+def _subject(review: ReviewInput) -> Subject:
+    """The request's user as authorization checks see it."""
+    user = review.user
+    extra = {str(k): tuple(str(v) for v in (vs if isinstance(vs, list | tuple) else [vs]))
+             for k, vs in user.extra.items()}
+    return Subject(user.username, user.uid, tuple(user.groups), extra)
+
+
+def _request_resource(review: ReviewInput) -> dict[str, str]:
+    """``authorizer.requestResource``: the request's group, resource, subresource, namespace
+    and name."""
+    return {"group": review.resource.group, "resource": review.resource.resource,
+            "subresource": review.subresource, "namespace": review.namespace or "",
+            "name": review.name}
 
 
 def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,

@@ -56,18 +56,25 @@ ADMIN = ("gpuguard-test-admin", ("system:masters", "system:authenticated"))
 MALLORY = ("mallory", ("system:authenticated",))  # what kubectl --as mallory sends
 
 
+# The cluster's RBAC objects (written by the ``cluster`` fixture): gpu-requesters' authorizer
+# checks are SubjectAccessReviews at the webhook and these objects for ``gpuguard check``.
+RBAC_SNAPSHOT: list[Path] = []
+
+
 def checked(manifest: dict[str, Any], user: tuple[str, tuple[str, ...]] = ADMIN
             ) -> dict[str, Any]:
-    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server."""
+    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server,
+    with the cluster's RBAC objects as ``--snapshot``."""
     groups = [arg for group in user[1] for arg in ("--group", group)]
     done = gpuguard("check", "-f", "-", *POLICY_ARGS, "--user", user[0], *groups, "-o", "json",
-                    input=json.dumps(manifest))
+                    "--snapshot", str(RBAC_SNAPSHOT[0]), input=json.dumps(manifest))
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)["results"][0]
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane: ControlPlane) -> ControlPlane:
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+            ) -> ControlPlane:
     """The session control plane with what the webhook's policies expect of a cluster."""
     setup = [
         # the library's mutation sets runtimeClassName nvidia; the RuntimeClass admission plugin
@@ -75,11 +82,17 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
          "handler": "nvidia"},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuguard-system"}},
-        # a user RBAC lets do anything, and whom gpu-requesters does not list
+        # a user RBAC lets do anything with pods and workloads, but not use GPUs
+        # (gpus.gpuguard.io, which gpu-requesters checks): cluster-admin would include it
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-workloads-admin"},
+         "rules": [{"apiGroups": ["", "apps", "batch", "kubeflow.org", "ray.io",
+                                  "jobset.x-k8s.io", "kubevirt.io", "leaderworkerset.x-k8s.io"],
+                    "resources": ["*"], "verbs": ["*"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "e2e-mallory-cluster-admin"},
+         "metadata": {"name": "e2e-mallory-workloads-admin"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "cluster-admin"},
+                     "name": "e2e-workloads-admin"},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                        "name": "mallory"}]},
     ]
@@ -87,6 +100,12 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
         {"apiVersion": "v1", "kind": "List", "items": setup}))
     assert applied.returncode == 0, applied.stderr
     install_crds(control_plane, DATA / "workload-crds.yaml")
+    exported = control_plane.kubectl("get", "clusterroles,clusterrolebindings,roles,rolebindings",
+                                     "-A", "-o", "yaml")
+    assert exported.returncode == 0, exported.stderr
+    snapshot = tmp_path_factory.mktemp("e2e-rbac") / "rbac.yaml"
+    snapshot.write_text(exported.stdout, encoding="utf-8")
+    RBAC_SNAPSHOT[:] = [snapshot]
     return control_plane
 
 
@@ -163,12 +182,12 @@ def test_gpu_pod_denied_with_the_policy_message(cluster, webhook, make_namespace
                and "no-privileged-gpu" in d.get("deniedBy", []) for d in webhook.decisions())
 
 
-def test_user_not_listed_in_gpu_requesters_is_denied(cluster, webhook, make_namespace) -> None:
+def test_user_whom_rbac_does_not_let_use_gpus_is_denied(cluster, webhook, make_namespace) -> None:
     namespace = make_namespace("requester")
     pod = gpu_pod("cuda", namespace)
     done = cluster.kubectl("--as", "mallory", "create", "-f", "-", input=json.dumps(pod))
     assert done.returncode == 1  # RBAC let mallory in; the webhook, seeing userInfo, did not
-    assert f"{DENIED_BY}gpu-requesters: user 'mallory' (groups: system:authenticated)" \
+    assert f"{DENIED_BY}gpu-requesters: user 'mallory' may not use GPUs not pinned to a product" \
         in done.stderr, done.stderr
 
 

@@ -77,7 +77,9 @@ EXPECTED_OBJECTS["cert-manager"] = BASE_OBJECTS | {
 # (kube/lists.py) and gets, creates or replaces its reports (kube/policy_reports.py).
 WATCH = {"list", "watch"}
 LIST = {"list"}
-WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH}
+WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH,
+                         # the CEL authorizer (kube/subject_access_reviews.py)
+                         ("authorization.k8s.io", "subjectaccessreviews"): {"create"}}
 WEBHOOK_LEDGER_RULES = {("", "configmaps"): {"get", "create", "update"}}  # Role, quota namespace
 AUDIT_RULES = {
     **{(g, r): LIST for g, r in [
