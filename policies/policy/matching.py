@@ -86,6 +86,8 @@ def matches(match: Match, review: ReviewInput, *,
     if any(rule_matches(r, review, operation) for r in match.exclude_rules):
         return False
     namespace = review.namespace
+    if match.namespaced is not None and bool(namespace) != match.namespaced:
+        return False
     selector = match.namespace_selector
     if selector.match_labels or selector.requirements:  # the empty selector selects all
         if review.kind[2] == "Namespace":
