@@ -347,27 +347,6 @@ def rename(source: str, name: str, write: Callable[[str], str]) -> str:
     return "".join(parts)
 
 
-def _typed_literals(tokens: Sequence[Token], type_name: str) -> Iterator[int]:
-    """Indexes of the type-name token of each ``type_name{`` object literal."""
-    for index, token in enumerate(tokens):
-        if token.kind is TokenKind.IDENT and token.text == type_name \
-                and index + 1 < len(tokens) and tokens[index + 1].text == "{" \
-                and not (index > 0 and tokens[index - 1].text in (".", ".?")):
-            yield index
-
-
-def map_literal_fields(source: str, opening_type: str) -> Iterator[tuple[int, int]]:
-    """Spans [start, end) of the bare field names at the top level of each typed object literal
-    ``opening_type{field: ...}`` (e.g. ``JSONPatch{op: 'add', ...}``) in ``source``."""
-    tokens = _code(source)
-    for index in _typed_literals(tokens, opening_type):
-        closing = _closing(tokens, index + 1)
-        for inner in _top_level(tokens, index + 1, closing):
-            if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing \
-                    and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","):
-                yield tokens[inner].start, tokens[inner].end
-
-
 @dataclass(frozen=True, slots=True)
 class TypedLiteral:
     """One object literal ``Name{...}`` / ``Name.a.b{...}``: ``type_name`` as written (dotted),
@@ -405,12 +384,6 @@ def typed_literals(source: str, root: str) -> tuple[TypedLiteral, ...]:
         name = "".join(t.text for t in tokens[index:last + 1])
         found.append(TypedLiteral(name, token.start, tokens[last].end, fields))
     return tuple(found)
-
-
-def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
-    """Offsets of the type name of each ``type_name{`` object literal in ``source``."""
-    tokens = _code(source)
-    return tuple(tokens[i].start for i in _typed_literals(tokens, type_name))
 
 
 @dataclass(frozen=True, slots=True)

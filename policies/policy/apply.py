@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from policies.policy.mutation import MutationError
-from policies.sources import load_package_yaml
+from policies.sources import load_package_json
 
 TYPE_KEY: Final = "@type"
 """The key :func:`policies.policy.loader.rewrite_typed_literals` gives each ``Object`` literal
@@ -43,7 +43,7 @@ ROOT_TYPE: Final = "Object"
 
 @functools.cache
 def _schema() -> Mapping[str, Any]:
-    loaded = load_package_yaml("policies.data", "apply-schema.json")
+    loaded = load_package_json("policies.data", "apply-schema.json")
     assert isinstance(loaded, Mapping)
     return loaded
 

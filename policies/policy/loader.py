@@ -34,6 +34,7 @@ from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpres
 from policies.facts.workload_kinds import DEFAULT_RESOURCES
 from policies.json_fields import mapping_at
 from policies.policy.apply import TYPE_KEY
+from policies.policy.apply import kinds as apply_kinds
 from policies.policy.model import (
     Exception_,
     LabelSelector,
@@ -671,6 +672,8 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         compiled = builder.compile(rewrite_typed_literals(source), path, written=source)
         if compiled is None:
             continue
+        if patch_type == "ApplyConfiguration":
+            apply_kinds()  # read the merge facts now, not on the first request
         problem = _patch_type_error(patch_type, source, compiled)
         if problem is not None:
             builder.error(path, problem)

@@ -415,3 +415,14 @@ def test_skip_broken_never_skips_a_file_level_error(tmp_path):
     directory = policies(tmp_path, limits=DENY.format(name="limits"), empty="")
     loaded = policy_set.load([str(directory)], GPUSettings(), skip_broken=True)
     assert [e.path for e in loaded.errors] == [""] and loaded.engine.policies.skipped == ()
+
+
+@pytest.mark.parametrize(("argv", "skip"), [([], False), (["--skip-broken"], True)])
+def test_serve_skip_broken_reaches_the_config(argv, skip):
+    from gpuguard import cli
+    from gpuguard.serve_command import build_config
+
+    parser, _ = cli.build_parser("serve")
+    args = parser.parse_args(["serve", "--cert", "c.pem", "--key", "k.pem", *argv])
+    config = build_config(args, GPUSettings(), cert_file="c.pem", key_file="k.pem")
+    assert config.skip_broken is skip
