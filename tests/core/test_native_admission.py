@@ -338,3 +338,47 @@ def test_never_policy_is_not_reinvoked():
     body = _deployment(_pod_spec(containers=[{"name": "c", "image": "i"}]))
     final = engine_for(text).evaluate(from_object(body, now=NOW)).final_object
     assert final["metadata"]["annotations"] == {"example.com/labels-seen": "0"}
+
+
+MATCH_RESOURCES = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: deny-all}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+    excludeResourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments],
+       resourceNames: [skip-me]}
+    objectSelector:
+      matchExpressions: [{key: gpu, operator: In, values: ["yes"]}]
+  validations: [{expression: "false", message: denied}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: b}
+spec:
+  policyName: deny-all
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {team: a}
+"""
+
+
+@pytest.mark.parametrize(("name", "labels", "namespace_labels", "denied"), [
+    ("d", {"gpu": "yes"}, {"team": "a"}, True),
+    ("skip-me", {"gpu": "yes"}, {"team": "a"}, False),  # excludeResourceRules by name
+    ("d", {"gpu": "no"}, {"team": "a"}, False),  # the policy's objectSelector
+    ("d", {"gpu": "yes"}, {"team": "b"}, False),  # the binding's matchResources narrows
+])
+def test_match_resources_exclude_rules_object_and_binding_selectors(
+        name, labels, namespace_labels, denied):
+    body = _deployment({"replicas": 1})
+    body["metadata"].update(name=name, labels=labels)
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "default", "labels": namespace_labels}}
+    review = from_object(body, now=NOW, namespace_object=namespace)
+    assert engine_for(MATCH_RESOURCES).evaluate(review).allowed is not denied
