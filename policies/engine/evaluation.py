@@ -605,7 +605,8 @@ class Engine:
                     configuration = typed_value(activation.evaluate(mutation.expression))
                     updated = apply_configuration(working, configuration)
                     changed = updated != working
-                    change = f"apply {json.dumps(configuration, sort_keys=True)}"
+                    change = shortened(f"apply {json.dumps(configuration, sort_keys=True)}",
+                                       300)
                 elif mutation.expression is not None:
                     value = activation.evaluate(mutation.expression)
                     operations = validate_operations(
