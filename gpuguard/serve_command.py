@@ -96,6 +96,8 @@ class ServeConfig:
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
         quota_namespace: where the GPUQuota ledgers (ConfigMaps) live.
+        skip_broken: serve the policies that load, leaving out (and naming in ``/readyz`` and
+            each decision log line) those that cannot; default: refuse the whole set.
     """
 
     server: ServerSettings
@@ -108,6 +110,7 @@ class ServeConfig:
     log_level: str = "info"
     quota_namespace: str = DEV_NAMESPACE
     client_ca: str | None = None
+    skip_broken: bool = False
 
 
 def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -206,7 +209,8 @@ def serve_worker(config: ServeConfig) -> int:
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
-    loader = functools.partial(policy_set.load, settings=config.gpu)
+    loader = functools.partial(policy_set.load, settings=config.gpu,
+                               skip_broken=config.skip_broken)
     store = PolicyStore(config.policies, loader)
     server = Server(config.server, store, namespaces, tls,
                     certificate_check=_certificate_check(tls), quota=quota,
@@ -353,7 +357,7 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
                        log_level=args.log_level,
                        quota_namespace=args.quota_namespace or default_quota_namespace(),
-                       client_ca=args.client_ca)
+                       client_ca=args.client_ca, skip_broken=args.skip_broken)
 
 
 def _preflight(config: ServeConfig) -> str | None:
@@ -449,6 +453,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory, e.g. a mounted ConfigMap (repeatable); "
                         "default: the built-in library")
+    parser.add_argument("--skip-broken", action="store_true",
+                        help="serve the policies that load and leave out any that cannot, "
+                        "naming them in /readyz and each decision log line (default: a policy "
+                        "that cannot load refuses the whole set)")
     parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--client-ca", metavar="FILE",

@@ -55,6 +55,7 @@ from policies.engine.messages import expression_message, expression_problem, sta
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
+from policies.policy.apply import apply_configuration, typed_value, untyped
 from policies.policy.matching import (
     applicability,
     effective_operation,
@@ -89,6 +90,7 @@ class RuleOutcome(StrEnum):
 
 _NOT_EVALUATED: Any = object()  # a fused program's value not computed yet
 SELECTION_CACHE_LIMIT = 1024  # request shapes (resource, subresource, operation) kept per engine
+PARAMS_ALLOW = "Allow"  # Policy.param_missing of a binding whose missing params allow
 AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
 _AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -452,24 +454,35 @@ class Engine:
         data = self._data(base, current, review.subject)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
-            for compiled in applicable:
-                if not compiled.policy.mutations:
-                    continue
-                if expired is not None and expired():
-                    raise EvaluationExpired
-                if stale:
-                    data, stale = self._data(base, current, current), False
-                run.begin()
-                try:
-                    changed = self._mutation_pass(compiled, current, data, run, point)
-                except EvaluationExpired:
-                    raise
-                except Exception as exc:  # one policy's bug must not crash admission
-                    run.failure(compiled.policy, "internal", "",
-                                f"internal error: {_describe(exc)}", error=True, point=point)
-                    continue
-                if changed is not current:
-                    current, stale = changed, True
+            # reinvocationPolicy IfNeeded (MutatingAdmissionPolicy): a policy that ran before
+            # another one changed the object runs once more after the pass, in order, as the
+            # API server's policy reinvocation context decides (mutating/dispatcher.go)
+            invoked: list[int] = []
+            again: set[int] = set()
+            mutating = [c for c in applicable if c.policy.mutations]
+            for reinvoked, candidates in ((False, mutating), (True, None)):
+                for compiled in candidates if candidates is not None else \
+                        [c for c in mutating if c.index in again]:
+                    if expired is not None and expired():
+                        raise EvaluationExpired
+                    if stale:
+                        data, stale = self._data(base, current, current), False
+                    run.begin()
+                    try:
+                        changed = self._mutation_pass(compiled, current, data, run, point)
+                    except EvaluationExpired:
+                        raise
+                    except Exception as exc:  # one policy's bug must not crash admission
+                        run.failure(compiled.policy, "internal", "",
+                                    f"internal error: {_describe(exc)}", error=True,
+                                    point=point)
+                        continue
+                    if changed is not current:
+                        current, stale = changed, True
+                        if not reinvoked:
+                            again.update(invoked)
+                    if compiled.policy.reinvocation == "IfNeeded":
+                        invoked.append(compiled.index)
         if validate:
             if stale:
                 data = self._data(base, current, current)
@@ -517,6 +530,11 @@ class Engine:
         as written (nothing of the first try is kept), so the error names the variable that
         failed and each variable keeps its own iteration budget, as the API server does.
         """
+        if compiled.policy.param_missing is not None:  # the binding has no params to run with
+            if compiled.policy.param_missing != PARAMS_ALLOW:
+                run.failure(compiled.policy, "paramRef", "spec.paramRef",
+                            compiled.policy.param_missing, error=True, point=point)
+            return current
         if compiled.inlined is not compiled.written:
             trial = _Run(run.expired, run.session)
             trial.mark = run.mark
@@ -577,9 +595,7 @@ class Engine:
             for rule, message in zip(fused.validations, outcome.validations, strict=True):
                 self._record(policy, rule, message, run, point)
         for rule, value in zip(fused.audit_annotations, outcome.annotations, strict=True):
-            # null omits it (VAP semantics)
-            if value is not None and point != EvaluationPoint.AUDIT:
-                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+            _annotate(policy, rule, value, run, point)
         return True
 
     @staticmethod
@@ -696,8 +712,17 @@ class Engine:
                 if mutation.condition is not None and \
                         activation.evaluate(mutation.condition) is not True:
                     continue
-                if mutation.expression is not None:
-                    operations = validate_operations(activation.evaluate(mutation.expression))
+                if mutation.patch_type == "ApplyConfiguration":
+                    assert mutation.expression is not None
+                    configuration = typed_value(activation.evaluate(mutation.expression))
+                    updated = apply_configuration(working, configuration)
+                    changed = updated != working
+                    change = shortened(f"apply {json.dumps(configuration, sort_keys=True)}",
+                                       300)
+                elif mutation.expression is not None:
+                    value = activation.evaluate(mutation.expression)
+                    operations = validate_operations(
+                        untyped(value) if mutation.patch_type else value)
                     updated = apply_operations(working, operations)
                     changed = updated != working
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
@@ -711,8 +736,9 @@ class Engine:
                 check_identity(updated, current)
             except (CelEvaluationError, MutationError) as exc:
                 message = exc.message if isinstance(exc, CelEvaluationError) else str(exc)
-                run.failure(policy, mutation.name, mutation.path,
-                            f"mutation {mutation.name!r} failed: {message}", error=True,
+                if not mutation.patch_type:  # a native policy's: the API server's text alone
+                    message = f"mutation {mutation.name!r} failed: {message}"
+                run.failure(policy, mutation.name, mutation.path, message, error=True,
                             point=point)
                 return current
             if changed:
@@ -726,12 +752,11 @@ class Engine:
 
     def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,
                   point: EvaluationPoint) -> None:
-        if policy.param_missing == ValidationAction.DENY:
-            run.failure(policy, "paramRef", "spec.paramRef",
-                        "no params found for this binding (parameterNotFoundAction: Deny)",
-                        error=True, point=point)
-            return
         if policy.param_missing is not None:
+            if policy.param_missing != PARAMS_ALLOW and \
+                    policy.kind != "MutatingAdmissionPolicy":  # its mutation pass reported it
+                run.failure(policy, "paramRef", "spec.paramRef", policy.param_missing,
+                            error=True, point=point)
             return  # parameterNotFoundAction: Allow
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
@@ -747,10 +772,8 @@ class Engine:
         for rule in policy.audit_annotations:
             run.check_deadline()
             value = _value(policy, rule, "auditAnnotation", activation, run, point)
-            if value is None or value is _FAILED:
-                continue  # a null value omits the annotation (VAP semantics)
-            if point != EvaluationPoint.AUDIT:
-                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+            if value is not _FAILED:
+                _annotate(policy, rule, value, run, point)
 
     def _message(self, rule: Rule, activation: RequestActivation) -> str:
         """The failed validation's message (:mod:`policies.engine.messages`); when its
@@ -809,6 +832,24 @@ def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation,
         run.failure(policy, rule.name, rule.path, f"{what} failed to evaluate: {exc.message}",
                     error=True, point=point)
         return _FAILED
+
+
+def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
+              point: EvaluationPoint) -> None:
+    """An auditAnnotation's value, as the API server's ``validator.go`` takes it: a string is
+    stripped and published unless empty, null omits the annotation, any other type is an error
+    (under the failurePolicy)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return
+    if not isinstance(value, str):
+        kind = "int" if type(value) is int else type(value).__name__
+        run.failure(policy, rule.name, rule.path,
+                    f"valueExpression '{rule.expression.expression}' resulted in unsupported "
+                    f"return type: {kind}. Return type must be either string or null.",
+                    error=True, point=point)
+        return
+    if point != EvaluationPoint.AUDIT:
+        run.audit[audit_key(policy.name, rule.name)] = _bounded(value.strip())
 
 
 def _params_path(policy: Policy) -> str:

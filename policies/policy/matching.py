@@ -101,9 +101,11 @@ def rules_name_free(match: Match) -> bool:
 
 
 def selects_by_rules_alone(match: Match) -> bool:
-    """Whether ``match`` is its resource rules and nothing else (no selector, namespace list or
-    subjects), so that :func:`matches` is :func:`rules_select`."""
-    return not (match.namespace_selector.match_labels or match.namespace_selector.requirements
+    """Whether ``match`` is its resource rules and nothing else (no scope, selector, namespace
+    list or subjects), so that :func:`matches` is :func:`rules_select`. Every part
+    :func:`matches` reads beyond the rules must be named here."""
+    return not (match.namespaced is not None
+                or match.namespace_selector.match_labels or match.namespace_selector.requirements
                 or match.object_selector.match_labels or match.object_selector.requirements
                 or match.namespaces or match.exclude_namespaces or match.subjects
                 or match.exclude_subjects)
@@ -115,6 +117,8 @@ def matches(match: Match, review: ReviewInput, *,
     if not rules_select(match, review, effective_operation(review, point)):
         return False
     namespace = review.namespace
+    if match.namespaced is not None and bool(namespace) != match.namespaced:
+        return False
     selector = match.namespace_selector
     if selector.match_labels or selector.requirements:  # the empty selector selects all
         if review.kind[2] == "Namespace":

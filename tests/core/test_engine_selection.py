@@ -137,3 +137,28 @@ def test_resource_names_are_decided_per_request_not_per_shape():
     plain_policies = {p.split("/")[0] for p, _, _ in _outcomes(engine, plain, explain=False)}
     assert "named" in special_policies and "named" not in plain_policies
     assert "excluded-names" in plain_policies and "excluded-names" not in special_policies
+
+
+def test_every_part_of_a_match_beyond_its_rules_keeps_the_selection_from_deciding_alone():
+    """A field added to :class:`Match` that :func:`matches` reads must also stop
+    :func:`selects_by_rules_alone` (else the cached selection would skip it): every field but
+    the three rule lists, set to a non-default value, makes it False."""
+    import dataclasses
+
+    from policies.policy.matching import selects_by_rules_alone
+    from policies.policy.model import LabelSelector, Match, ResourceRule, Subject
+
+    rules = (ResourceRule(),)
+    assert selects_by_rules_alone(Match(rules))
+    examples = {
+        "namespace_selector": LabelSelector(match_labels={"team": "a"}),
+        "object_selector": LabelSelector(match_labels={"tier": "prod"}),
+        "namespaces": ("ml",), "exclude_namespaces": ("kube-system",),
+        "subjects": (Subject("User", "alice"),), "exclude_subjects": (Subject("User", "bob"),),
+        "namespaced": True,
+    }
+    others = {f.name for f in dataclasses.fields(Match)} - {
+        "rules", "narrowing_rules", "exclude_rules"}
+    assert others == set(examples), "a new Match field: add it to selects_by_rules_alone"
+    for name, value in examples.items():
+        assert not selects_by_rules_alone(Match(rules, **{name: value})), name

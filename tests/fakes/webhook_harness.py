@@ -43,10 +43,11 @@ def _library() -> policy_set.Loaded:
     return policy_set.load(None, GPUSettings())
 
 
-def loader(source: Snapshot | None) -> policy_set.Loaded:
+def loader(source: Snapshot | None, *, skip_broken: bool = False) -> policy_set.Loaded:
     """policy_set.load (of the snapshot the store read), with the built-in library loaded once
     per test run."""
-    return _library() if source is None else policy_set.load(source, GPUSettings())
+    return _library() if source is None else \
+        policy_set.load(source, GPUSettings(), skip_broken=skip_broken)
 
 
 def gpu_policy(name: str, spec: Mapping[str, Any]) -> str:
@@ -91,10 +92,10 @@ class Harness:
                  settings: ServerSettings | None = None,
                  recorder: Recorder | None = None, quota: Any = None,
                  timer: ManualTimer | None = None,
-                 authorizer: Authorizer | None = None) -> None:
+                 authorizer: Authorizer | None = None, skip_broken: bool = False) -> None:
         self.settings = settings or ServerSettings(port=0, benchmark_routes=True)
         self.store = PolicyStore([str(p) for p in policies] if policies is not None else None,
-                                 loader)
+                                 functools.partial(loader, skip_broken=skip_broken))
         self.result = self.store.load()
         self.namespaces = namespaces if hasattr(namespaces, "status") else \
             StaticNamespaces(namespaces or {}, "test")
