@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -59,9 +60,12 @@ from kube.namespaces import (
     read_namespace_file,
 )
 from kube.pod_cache import PodCache, PodUsageIndex
+from kube.policy_objects import PolicyObjectWatch
+from kube.policy_status import LeaseElector, StatusPublisher
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
 from policies.facts.resource_names import GPUSettings
 from webhook import logs
+from webhook.cluster_store import ClusterPolicyStore
 from webhook.metrics import enable_multiprocess, mark_worker_dead
 from webhook.policy_store import PolicyStore
 from webhook.quota import QuotaGate
@@ -89,7 +93,10 @@ class ServeConfig:
         namespace_labels: a namespace-labels file (standalone namespaces), or None.
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
-        quota_namespace: where the GPUQuota ledgers (ConfigMaps) live.
+        quota_namespace: where the GPUQuota ledgers (ConfigMaps) live, and the Lease that
+            picks the replica writing the policy objects' status.
+        cluster_policies: also serve the cluster's GPUPolicy / GPUQuota / GPUPolicyException
+            objects (:mod:`webhook.cluster_store`).
     """
 
     server: ServerSettings
@@ -102,6 +109,7 @@ class ServeConfig:
     log_level: str = "info"
     quota_namespace: str = DEV_NAMESPACE
     client_ca: str | None = None
+    cluster_policies: bool = False
 
 
 def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -175,13 +183,21 @@ def serve_worker(config: ServeConfig) -> int:
         tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         namespaces = namespace_source(config)
         quota, pod_cache = quota_gate(config, namespaces)
+        cluster = detect(config.kubeconfig) if config.cluster_policies else None
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
     loader = functools.partial(policy_set.load, settings=config.gpu)
-    store = PolicyStore(config.policies, loader)
+    store: PolicyStore = PolicyStore(config.policies, loader)
+    watch = None
+    if cluster is not None:
+        watch = PolicyObjectWatch(cluster.api_client)
+        elector = LeaseElector(cluster.api_client, config.quota_namespace, replica_identity())
+        store = ClusterPolicyStore(config.policies, loader, watch,
+                                   publisher=StatusPublisher(cluster.api_client, elector.leading))
     server = Server(config.server, store, namespaces, tls,
-                    certificate_check=_certificate_check(tls), quota=quota)
+                    certificate_check=_certificate_check(tls), quota=quota,
+                    policy_objects=watch)
     if pod_cache is not None:
         pod_cache.start()
     try:
@@ -190,6 +206,12 @@ def serve_worker(config: ServeConfig) -> int:
     finally:
         if pod_cache is not None:
             pod_cache.stop()
+
+
+def replica_identity() -> str:
+    """The worker's name in the status Lease: the pod's (``POD_NAME``, else the host name) and
+    the process id, as each worker process is a replica of its own."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}/{os.getpid()}"
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -324,7 +346,7 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
                        log_level=args.log_level,
                        quota_namespace=args.quota_namespace or default_quota_namespace(),
-                       client_ca=args.client_ca)
+                       client_ca=args.client_ca, cluster_policies=args.cluster_policies)
 
 
 def _preflight(config: ServeConfig) -> str | None:
@@ -338,11 +360,16 @@ def _preflight(config: ServeConfig) -> str | None:
     for path in config.policies or ():
         if not Path(path).exists():
             return f"--policies {path}: no such file or directory"
+    if config.cluster_policies and cluster is None:
+        return ("--cluster-policies: no cluster configured (no kubeconfig, not in a pod): give "
+                "--kubeconfig FILE")
     standalone = isinstance(source, StaticNamespaces) and not config.namespace_labels
     LOG.info("starting gpuguard serve", extra={"fields": {
         "certificate": describe(tls), "client_ca": config.client_ca,
         "policies": ", ".join(config.policies or ())
-        or "built-in library", "namespaces": source.source, "workers": config.server.workers,
+        or ("no files" if config.cluster_policies else "built-in library"),
+        "cluster_policies": config.cluster_policies, "namespaces": source.source,
+        "workers": config.server.workers,
         "port": config.server.port}})
     if standalone:
         LOG.warning("no cluster configured (no kubeconfig, not in a pod): running standalone; "
@@ -420,6 +447,12 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory, e.g. a mounted ConfigMap (repeatable); "
                         "default: the built-in library")
+    parser.add_argument("--cluster-policies", action="store_true",
+                        help="also serve the cluster's GPUPolicy, GPUQuota and "
+                        "GPUPolicyException objects (watched; merged with --policies, which then "
+                        "has no built-in default), each accepted or refused on its own, and "
+                        "write their status conditions (one replica, chosen by a Lease in "
+                        "--quota-namespace)")
     parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--client-ca", metavar="FILE",

@@ -80,6 +80,18 @@ class NamespaceLifecycle(NamespaceSource, Protocol):
         ...
 
 
+class PolicyObjects(Protocol):
+    """The policy objects feeding the store (:class:`kube.policy_objects.PolicyObjectWatch`)."""
+
+    def start(self, on_change: Callable[[], None] | None = None) -> None:
+        """Begin watching; ``on_change`` is called from a worker thread after each change."""
+        ...
+
+    def stop(self) -> None:
+        """Stop watching."""
+        ...
+
+
 class Server:
     """One worker's server.
 
@@ -93,14 +105,19 @@ class Server:
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
         timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
             default the monotonic clock.
+        policy_objects: the cluster's policy objects the store merges (``--cluster-policies``):
+            started before the first load; each change wakes a policy check at once.
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None, policy_objects: PolicyObjects | None = None,
+                 ) -> None:
         self.settings = settings
+        self.policy_objects = policy_objects
+        self._wake: asyncio.Event | None = None
         self.store = store
         self.namespaces = namespaces
         self.tls = tls
@@ -200,6 +217,17 @@ class Server:
             except Exception:
                 LOG.exception("periodic check failed")
 
+    async def _check_on_wake(self, wake: asyncio.Event) -> None:
+        """Check the policies each time the policy objects changed (changes while a check runs
+        are taken by the next one)."""
+        while True:
+            await wake.wait()
+            wake.clear()
+            try:
+                await self.load_policies()
+            except Exception:
+                LOG.exception("policy check failed")
+
     async def start(self) -> None:
         """Load policies, start the namespace source, listen, start the periodic checks.
 
@@ -212,6 +240,14 @@ class Server:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         fix_mmap_threshold()
         limit_tls_reads()
+        if self.policy_objects is not None:
+            wake = self._wake = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._check_on_wake(wake)))
+
+            def changed() -> None:  # from the watch's threads
+                with contextlib.suppress(RuntimeError):  # the loop is closed: stopping
+                    loop.call_soon_threadsafe(wake.set)
+            self.policy_objects.start(changed)
         await self.load_policies(force=True)
         self.namespaces.start(loop)
         args = handler_args(keepalive_s=self.settings.keepalive_s)
@@ -262,6 +298,8 @@ class Server:
             # Closes the listener, then waits for the handlers in flight (drain_timeout_s).
             await self.runner.cleanup()
         await asyncio.to_thread(self.namespaces.stop)
+        if self.policy_objects is not None:
+            await asyncio.to_thread(self.policy_objects.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.decode_executor.shutdown(wait=False, cancel_futures=True)
         if self.quota_executor is not None:
