@@ -272,7 +272,9 @@ def test_a_rejected_file_update_keeps_the_files_served_and_objects_still_apply(t
     objects.apply("ADDED", obj("GPUPolicy", "no-gpus", DENY_GPUS))
     assert store.check().outcome == LOADED
     assert store.current is not None and set(store.current.names) == {"always-pass", "no-gpus"}
-    ready, detail = Health(store, _Namespaces()).readiness()
+    health = Health(store, _Namespaces())
+    health.tls_up = True
+    ready, detail = health.readiness()
     assert ready
     assert detail["checks"]["policies"]["ok"] and any(
         "empty" in e for e in detail["checks"]["policies"]["rejectedUpdate"])
