@@ -93,10 +93,11 @@ class ServeConfig:
         namespace_labels: a namespace-labels file (standalone namespaces), or None.
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
-        quota_namespace: where the GPUQuota ledgers (ConfigMaps) live, and the Lease that
-            picks the replica writing the policy objects' status.
+        quota_namespace: where the GPUQuota ledgers (ConfigMaps) live.
         cluster_policies: also serve the cluster's GPUPolicy / GPUQuota / GPUPolicyException
             objects (:mod:`webhook.cluster_store`).
+        status_lease_namespace: where the Lease picking the replica that writes those objects'
+            status lives (:mod:`kube.policy_status`).
     """
 
     server: ServerSettings
@@ -110,6 +111,7 @@ class ServeConfig:
     quota_namespace: str = DEV_NAMESPACE
     client_ca: str | None = None
     cluster_policies: bool = False
+    status_lease_namespace: str = DEV_NAMESPACE
 
 
 def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -192,7 +194,8 @@ def serve_worker(config: ServeConfig) -> int:
     watch = None
     if cluster is not None:
         watch = PolicyObjectWatch(cluster.api_client)
-        elector = LeaseElector(cluster.api_client, config.quota_namespace, replica_identity())
+        elector = LeaseElector(cluster.api_client, config.status_lease_namespace,
+                               replica_identity())
         store = ClusterPolicyStore(config.policies, loader, watch,
                                    publisher=StatusPublisher(cluster.api_client, elector.leading))
     server = Server(config.server, store, namespaces, tls,
@@ -346,7 +349,9 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
                        log_level=args.log_level,
                        quota_namespace=args.quota_namespace or default_quota_namespace(),
-                       client_ca=args.client_ca, cluster_policies=args.cluster_policies)
+                       client_ca=args.client_ca, cluster_policies=args.cluster_policies,
+                       status_lease_namespace=args.status_lease_namespace
+                       or default_quota_namespace())
 
 
 def _preflight(config: ServeConfig) -> str | None:
@@ -451,8 +456,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help="also serve the cluster's GPUPolicy, GPUQuota and "
                         "GPUPolicyException objects (watched; merged with --policies, which then "
                         "has no built-in default), each accepted or refused on its own, and "
-                        "write their status conditions (one replica, chosen by a Lease in "
-                        "--quota-namespace)")
+                        "write their status conditions (one replica, chosen by a Lease)")
+    parser.add_argument("--status-lease-namespace", metavar="NAME",
+                        help="namespace of the Lease gpuguard-policy-status that picks the "
+                        "replica writing the objects' status (default: gpuguard's own "
+                        f"namespace, else {DEV_NAMESPACE})")
     parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--client-ca", metavar="FILE",

@@ -217,6 +217,7 @@ class PolicyObjectWatch:
         self._threads: list[threading.Thread] = []
         self._responses: dict[str, Any] = {}
         self._on_change: Callable[[], None] = lambda: None
+        self.lists = 0  # completed lists, every resource together (the first ones, relists)
         self.source = "cluster watch"
 
     # --- readers (any thread) -----------------------------------------------------------------
@@ -281,6 +282,7 @@ class PolicyObjectWatch:
             self._objects[kind] = fresh
             self._listed.add(kind)
             self._errors.pop(kind, None)
+            self.lists += 1
         if changed:
             self._on_change()
 

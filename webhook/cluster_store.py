@@ -165,11 +165,11 @@ class ClusterPolicyStore(PolicyStore):
             self.last_errors = (f"loading failed: {type(exc).__name__}: {exc}",)
             return ReloadResult(REJECTED, self.last_errors)
         before = self.last_merge.errors_by_key if self.last_merge is not None else {}
-        for key, lines in result.errors_by_key.items():
-            if before.get(key) != lines:  # said once per refused version, not at every check
+        for refused, lines in result.errors_by_key.items():
+            if before.get(refused) != lines:  # once per refused version, not at every check
                 LOG.error("policy object refused", extra={"fields": {
-                    "object": key, "errors": list(lines),
-                    "served_instead": "its last accepted version" if key in result.served
+                    "object": refused, "errors": list(lines),
+                    "served_instead": "its last accepted version" if refused in result.served
                     else "nothing"}})
         errors = list(result.file_errors)
         current = self._current
