@@ -30,9 +30,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
 
 from kube.list_watch import run_list_watch, watch_stream
+from kube.lists import ListError, NotServed, Unreachable
 from policies.sources import SourceFile
 
 _LOG = logging.getLogger("gpuguard.kube.policy_objects")
@@ -175,13 +178,21 @@ def list_policy_objects(api_client: k8s_client.ApiClient, *, page_size: int = 50
     """Every gpuguard.io object of the cluster, listed once, sorted by :attr:`PolicyObject.key`.
 
     Raises:
-        kubernetes.client.exceptions.ApiException: a list failed (404: a CRD is not
-            installed; 403: RBAC); the caller names it.
+        kube.lists.NotServed: a CRD is not installed (404).
+        kube.lists.ListError: another API error (403: RBAC); the message names the resource.
+        kube.lists.Unreachable: the API server cannot be reached.
     """
     api = k8s_client.CustomObjectsApi(api_client)
     objects: list[PolicyObject] = []
     for resource in RESOURCES:
-        objects.extend(_list_pages(_list_call(api, resource), resource, page_size)[0])
+        name = f"{resource.plural}.{GROUP}"
+        try:
+            objects.extend(_list_pages(_list_call(api, resource), resource, page_size)[0])
+        except ApiException as exc:
+            error = NotServed if exc.status == 404 else ListError
+            raise error(f"{name}: {exc.status} {exc.reason}") from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            raise Unreachable(f"{name}: {type(exc).__name__}: {exc}") from None
     return sorted(objects, key=lambda o: o.key)
 
 

@@ -80,11 +80,14 @@ class LeaseElector:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                self._api.create_namespaced_lease(self.namespace, k8s_client.V1Lease(
+                # Created without times (the client writes a whole second without the
+                # fraction MicroTime requires), then stamped with the update below.
+                lease = self._api.create_namespaced_lease(self.namespace, k8s_client.V1Lease(
                     metadata=k8s_client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                    spec=k8s_client.V1LeaseSpec(
-                        holder_identity=self.identity, lease_duration_seconds=self.duration_s,
-                        acquire_time=now, renew_time=now, lease_transitions=0)))
+                    spec=k8s_client.V1LeaseSpec(holder_identity=self.identity,
+                                                lease_duration_seconds=self.duration_s,
+                                                lease_transitions=0)))
+                self._stamp(_version(lease), now, acquired=True, transitions=0)
                 return True
             spec = lease.spec or k8s_client.V1LeaseSpec()
             holder = spec.holder_identity
@@ -94,27 +97,49 @@ class LeaseElector:
                 now >= renewed + datetime.timedelta(seconds=duration)
             if holder != self.identity and not expired:
                 return False
+            transitions = spec.lease_transitions or 0
             if holder != self.identity:
-                spec.acquire_time = now
-                spec.lease_transitions = (spec.lease_transitions or 0) + 1
+                transitions += 1
                 _LOG.info("taking over the policy status lease", extra={"fields": {
                     "previous_holder": holder, "identity": self.identity}})
-            spec.holder_identity = self.identity
-            spec.lease_duration_seconds = self.duration_s
-            spec.renew_time = now
-            lease.spec = spec
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self._stamp(_version(lease), now, acquired=holder != self.identity,
+                        transitions=transitions)
             return True
         except ApiException as exc:
             if exc.status == 409:  # another replica renewed or took it first
                 return False
             _LOG.warning("the policy status lease cannot be read or written; not writing "
-                         "status", extra={"fields": {"error": f"{exc.status} {exc.reason}"}})
+                         "status", extra={"fields": {"error": f"{exc.status} {exc.reason}",
+                                                     "detail": str(exc.body or "")[:500]}})
             return False
         except Exception as exc:  # network errors: not the leader this time
             _LOG.warning("the policy status lease cannot be reached; not writing status",
                          extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
             return False
+
+
+    def _stamp(self, resource_version: str, now: datetime.datetime, *, acquired: bool,
+               transitions: int) -> None:
+        """Hold the Lease from ``now``: a merge patch carrying the resourceVersion read, so the
+        API server refuses it (409) when another replica wrote the Lease in between."""
+        spec: dict[str, Any] = {"holderIdentity": self.identity,
+                                "leaseDurationSeconds": self.duration_s,
+                                "renewTime": micro_time(now), "leaseTransitions": transitions}
+        if acquired:
+            spec["acquireTime"] = micro_time(now)
+        self._api.patch_namespaced_lease(
+            self.name, self.namespace,
+            {"metadata": {"resourceVersion": resource_version}, "spec": spec},
+            _content_type="application/merge-patch+json", _request_timeout=(10, 30))
+
+
+def _version(lease: k8s_client.V1Lease) -> str:
+    return str(lease.metadata.resource_version or "") if lease.metadata is not None else ""
+
+
+def micro_time(moment: datetime.datetime) -> str:
+    """``2026-12-02T03:00:00.000000Z``: metav1.MicroTime, which requires the fraction."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class StatusPublisher:

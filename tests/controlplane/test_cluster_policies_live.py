@@ -240,3 +240,33 @@ def test_the_webhook_account_reads_the_objects_and_writes_only_their_status(
     assert can("update", "leases/gpuguard-policy-status", "-n", "gpuguard-system")
     assert not can("update", "leases/other", "-n", "gpuguard-system")
     assert not can("update", "leases/gpuguard-policy-status", "-n", "default")
+
+
+def test_audit_judges_by_the_cluster_policies_and_names_a_refused_one(
+        cluster: ControlPlane, make_namespace: Callable[..., str], tmp_path) -> None:
+    from tests.controlplane.webhook_process import gpuguard
+
+    namespace = make_namespace("crd-audit")
+    # Created before the policy exists: what already runs when a policy is applied.
+    created = cluster.kubectl("create", "-f", "-", input=json.dumps(gpu_pod("running",
+                                                                            namespace)))
+    assert created.returncode == 0, created.stderr
+    apply(cluster, no_gpus("e2e-crd-audit", [namespace]))
+    apply(cluster, no_gpus("e2e-crd-audit-broken", [namespace], expression="gpu.count <="))
+    (tmp_path / "pass.yaml").write_text(PASS_FILE)
+    try:
+        done = gpuguard("audit", "--cluster", "--kubeconfig", str(cluster.kubeconfig),
+                        "--cluster-policies", "--policies", str(tmp_path / "pass.yaml"),
+                        "-o", "json")
+        assert done.returncode in (0, 1), done.stderr
+        report = json.loads(done.stdout)
+        assert "e2e-crd-audit" in report["policy_set"]["policies"]
+        assert "e2e-crd-audit-broken" not in report["policy_set"]["policies"]
+        assert any(f["policy"] == "e2e-crd-audit" and f["outcome"] == "fail" and
+                   namespace in json.dumps(f) for f in report["findings"]), report["findings"]
+        assert "policy object refused: cluster:GPUPolicy/e2e-crd-audit-broken" in done.stderr
+        assert "spec.validations[0].expression" in done.stderr
+        alone = gpuguard("audit", "-f", str(tmp_path / "pass.yaml"), "--cluster-policies")
+        assert alone.returncode == 2 and "use it with --cluster" in alone.stderr
+    finally:
+        cluster.kubectl("delete", "gpupolicy", "e2e-crd-audit", "e2e-crd-audit-broken")
