@@ -270,3 +270,16 @@ def test_audit_judges_by_the_cluster_policies_and_names_a_refused_one(
         assert alone.returncode == 2 and "use it with --cluster" in alone.stderr
     finally:
         cluster.kubectl("delete", "gpupolicy", "e2e-crd-audit", "e2e-crd-audit-broken")
+
+
+def test_the_gitops_example_applies(cluster: ControlPlane) -> None:
+    cluster.kubectl("create", "namespace", "team-a")  # the exception's namespace; may exist
+    applied = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-k",
+                              str(REPO / "examples" / "gitops"))
+    assert applied.returncode == 0, applied.stderr
+    assert sorted(applied.stdout.split("\n")[:-1]) == sorted([
+        "gpupolicy.gpuguard.io/gpu-requests-equal-limits serverside-applied (server dry run)",
+        "gpupolicy.gpuguard.io/no-privileged-gpu serverside-applied (server dry run)",
+        "gpupolicy.gpuguard.io/team-a-max-gpus serverside-applied (server dry run)",
+        "gpuquota.gpuguard.io/team-a serverside-applied (server dry run)",
+        "gpupolicyexception.gpuguard.io/benchmark-pods serverside-applied (server dry run)"])
