@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import shutil
@@ -194,8 +195,10 @@ def serve_worker(config: ServeConfig) -> int:
     watch = None
     if cluster is not None:
         watch = PolicyObjectWatch(cluster.api_client)
+        # Renewed at each policy check: held for three check intervals (at least 15 s).
         elector = LeaseElector(cluster.api_client, config.status_lease_namespace,
-                               replica_identity())
+                               replica_identity(), duration_s=max(
+                                   15, math.ceil(3 * config.server.policy_reload_s)))
         store = ClusterPolicyStore(config.policies, loader, watch,
                                    publisher=StatusPublisher(cluster.api_client, elector.leading))
     server = Server(config.server, store, namespaces, tls,

@@ -25,6 +25,7 @@ Must not talk to the API server itself: the watch and the publisher do.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -100,6 +101,8 @@ class ClusterPolicyStore(PolicyStore):
         self._input: tuple[str, tuple[tuple[str, bytes], ...]] | None = None  # last merged
         self._file_errors: tuple[str, ...] = ()  # of the last rejected file update
         self.last_merge: Merge | None = None
+        self._status: tuple[Sequence[PolicyObject], Merge, bool] | None = None  # to publish
+        self._status_lock = threading.Lock()
 
     @property
     def reloadable(self) -> bool:
@@ -117,34 +120,44 @@ class ClusterPolicyStore(PolicyStore):
     def load(self) -> ReloadResult:
         """Load now (the first load), once the objects have synced."""
         with self._lock:
-            return self._merge(self._read_files(), new_files=True)
+            result = self._merge(self._read_files(), new_files=True)
+        self._write_status()
+        return result
 
     def check(self) -> ReloadResult:
-        """Read the files and the objects; load what changed (see the module docstring)."""
+        """Read the files and the objects; load what changed (see the module docstring); then
+        hand the merge to the publisher (after the new set is served: status writes never delay
+        enforcement)."""
         with self._lock:
-            files = self._read_files()
-            served = self._files
-            if served is None:
-                return self._merge(files, new_files=True)
-            digest = files.digest
-            if digest == served.digest:
-                self._pending, self._rejected, self._file_errors = None, None, ()
-                chosen = served
-            elif digest == self._rejected:
-                self._pending = None
-                chosen = served
-            elif self._pending is None or self._pending[0] != digest:
-                self._pending = (digest, self._clock())
-                chosen = served
-            elif self._clock() - self._pending[1] < self.quiet_s:
-                chosen = served
-            else:
-                self._pending = None
-                chosen = files
-            result = self._merge(chosen, new_files=chosen is not served)
-            if result.outcome == UNCHANGED and self._pending is not None:
-                return ReloadResult(RETRY)
-            return result
+            result = self._check()
+        self._write_status()
+        return result
+
+    def _check(self) -> ReloadResult:
+        """The check itself (under the lock)."""
+        files = self._read_files()
+        served = self._files
+        if served is None:
+            return self._merge(files, new_files=True)
+        digest = files.digest
+        if digest == served.digest:
+            self._pending, self._rejected, self._file_errors = None, None, ()
+            chosen = served
+        elif digest == self._rejected:
+            self._pending = None
+            chosen = served
+        elif self._pending is None or self._pending[0] != digest:
+            self._pending = (digest, self._clock())
+            chosen = served
+        elif self._clock() - self._pending[1] < self.quiet_s:
+            chosen = served
+        else:
+            self._pending = None
+            chosen = files
+        result = self._merge(chosen, new_files=chosen is not served)
+        if result.outcome == UNCHANGED and self._pending is not None:
+            return ReloadResult(RETRY)
+        return result
 
     def _merge(self, files: Snapshot, *, new_files: bool) -> ReloadResult:
         if not self.objects.synced:
@@ -154,7 +167,9 @@ class ClusterPolicyStore(PolicyStore):
                 else ReloadResult(UNCHANGED)
         objects = self.objects.objects()
         key = (files.digest, tuple(o.served_content for o in objects))
-        if key == self._input and self._current is not None:
+        if key == self._input:  # the same input as the last merge: its verdict stands
+            if self._current is None:
+                return ReloadResult(UNCHANGED)
             if self.last_merge is not None:
                 self.last_errors = (*self._file_errors, *self.last_merge.object_errors())
             self._publish(objects, serving=True)
@@ -206,9 +221,15 @@ class ClusterPolicyStore(PolicyStore):
         return ReloadResult(LOADED, snapshot=snapshot)
 
     def _publish(self, objects: Sequence[PolicyObject], *, serving: bool) -> None:
-        if self.publisher is None or self.last_merge is None:
-            return
-        try:
-            self.publisher.publish(objects, self.last_merge, serving)
-        except Exception:  # a status write must never stop serving
-            LOG.exception("writing the policy objects' status failed")
+        if self.last_merge is not None:
+            self._status = (objects, self.last_merge, serving)
+
+    def _write_status(self) -> None:
+        with self._status_lock:  # one publisher call at a time, the latest merge
+            status, self._status = self._status, None
+            if self.publisher is None or status is None:
+                return
+            try:
+                self.publisher.publish(*status)
+            except Exception:  # a status write must never stop serving
+                LOG.exception("writing the policy objects' status failed")

@@ -374,3 +374,33 @@ def test_ready_is_left_as_it_was_while_the_merged_set_is_not_served():
     policy = obj("GPUPolicy", "no-gpus", DENY_GPUS, status={"conditions": [held]})
     ready = conditions(policy, store.last_merge, serving=False, now="t")[1][1]  # type: ignore
     assert ready == held
+
+
+def test_a_rejected_input_is_not_rebuilt_at_every_check(tmp_path):
+    calls: list[int] = []
+
+    def counting(snapshot: Snapshot) -> Any:
+        calls.append(1)
+        return LOADER(snapshot)
+
+    paths = files(tmp_path, "")  # an empty file: the files are refused
+    store = ClusterPolicyStore(paths, counting, synced(obj("GPUPolicy", "no-gpus", DENY_GPUS)))
+    assert store.load().outcome == REJECTED and store.current is None
+    built = len(calls)
+    assert store.check().outcome == UNCHANGED and store.check().outcome == UNCHANGED
+    assert len(calls) == built and any("empty" in e for e in store.last_errors)
+    (Path(paths[0]) / "policies.yaml").write_text(PASS)  # fixed: loaded at once (nothing served)
+    assert store.check().outcome == LOADED and not allowed(store)
+
+
+def test_a_failing_status_writer_never_stops_serving():
+    class Failing:
+        def publish(self, objects: Any, result: Any, serving: bool) -> None:
+            raise RuntimeError("API server gone")
+
+    objects = synced(obj("GPUPolicy", "no-gpus", DENY_GPUS))
+    store = ClusterPolicyStore(None, LOADER, objects, publisher=Failing())
+    assert store.load().outcome == LOADED and not allowed(store)
+    objects.apply("MODIFIED", obj("GPUPolicy", "no-gpus", {**DENY_GPUS, "validationActions":
+                                                           ["Warn"]}, generation=2))
+    assert store.check().outcome == LOADED and allowed(store)
