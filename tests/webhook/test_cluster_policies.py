@@ -12,6 +12,9 @@ from __future__ import annotations
 import copy
 import datetime
 import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from policies.facts.resource_names import GPUSettings
 from policies.facts.review import from_request
 from policies.sources import Snapshot
 from tests.fakes.webhook_harness import bug_review, gpu_policy, write_policies
+from tests.paths import ROOT
 from webhook.cluster_store import ClusterPolicyStore
 from webhook.health import Health
 from webhook.policy_store import LOADED, REJECTED, RETRY, UNCHANGED
@@ -404,3 +408,16 @@ def test_a_failing_status_writer_never_stops_serving():
     objects.apply("MODIFIED", obj("GPUPolicy", "no-gpus", {**DENY_GPUS, "validationActions":
                                                            ["Warn"]}, generation=2))
     assert store.check().outcome == LOADED and allowed(store)
+
+
+def test_serve_cluster_policies_without_a_cluster_exits_2_with_one_line(tmp_path):
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    environment["HOME"] = str(tmp_path)  # no ~/.kube/config
+    result = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev",
+                             "--cluster-policies"], cwd=ROOT, env=environment,
+                            capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "gpuguard serve: error: --cluster-policies: no cluster configured (no kubeconfig, not "
+        "in a pod): give --kubeconfig FILE")
