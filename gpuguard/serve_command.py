@@ -10,7 +10,10 @@ multiprocess mode). ``--client-ca FILE`` makes ``/validate`` and ``/mutate`` req
 certificate signed by that CA (kube-apiserver presents one when its admission configuration's
 kubeconfig for the webhook names a client certificate); the health and metrics endpoints stay
 open. ``--dev`` makes a throw-away CA and serving certificate in a temporary
-directory and prints a ready-to-paste ``curl`` command.
+directory and prints a ready-to-paste ``curl`` command. ``--cluster-policies`` serves the
+cluster's gpuguard.io objects with the files (:mod:`webhook.cluster_store`, fed by
+:class:`kube.policy_objects.PolicyObjectWatch`; status written by the holder of the Lease of
+:mod:`kube.policy_status`).
 
 GPUQuota documents (loaded from the ``--policies`` paths with the policies, reloaded with them)
 are enforced on ``/validate``: with a cluster, usage comes from a pod watch

@@ -4,7 +4,8 @@ Owns the lifecycle of a worker: the first policy load (off the loop; the server 
 it fails, answering ``/readyz`` 503 with the errors and retrying on every policy check), starting
 the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
 port) through the connection guard (:mod:`webhook.connections`: header-read timeout, connection
-and idle caps), the threads that decode large bodies, the heap trim after bursts
+and idle caps), the watch of the cluster's policy objects (``--cluster-policies``: each change
+wakes a policy check at once), the threads that decode large bodies, the heap trim after bursts
 (:mod:`webhook.memory`), the process-wide settings of a server (GIL switch interval, malloc's
 mmap threshold, asyncio's TLS read size), the periodic policy check (:meth:`PolicyStore.check`,
 hot reload) and certificate check (``reload_if_changed`` on the TLS object: new handshakes get
