@@ -62,6 +62,12 @@ def gpu_pod(name: str, namespace: str) -> dict[str, Any]:
 def cluster(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with deploy/crds and the component's Lease RBAC applied."""
     control_plane.kubectl("create", "namespace", "gpuguard-system")  # may exist already
+    # Library objects another module applied may mutate runtimeClassName: nvidia, which the
+    # RuntimeClass admission plugin refuses unless it exists (test_admission_e2e makes it too).
+    applied = control_plane.kubectl("apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+         "handler": "nvidia"}))
+    assert applied.returncode == 0, applied.stderr
     applied = control_plane.kubectl("apply", "--server-side", "-k", str(CRDS))
     assert applied.returncode == 0, applied.stderr
     applied = control_plane.kubectl("apply", "-f", str(LEASE_RBAC))
