@@ -17,9 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
 
-from kube.policy_objects import PolicyObjectWatch
-from kube.policy_status import LeaseElector
+from gpuguard import policy_set
+from kube.policy_objects import PolicyObjectWatch, list_policy_objects
+from kube.policy_status import LeaseElector, StatusPublisher
+from kube.served_set import merge
+from policies.facts.resource_names import GPUSettings
+from policies.sources import Snapshot
 from tests.controlplane.cluster import ControlPlane, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -104,3 +110,39 @@ def test_one_lease_holder_and_a_takeover_once_it_stops_renewing(uncached: Contro
         assert lease["spec"]["leaseTransitions"] == 1
     finally:
         api_client.close()
+
+
+def test_the_webhook_account_can_do_what_the_code_does_and_no_more(uncached: ControlPlane
+                                                                   ) -> None:
+    """The calls of the watch, the Lease and the status writer, made as the webhook's
+    ServiceAccount with deploy/crds/rbac.yaml and the component's Lease Role applied."""
+    uncached.kubectl("create", "namespace", "gpuguard-system")
+    applied = uncached.kubectl("apply", "-f", str(
+        ROOT / "deploy" / "components" / "cluster-policies" / "lease-rbac.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    assert uncached.kubectl("apply", "-f", "-", input=_policy("rbac-checked")).returncode == 0
+    api_client = uncached.api_client()
+    api_client.set_default_header(
+        "Impersonate-User", "system:serviceaccount:gpuguard-system:gpuguard-webhook")
+    try:
+        objects = list_policy_objects(api_client)
+        assert [o.key for o in objects] == ["GPUPolicy/rbac-checked"]
+        elector = LeaseElector(api_client, "gpuguard-system", "replica-rbac")
+        assert elector.leading() and elector.leading()  # created, then renewed (patch)
+        publisher = StatusPublisher(api_client, elector.leading)
+        result = merge(Snapshot((), ()), objects, {},
+                       lambda s: policy_set.load(s, GPUSettings()))
+        publisher.publish(objects, result, True)
+        assert publisher.writes == 1
+        stored = json.loads(uncached.kubectl("get", "gpupolicy", "rbac-checked", "-o",
+                                             "json").stdout)
+        assert [c["type"] for c in stored["status"]["conditions"]] == ["Accepted", "Ready"]
+        with pytest.raises(ApiException) as refused:  # the spec stays out of reach
+            k8s_client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+                "gpuguard.io", "v1alpha1", "gpupolicies", "rbac-checked",
+                {"spec": {"failurePolicy": "Ignore"}},
+                _content_type="application/merge-patch+json")
+        assert refused.value.status == 403
+    finally:
+        api_client.close()
+        uncached.kubectl("delete", "gpupolicy", "rbac-checked")
