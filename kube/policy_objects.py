@@ -246,13 +246,19 @@ class PolicyObjectWatch:
             return len(self._listed) == len(self._resources)
 
     def status(self) -> tuple[bool, str]:
-        """``(synced, detail)``; the detail names each resource not listed yet and why."""
+        """``(synced, detail)``; the detail names each resource not listed yet, or whose watch
+        is failing (and retried), and why."""
         with self._lock:
             missing = [f"{r.plural}.{GROUP}: {self._errors.get(r.kind, 'listing')}"
                        for r in self._resources if r.kind not in self._listed]
             count = sum(len(v) for v in self._objects.values())
+            failing = [f"{r.plural}.{GROUP}: {self._errors[r.kind]}" for r in self._resources
+                       if r.kind in self._listed and r.kind in self._errors]
         if missing:
             return False, "not listed yet: " + "; ".join(missing)
+        if failing:  # still synced: what was listed last keeps serving while it retries
+            return True, f"{count} gpuguard.io objects; watch failing, retrying: " + \
+                "; ".join(failing)
         return True, f"{count} gpuguard.io objects, watching"
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -311,6 +317,12 @@ class PolicyObjectWatch:
         if changed:
             self._on_change()
 
+    def failed(self, kind: str, message: str) -> None:
+        """A list or watch of ``kind`` failed (retried with back-off): named by :meth:`status`
+        until the next list of it succeeds."""
+        with self._lock:
+            self._errors[kind] = message
+
     def _run(self, resource: Resource) -> None:
         call = _list_call(self._api, resource)
 
@@ -336,10 +348,7 @@ class PolicyObjectWatch:
             if obj is not None:
                 self.apply(event, obj)
 
-        def failed(message: str) -> None:
-            with self._lock:
-                self._errors[resource.kind] = message
-
         run_list_watch(what=f"{resource.plural}.{GROUP}", stop=self._stop, list_once=list_once,
-                       events=events, apply=apply, failed=failed,
+                       events=events, apply=apply,
+                       failed=functools.partial(self.failed, resource.kind),
                        max_backoff_s=self._max_backoff_s)

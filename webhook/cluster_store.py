@@ -110,9 +110,9 @@ class ClusterPolicyStore(PolicyStore):
         return True
 
     def describe(self) -> str:
-        """Where policies come from, for logs."""
+        """Where policies come from, with the watch's state (for logs and ``/readyz``)."""
         files = ", ".join(self.paths) if self.paths else "no files"
-        return f"{files} and the cluster's gpuguard.io objects"
+        return f"{files} and the cluster's gpuguard.io objects ({self.objects.status()[1]})"
 
     def _read_files(self) -> Snapshot:
         return read_policy_files(self.paths) if self.paths is not None else _NO_FILES

@@ -421,3 +421,21 @@ def test_serve_cluster_policies_without_a_cluster_exits_2_with_one_line(tmp_path
     assert result.stderr.splitlines()[-1] == (
         "gpuguard serve: error: --cluster-policies: no cluster configured (no kubeconfig, not "
         "in a pod): give --kubeconfig FILE")
+
+
+def test_readyz_names_a_failing_watch_while_the_last_listed_objects_serve():
+    objects = synced(obj("GPUPolicy", "no-gpus", DENY_GPUS))
+    store = ClusterPolicyStore(None, LOADER, objects)
+    assert store.load().outcome == LOADED
+    assert store.describe() == "no files and the cluster's gpuguard.io objects (1 gpuguard.io " \
+        "objects, watching)"
+    objects.failed("GPUPolicy", "API error 503 Service Unavailable")
+    assert objects.status() == (True, "1 gpuguard.io objects; watch failing, retrying: "
+                                "gpupolicies.gpuguard.io: API error 503 Service Unavailable")
+    health = Health(store, _Namespaces())
+    health.tls_up = True
+    ready, detail = health.readiness()
+    assert ready and "watch failing" in detail["checks"]["policies"]["detail"]
+    assert not allowed(store)
+    objects.replace("GPUPolicy", objects.objects())  # the relist after the retry
+    assert objects.status() == (True, "1 gpuguard.io objects, watching")
