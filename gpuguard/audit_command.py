@@ -51,9 +51,9 @@ from gpuguard.output_formats import write as write_document
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
-from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
+from policies.policy.loader import GPUPOLICY_API, load_quotas, read_policy_files, unique_quotas
 from policies.policy.quota import QUOTA_KIND
-from policies.sources import Document, LoadError, printable
+from policies.sources import Document, LoadError, Snapshot, printable
 
 OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
@@ -243,6 +243,35 @@ def _policy_problems(args: argparse.Namespace, loaded: policy_set.Loaded,
     return problems
 
 
+def _cluster_policy_set(args: argparse.Namespace, gpu: GPUSettings,
+                        cluster: Any) -> policy_set.Loaded | int:
+    """The ``--policies`` files merged with the cluster's GPUPolicy / GPUQuota /
+    GPUPolicyException objects, listed once (:func:`kube.served_set.merge`, the rule
+    ``gpuguard serve --cluster-policies`` serves by): an object with an error is refused with
+    one line per error on stderr, and the audit judges by the rest. Returns the exit code
+    instead when the objects cannot be listed (2: a CRD not installed, RBAC; 3: unreachable)."""
+    from kube.lists import ListError, NotServed, Unreachable  # noqa: PLC0415 - see connect_cluster
+    from kube.policy_objects import list_policy_objects  # noqa: PLC0415
+    from kube.served_set import merge  # noqa: PLC0415
+
+    try:
+        objects = list_policy_objects(cluster.api_client)
+    except Unreachable as exc:
+        _error(f"error: --cluster-policies: the API server cannot be reached: {exc}")
+        return EXIT_ENVIRONMENT
+    except ListError as exc:
+        hint = " (the gpuguard.io CRDs are not installed: kubectl apply --server-side -k " \
+            "deploy/crds)" if isinstance(exc, NotServed) else ""
+        _error(f"error: --cluster-policies: listing the gpuguard.io objects failed: {exc}{hint}")
+        return EXIT_USAGE
+    files = read_policy_files(args.policies) if args.policies else Snapshot((), ())
+    result = merge(files, objects, {}, lambda snapshot: policy_set.load(snapshot, gpu))
+    for line in result.object_errors():
+        _error(f"policy object refused: {line}")
+    built: policy_set.Loaded = result.built
+    return built
+
+
 def _open_history(path: str) -> audit_history.History:
     """The ``--history`` file; raises HistoryError naming the problem."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -272,9 +301,24 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         _error(f"error: {exc}")
         return EXIT_USAGE
 
+    if args.cluster_policies and not live:
+        _error("error: --cluster-policies reads the cluster's policy objects: use it with "
+               "--cluster")
+        return EXIT_USAGE
+
     # Every input named on the command line is checked before anything is read or written: a
     # report from a broken or empty policy set would say "compliant" about everything.
-    loaded = policy_set.load(args.policies, gpu)
+    cluster = None
+    if args.cluster_policies:
+        cluster, code = connect_cluster(args)
+        if cluster is None:
+            return code
+        found = _cluster_policy_set(args, gpu, cluster)
+        if isinstance(found, int):
+            return found
+        loaded = found
+    else:
+        loaded = policy_set.load(args.policies, gpu)
     quotas = {q.name: q for q in loaded.engine.policies.quotas}
     problems = _policy_problems(args, loaded, quotas)
     if problems:
@@ -291,8 +335,7 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         return _refuse([*inventory.errors, *inventory.unusable], "an --inventory path names "
                        "no inventory")
 
-    cluster = None
-    if live:
+    if live and cluster is None:
         cluster, code = connect_cluster(args)
         if cluster is None:
             return code
@@ -326,6 +369,8 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         source = {"kind": "files", "paths": list(args.filename)}
     source["metrics"] = args.metrics
     source["policies"] = list(args.policies or []) or "built-in library"
+    if args.cluster_policies:
+        source["policies"] = [*(args.policies or []), "the cluster's gpuguard.io objects"]
     if args.quotas:
         source["quotas"] = list(args.quotas)
     # The policy workers fork here, before the progress bar starts its thread.
@@ -424,6 +469,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     policy = parser.add_argument_group("how to judge")
     policy.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory (repeatable); default: built-in library")
+    policy.add_argument("--cluster-policies", action="store_true",
+                        help="with --cluster: also judge by the cluster's GPUPolicy, GPUQuota "
+                        "and GPUPolicyException objects (merged with --policies, which then has "
+                        "no built-in default; an object with an error is refused, as gpuguard "
+                        "serve --cluster-policies does)")
     policy.add_argument("--quotas", action="append", metavar="PATH",
                         help="GPUQuota documents (file or directory, repeatable) to report usage "
                         "against; those in the --policies files are reported too")
