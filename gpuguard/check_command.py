@@ -11,6 +11,10 @@ the usage of the snapshot's pods (pending and running; team scopes from its Name
 the webhook's quota step (:class:`kube.quota_ledger.QuotaAdmission`, as a dry run over an
 in-memory ledger and a pod index filled from the snapshot), so the numbers and messages are the
 webhook's. CEL policies see the same figures as ``quota``.
+
+The Nodes among the ``-f`` objects value shared requests as ``gpuguard gpus`` does
+(:func:`gpuguard.gpus_command.with_input_nodes`): the GPU facts every policy sees of a pod pinned
+to a time-sliced product carry those nodes' replica count.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rich.table import Table
 
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from gpuguard.gpus_command import with_input_nodes
 from gpuguard.input_paths import documents_of
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
@@ -125,17 +130,20 @@ def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
     return {**request, "dryRun": True}
 
 
-def _unrecognized(review: ReviewInput, settings: GPUSettings) -> list[str]:
-    """Gpuguard's own word on accelerator-looking resources the GPU registry does not know
-    (``GPUFacts.unrecognized``): no policy sees them as GPUs, so the object is judged as asking
-    for none of them."""
-    facts = workload_facts(review.object, settings=settings) \
-        if isinstance(review.object, Mapping) else None
+def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings) -> list[str]:
+    """Gpuguard's own word on the object: a kind it does not model (judged from what a
+    structural search found), and accelerator-looking resources the GPU registry does not know
+    (``GPUFacts.unrecognized``: no policy sees them as GPUs, so the object is judged as asking for
+    none of them). The facts are the verdict's; computed here only when no policy applied."""
+    facts = verdict.facts
+    if facts is None and isinstance(review.object, Mapping):
+        facts = workload_facts(review.object, settings=settings)
     if facts is None:
         return []
-    return [f"{name}: unrecognized accelerator resource, judged as no GPU by every policy "
-            f"(--gpu-resource {name} counts it as whole devices)"
-            for name in facts.total.unrecognized]
+    modelled = [facts.workload.not_modelled] if facts.workload.not_modelled else []
+    return [*modelled, *(f"{name}: unrecognized accelerator resource, judged as no GPU by every "
+                         f"policy (--gpu-resource {name} counts it as whole devices)"
+                         for name in facts.total.unrecognized)]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
@@ -152,7 +160,7 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
         "warnings": [*quota.warnings, *verdict.warning_texts],
         # gpuguard's own word, apart from the warnings the webhook would return
-        "notes": _unrecognized(review, settings),
+        "notes": _notes(review, verdict, settings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -195,6 +203,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    documents, errors = read_documents(args.filename)
+    settings = with_input_nodes(settings, documents)  # Nodes of the input value shared requests
     loaded = policy_set.load(args.policies, settings)
     for error in loaded.errors:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
@@ -206,7 +216,6 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         where = ", ".join(args.policies or ["the library"])
         print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
         return EXIT_USAGE
-    documents, errors = read_documents(args.filename)
     problems = [str(e) for e in errors] + documents_of(documents, errors, args.filename)
     engine: Engine = loaded.engine
     snapshot: Snapshot | None = None

@@ -137,6 +137,8 @@ class Verdict:
     ``denials`` are the violations that deny (a ``Deny`` action, or an error under
     ``failurePolicy: Fail``), ``warnings`` those with a ``Warn`` action, in evaluation order;
     ``patch`` is RFC 6902 (empty when nothing changed) and ``final_object`` the mutated object.
+    ``facts`` are the GPU facts the last policy pass saw (of the mutated object when a mutation
+    changed it); None when no policy applied, so none were computed.
     """
 
     allowed: bool
@@ -146,6 +148,7 @@ class Verdict:
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     patch: tuple[dict[str, Any], ...] = ()
     final_object: Mapping[str, Any] | None = None
+    facts: WorkloadFacts | None = None
 
     @property
     def message(self) -> str:
@@ -427,7 +430,7 @@ class Engine:
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
-            final_object=current,
+            final_object=current, facts=data.facts,
         )
 
     def _mutation_pass(self, compiled: CompiledPolicy, current: Mapping[str, Any] | None,
