@@ -20,6 +20,7 @@ to a time-sliced product carry those nodes' replica count.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -39,7 +40,7 @@ from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
-from policies.engine.evaluation import Engine, Verdict
+from policies.engine.evaluation import Engine, RuleOutcome, Verdict
 from policies.facts.resource_names import GPUSettings
 from policies.facts.review import (
     ReviewError,
@@ -48,6 +49,7 @@ from policies.facts.review import (
     from_object,
     from_request,
     namespace_stub,
+    runtime_class_names,
 )
 from policies.facts.workloads import workload_facts
 from policies.json_fields import mapping_at
@@ -91,12 +93,17 @@ def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, s
     return ReviewInput(**{**review.__dict__, "namespace": review.namespace or namespace})
 
 
+def _with_runtime_classes(review: ReviewInput, classes: frozenset[str] | None) -> ReviewInput:
+    return review if classes is None else dataclasses.replace(review, runtime_classes=classes)
+
+
 @dataclass
 class Snapshot:
     """What quota needs of a cluster snapshot: Namespace labels and a pod usage index."""
 
     namespace_labels: dict[str, dict[str, str]]
     index: PodUsageIndex
+    runtime_classes: frozenset[str] | None = None
 
 
 def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, list[str]]:
@@ -114,7 +121,8 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
             pods.append(body)
     index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
     index.replace(pods)
-    return Snapshot(labels, index), [*(f"--snapshot: {e}" for e in errors),
+    classes = runtime_class_names(d.body for d in documents)
+    return Snapshot(labels, index, classes), [*(f"--snapshot: {e}" for e in errors),
                                      *documents_of(documents, errors, paths, "--snapshot")]
 
 
@@ -141,9 +149,16 @@ def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings) -> list
     if facts is None:
         return []
     modelled = [facts.workload.not_modelled] if facts.workload.not_modelled else []
-    return [*modelled, *(f"{name}: unrecognized accelerator resource, judged as no GPU by every "
-                         f"policy (--gpu-resource {name} counts it as whole devices)"
-                         for name in facts.total.unrecognized)]
+    unverified = [] if review.runtime_classes is not None else [
+        f"{r.policy}: {r.message} applied without knowing whether the cluster has that "
+        "RuntimeClass (a pod naming a missing one is refused): give the cluster's RuntimeClass "
+        "objects with -f or --snapshot to check it"
+        for r in verdict.results
+        if r.outcome == RuleOutcome.MUTATE and r.message.startswith("setRuntimeClassName ")]
+    unrecognized = [f"{name}: unrecognized accelerator resource, judged as no GPU by every "
+                    f"policy (--gpu-resource {name} counts it as whole devices)"
+                    for name in facts.total.unrecognized]
+    return [*modelled, *unverified, *unrecognized]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
@@ -230,11 +245,17 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
             engine.policies.quotas, QuotaLedger(MemoryLedgerStore(), snapshot.index),
             snapshot.index.namespace_labels, settings)
     now = datetime.datetime.now(datetime.UTC)
+    # The cluster's RuntimeClasses, from the RuntimeClass objects of -f and --snapshot (None:
+    # not known, and a setRuntimeClassName mutation applies as written, with a note).
+    found = [c for c in (runtime_class_names(d.body for d in documents),
+                         snapshot.runtime_classes if snapshot else None) if c is not None]
+    classes = frozenset().union(*found) if found else None
     entries = []
     located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
     for document in documents:
         try:
-            review = _review(document, args, labels, now, snapshot)
+            review = _with_runtime_classes(_review(document, args, labels, now, snapshot),
+                                           classes)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue

@@ -60,6 +60,7 @@ from kube.namespaces import (
 )
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
+from kube.runtime_classes import RuntimeClassWatch
 from policies.facts.resource_names import GPUSettings
 from webhook import logs
 from webhook.metrics import enable_multiprocess, mark_worker_dead
@@ -159,6 +160,17 @@ def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
     return watch
 
 
+def runtime_class_watch(config: ServeConfig) -> RuntimeClassWatch | None:
+    """The RuntimeClass watch of the cluster, None standalone (RuntimeClasses then stay not
+    known, and a setRuntimeClassName mutation applies as written: docs/policies.md).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    cluster = detect(config.kubeconfig)
+    return RuntimeClassWatch(cluster.api_client) if cluster is not None else None
+
+
 def _certificate_check(tls: ReloadingTLS) -> Callable[[], str | None]:
     def check() -> str | None:
         if tls.not_after <= utc_now():
@@ -175,21 +187,27 @@ def serve_worker(config: ServeConfig) -> int:
         tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         namespaces = namespace_source(config)
         quota, pod_cache = quota_gate(config, namespaces)
+        runtime_classes = runtime_class_watch(config)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
     loader = functools.partial(policy_set.load, settings=config.gpu)
     store = PolicyStore(config.policies, loader)
     server = Server(config.server, store, namespaces, tls,
-                    certificate_check=_certificate_check(tls), quota=quota)
+                    certificate_check=_certificate_check(tls), quota=quota,
+                    runtime_classes=runtime_classes.names if runtime_classes else None)
     if pod_cache is not None:
         pod_cache.start()
+    if runtime_classes is not None:
+        runtime_classes.start()
     try:
         # a port that is taken or an address that is not this machine's: the environment (3)
         return EXIT_OK if run(server) else EXIT_ENVIRONMENT
     finally:
         if pod_cache is not None:
             pod_cache.stop()
+        if runtime_classes is not None:
+            runtime_classes.stop()
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:

@@ -233,6 +233,8 @@ class Admitter:
             enforced.
         quota_executor: threads running the quota step (blocking API calls); default
             ``executor``.
+        runtime_classes: the cluster's RuntimeClass names, None while not known
+            (:class:`kube.runtime_classes.RuntimeClassWatch.names`); default: never known.
     """
 
     def __init__(
@@ -248,7 +250,9 @@ class Admitter:
         recorder: Recorder | None = None,
         quota: QuotaGate | None = None,
         quota_executor: concurrent.futures.Executor | None = None,
+        runtime_classes: Callable[[], frozenset[str] | None] | None = None,
     ) -> None:
+        self.runtime_classes = runtime_classes
         self.quota = quota
         self.quota_executor = quota_executor or executor
         self.store = store
@@ -281,6 +285,9 @@ class Admitter:
         if review.kind[2] == "Namespace" and namespace_object is not None:
             # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
             review = dataclasses.replace(review, namespace_object=None)
+        classes = self.runtime_classes() if self.runtime_classes is not None else None
+        if classes is not None:  # a setRuntimeClassName naming a missing class is not applied
+            review = dataclasses.replace(review, runtime_classes=classes)
         return review
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,

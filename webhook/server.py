@@ -93,13 +93,16 @@ class Server:
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
         timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
             default the monotonic clock.
+        runtime_classes: the cluster's RuntimeClass names (see :class:`~webhook.admission.
+            Admitter`); None: never known.
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None,
+                 runtime_classes: Callable[[], frozenset[str] | None] | None = None) -> None:
         self.settings = settings
         self.store = store
         self.namespaces = namespaces
@@ -117,7 +120,8 @@ class Server:
             settings.decode_threads, thread_name_prefix="gpuguard-decode")
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
-                                 quota_executor=self.quota_executor, timer=self.timer)
+                                 quota_executor=self.quota_executor, timer=self.timer,
+                                 runtime_classes=runtime_classes)
         self.memory = MemoryReturn(on_trim=self.metrics.memory_trims.inc)
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,

@@ -171,6 +171,21 @@ class Verdict:
         return tuple(dict.fromkeys(denial.policy for denial in self.denials))
 
 
+def _missing_runtime_class(shortcut: tuple[str, Any],
+                           known: frozenset[str] | None) -> str | None:
+    """Why a ``setRuntimeClassName`` shortcut is not applied: the cluster's RuntimeClasses are
+    known and lack the one it names (kube-apiserver's RuntimeClass admission refuses a pod that
+    names a RuntimeClass that does not exist, so setting it would break the pod). None: apply
+    it (another shortcut, the class exists, or nothing is known: see docs/policies.md)."""
+    name, value = shortcut
+    if name != "setRuntimeClassName" or known is None or value in known:
+        return None
+    have = ", ".join(sorted(known)) or "none"
+    return (f"setRuntimeClassName {json.dumps(value)} not applied: the cluster has no "
+            f"RuntimeClass {value!r} (it has: {have}), and a pod naming one that does not "
+            "exist is refused")
+
+
 def audit_key(policy: str, suffix: str = "") -> str:
     """A valid auditAnnotations key (a label-name segment, at most 63 characters)."""
     raw = f"{policy}.{suffix}" if suffix else policy
@@ -198,8 +213,10 @@ class EvaluationExpired(Exception):
 class _Run:
     """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
 
-    def __init__(self, expired: Callable[[], bool] | None = None) -> None:
+    def __init__(self, expired: Callable[[], bool] | None = None,
+                 runtime_classes: frozenset[str] | None = None) -> None:
         self.expired = expired
+        self.runtime_classes = runtime_classes  # the cluster's RuntimeClasses; None: unknown
         self.results: list[RuleResult] = []
         self.denials: list[Violation] = []
         self.warnings: list[Violation] = []
@@ -372,7 +389,7 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
-        run = _Run(expired)
+        run = _Run(expired, review.runtime_classes)
         original = review.object
         current: Mapping[str, Any] | None = original
         applicable = self._applicable(review, point, run, explain)
@@ -443,7 +460,7 @@ class Engine:
         failed and each variable keeps its own iteration budget, as the API server does.
         """
         if compiled.inlined is not compiled.written:
-            trial = _Run(run.expired)
+            trial = _Run(run.expired, run.runtime_classes)
             changed = self._mutate_form(compiled.inlined, current, data, trial, point)
             if not trial.errors:
                 run.adopt(trial)
@@ -594,6 +611,11 @@ class Engine:
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
+                    missing = _missing_runtime_class(mutation.shortcut, run.runtime_classes)
+                    if missing is not None:
+                        run.add(RuleResult(policy.name, mutation.name, mutation.path,
+                                           RuleOutcome.SKIP, missing))
+                        continue
                     # Once owned, ``working`` is the private dict made below or by a patch.
                     updated = working if owned and isinstance(working, dict) else \
                         copy.deepcopy(dict(working))

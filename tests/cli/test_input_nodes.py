@@ -108,3 +108,50 @@ spec:
     # the library judged it (before: no library policy matched the kind at all)
     assert any(r["policy"] == "gpu-requests-equal-limits" and r["outcome"] != "skip"
                for r in entry["results"]) or any(r["outcome"] != "skip" for r in entry["results"])
+
+
+GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: g, namespace: ml}
+spec:
+  containers:
+  - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 1}}}
+"""
+GVISOR = """\
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gvisor}
+handler: runsc
+"""
+
+
+@pytest.mark.parametrize("where", ["-f", "--snapshot"])
+def test_check_sets_no_runtime_class_the_input_shows_missing(tmp_path, capsys, where):
+    # Before: runtimeClassName: nvidia was added although the cluster's RuntimeClasses were in
+    # the input and nvidia was not among them (a pod naming a missing class is refused).
+    (tmp_path / "pod.yaml").write_text(GPU_POD)
+    (tmp_path / "rc.yaml").write_text(GVISOR)
+    code = main(["check", "-f", str(tmp_path / "pod.yaml"), where, str(tmp_path / "rc.yaml"),
+                 "-o", "json"])
+    pod = json.loads(capsys.readouterr().out)["results"][0]
+    assert code == 0
+    assert [op["path"] for op in pod["patch"]] == ["/spec/tolerations"]
+    [skipped] = [r for r in pod["results"] if r["rule"] == "set-runtime-class"]
+    assert skipped["outcome"] == "skip"
+    assert skipped["message"] == (
+        "setRuntimeClassName \"nvidia\" not applied: the cluster has no RuntimeClass 'nvidia' "
+        "(it has: gvisor), and a pod naming one that does not exist is refused")
+    assert pod["notes"] == []
+
+
+def test_check_without_runtime_classes_applies_the_mutation_and_says_it_is_unverified(
+        tmp_path, capsys):
+    (tmp_path / "pod.yaml").write_text(GPU_POD)
+    assert main(["check", "-f", str(tmp_path / "pod.yaml"), "-o", "json"]) == 0
+    pod = json.loads(capsys.readouterr().out)["results"][0]
+    assert [op["path"] for op in pod["patch"]] == ["/spec/tolerations", "/spec/runtimeClassName"]
+    assert pod["notes"] == [
+        "add-gpu-toleration-and-runtimeclass: setRuntimeClassName \"nvidia\" applied without "
+        "knowing whether the cluster has that RuntimeClass (a pod naming a missing one is "
+        "refused): give the cluster's RuntimeClass objects with -f or --snapshot to check it"]

@@ -293,6 +293,9 @@ WORKLOADS = [
     REPO / "tests" / "data" / "manifests" / "lws__vllm-gpu-leaderworkerset.yaml",
     DATA / "workloads" / "jobset-jax-tpu.yaml",
     DATA / "workloads" / "vm-gpu.yaml",
+    # a resource block (TrainJob resourcesPerNode) and a bare PodSpec (InferenceService)
+    DATA / "workloads" / "trainjob-flux-gpus.yaml",
+    DATA / "workloads" / "inferenceservice-gpu.yaml",
     DATA / "workloads" / "vmi-gpu.yaml",
 ]
 
@@ -311,7 +314,9 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [lws["leaderTemplate"], lws["workerTemplate"]]
     if kind in ("Deployment", "Job"):
         return [spec["template"]]
-    return []
+    if kind == "InferenceService":  # the predictor is a PodSpec: mutated in place
+        return [{"spec": spec["predictor"]}]
+    return []  # TrainJob: resourcesPerNode has no pod spec to mutate
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)

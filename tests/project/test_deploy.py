@@ -77,7 +77,8 @@ EXPECTED_OBJECTS["cert-manager"] = BASE_OBJECTS | {
 # (kube/lists.py) and gets, creates or replaces its reports (kube/policy_reports.py).
 WATCH = {"list", "watch"}
 LIST = {"list"}
-WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH}
+WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH,
+                         ("node.k8s.io", "runtimeclasses"): WATCH}
 WEBHOOK_LEDGER_RULES = {("", "configmaps"): {"get", "create", "update"}}  # Role, quota namespace
 AUDIT_RULES = {
     **{(g, r): LIST for g, r in [
