@@ -435,7 +435,7 @@ def _resources_template(
     """A pod template for a kind that gives one node's resources, not a PodSpec (Kubeflow
     Trainer ``resourcesPerNode``, KFServing ``spec.default.<framework>.resources``): one
     container named after ``role`` with those resources. ``path`` is the block's; the facts'
-    paths read ``<path>.containers[0]``."""
+    paths read ``<owner>.containers[0]``, ``<owner>`` the field holding the block."""
     container = {"name": role, "resources": resources}
     spec_path = path.rpartition(".")[0]  # messages name the block's owner, as before
     return PodTemplate(path, spec_path, role, replicas, None, None, {},
@@ -585,9 +585,8 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
             templates = [
                 PodTemplate("", "spec", "", 1, None, None, metadata, as_mapping(obj.get("spec")))
             ]
-        else:
-            templates = [t for key, child in obj.items() if key not in _NOT_SEARCHED
-                         for t in _search_templates(child, str(key), reader)]
+        else:  # under spec only: what kubectl would apply, not a document that quotes one
+            templates = list(_search_templates(obj.get("spec"), "spec", reader))
         if not templates:
             return None
     return Workload(
