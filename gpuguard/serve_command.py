@@ -67,6 +67,7 @@ from kube.pod_cache import PodCache, PodUsageIndex
 from kube.policy_objects import PolicyObjectWatch
 from kube.policy_status import LeaseElector, StatusPublisher
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
+from kube.runtime_classes import RuntimeClassWatch
 from kube.subject_access_reviews import (
     SARSettings,
     SubjectAccessReviewAuthorizer,
@@ -203,6 +204,17 @@ def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
     return watch
 
 
+def runtime_class_watch(config: ServeConfig) -> RuntimeClassWatch | None:
+    """The RuntimeClass watch of the cluster, None standalone (RuntimeClasses then stay not
+    known, and a setRuntimeClassName mutation applies as written: docs/policies.md).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    cluster = detect(config.kubeconfig)
+    return RuntimeClassWatch(cluster.api_client) if cluster is not None else None
+
+
 def _certificate_check(tls: ReloadingTLS) -> Callable[[], str | None]:
     def check() -> str | None:
         if tls.not_after <= utc_now():
@@ -221,6 +233,7 @@ def serve_worker(config: ServeConfig) -> int:
         quota, pod_cache = quota_gate(config, namespaces)
         authorizer = authorizer_of(config)
         cluster = detect(config.kubeconfig) if config.cluster_policies else None
+        runtime_classes = runtime_class_watch(config)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
@@ -238,15 +251,20 @@ def serve_worker(config: ServeConfig) -> int:
                                    publisher=StatusPublisher(cluster.api_client, elector.leading))
     server = Server(config.server, store, namespaces, tls,
                     certificate_check=_certificate_check(tls), quota=quota,
-                    authorizer=authorizer, policy_objects=watch)
+                    authorizer=authorizer, policy_objects=watch,
+                    runtime_classes=runtime_classes.names if runtime_classes else None)
     if pod_cache is not None:
         pod_cache.start()
+    if runtime_classes is not None:
+        runtime_classes.start()
     try:
         # a port that is taken or an address that is not this machine's: the environment (3)
         return EXIT_OK if run(server) else EXIT_ENVIRONMENT
     finally:
         if pod_cache is not None:
             pod_cache.stop()
+        if runtime_classes is not None:
+            runtime_classes.stop()
 
 
 def replica_identity() -> str:

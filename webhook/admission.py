@@ -238,6 +238,8 @@ class Admitter:
             ``kube/subject_access_reviews.py``); None: every check is an errored decision.
             Policy sets that use ``authorizer`` are evaluated in the thread pool (a review
             blocks).
+        runtime_classes: the cluster's RuntimeClass names, None while not known
+            (:class:`kube.runtime_classes.RuntimeClassWatch.names`); default: never known.
     """
 
     def __init__(
@@ -254,8 +256,10 @@ class Admitter:
         quota: QuotaGate | None = None,
         quota_executor: concurrent.futures.Executor | None = None,
         authorizer: Authorizer | None = None,
+        runtime_classes: Callable[[], frozenset[str] | None] | None = None,
     ) -> None:
         self.authorizer = authorizer
+        self.runtime_classes = runtime_classes
         self.quota = quota
         self.quota_executor = quota_executor or executor
         self.store = store
@@ -288,6 +292,9 @@ class Admitter:
         if review.kind[2] == "Namespace" and namespace_object is not None:
             # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
             review = dataclasses.replace(review, namespace_object=None)
+        classes = self.runtime_classes() if self.runtime_classes is not None else None
+        if classes is not None:  # a setRuntimeClassName naming a missing class is not applied
+            review = dataclasses.replace(review, runtime_classes=classes)
         return review
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,

@@ -110,6 +110,8 @@ class Server:
             default the monotonic clock.
         policy_objects: the cluster's policy objects the store merges (``--cluster-policies``):
             started before the first load; each change wakes a policy check at once.
+        runtime_classes: the cluster's RuntimeClass names (see :class:`~webhook.admission.
+            Admitter`); None: never known.
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
@@ -117,7 +119,8 @@ class Server:
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
                  timer: Timer | None = None, authorizer: Authorizer | None = None,
-                 policy_objects: PolicyObjects | None = None) -> None:
+                 policy_objects: PolicyObjects | None = None,
+                 runtime_classes: Callable[[], frozenset[str] | None] | None = None) -> None:
         self.settings = settings
         self.policy_objects = policy_objects
         self._wake: asyncio.Event | None = None
@@ -138,7 +141,7 @@ class Server:
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
                                  quota_executor=self.quota_executor, timer=self.timer,
-                                 authorizer=authorizer)
+                                 authorizer=authorizer, runtime_classes=runtime_classes)
         self.memory = MemoryReturn(on_trim=self.metrics.memory_trims.inc)
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,

@@ -148,6 +148,8 @@ class Verdict:
     ``denials`` are the violations that deny (a ``Deny`` action, or an error under
     ``failurePolicy: Fail``), ``warnings`` those with a ``Warn`` action, in evaluation order;
     ``patch`` is RFC 6902 (empty when nothing changed) and ``final_object`` the mutated object.
+    ``facts`` are the GPU facts the last policy pass saw (of the mutated object when a mutation
+    changed it); None when no policy applied, so none were computed.
     """
 
     allowed: bool
@@ -157,6 +159,7 @@ class Verdict:
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     patch: tuple[dict[str, Any], ...] = ()
     final_object: Mapping[str, Any] | None = None
+    facts: WorkloadFacts | None = None
 
     @property
     def message(self) -> str:
@@ -177,6 +180,21 @@ class Verdict:
     def denied_by(self) -> tuple[str, ...]:
         """Names of the policies that denied, each once, in evaluation order."""
         return tuple(dict.fromkeys(denial.policy for denial in self.denials))
+
+
+def _missing_runtime_class(shortcut: tuple[str, Any],
+                           known: frozenset[str] | None) -> str | None:
+    """Why a ``setRuntimeClassName`` shortcut is not applied: the cluster's RuntimeClasses are
+    known and lack the one it names (kube-apiserver's RuntimeClass admission refuses a pod that
+    names a RuntimeClass that does not exist, so setting it would break the pod). None: apply
+    it (another shortcut, the class exists, or nothing is known: see docs/policies.md)."""
+    name, value = shortcut
+    if name != "setRuntimeClassName" or known is None or value in known:
+        return None
+    have = ", ".join(sorted(known)) or "none"
+    return (f"setRuntimeClassName {json.dumps(value)} not applied: the cluster has no "
+            f"RuntimeClass {value!r} (it has: {have}), and a pod naming one that does not "
+            "exist is refused")
 
 
 def audit_key(policy: str, suffix: str = "") -> str:
@@ -207,13 +225,15 @@ class _Run:
     """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
 
     def __init__(self, expired: Callable[[], bool] | None = None,
-                 session: authz.Session | None = None) -> None:
+                 session: authz.Session | None = None,
+                 runtime_classes: frozenset[str] | None = None) -> None:
         self.expired = expired
         # The request's authorizer session and its errored-decision count when the current
         # policy's pass began: a rule that fails after an errored authorizer decision is an
         # evaluation error (failurePolicy decides), not a plain violation.
         self.session = session
         self.mark = 0
+        self.runtime_classes = runtime_classes  # the cluster's RuntimeClasses; None: unknown
         self.results: list[RuleResult] = []
         self.denials: list[Violation] = []
         self.warnings: list[Violation] = []
@@ -427,13 +447,14 @@ class Engine:
             EvaluationExpired: ``expired`` returned True.
         """
         if not self.uses_authorizer:
-            return self._evaluate(review, point, mutate, validate, quota, _Run(expired),
+            return self._evaluate(review, point, mutate, validate, quota,
+                                  _Run(expired, runtime_classes=review.runtime_classes),
                                   explain, None)
         session = authz.Session(authorizer if authorizer is not None else _NO_AUTHORIZER,
                                 _subject(review))
         with authz.bound(session, _request_resource(review)) as value:
             return self._evaluate(review, point, mutate, validate, quota,
-                                  _Run(expired, session), explain, value)
+                                  _Run(expired, session, review.runtime_classes), explain, value)
 
     def _evaluate(self, review: ReviewInput, point: EvaluationPoint, mutate: bool,
                   validate: bool, quota: Mapping[str, Any] | None, run: _Run, explain: bool,
@@ -518,7 +539,7 @@ class Engine:
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
-            final_object=current,
+            final_object=current, facts=data.facts,
         )
 
     def _mutation_pass(self, compiled: CompiledPolicy, current: Mapping[str, Any] | None,
@@ -536,7 +557,7 @@ class Engine:
                             compiled.policy.param_missing, error=True, point=point)
             return current
         if compiled.inlined is not compiled.written:
-            trial = _Run(run.expired, run.session)
+            trial = _Run(run.expired, run.session, run.runtime_classes)
             trial.mark = run.mark
             changed = self._mutate_form(compiled.inlined, current, data, trial, point)
             if not trial.errors:
@@ -728,6 +749,11 @@ class Engine:
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
+                    missing = _missing_runtime_class(mutation.shortcut, run.runtime_classes)
+                    if missing is not None:
+                        run.add(RuleResult(policy.name, mutation.name, mutation.path,
+                                           RuleOutcome.SKIP, missing))
+                        continue
                     # Once owned, ``working`` is the private dict made below or by a patch.
                     updated = working if owned and isinstance(working, dict) else \
                         copy.deepcopy(dict(working))

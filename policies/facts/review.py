@@ -12,7 +12,7 @@ Must not do I/O, read the clock (callers pass ``now``) or evaluate policies.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -38,6 +38,17 @@ def namespace_stub(name: str, labels: Mapping[str, Any] | None = None,
     if annotations is not None:
         metadata["annotations"] = dict(annotations)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def runtime_class_names(objects: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The names of the RuntimeClass objects (``node.k8s.io``) among ``objects``, for
+    :attr:`ReviewInput.runtime_classes`; None when there is none (nothing is known: an input
+    without RuntimeClasses says nothing of the cluster's)."""
+    names = {str(mapping_at(obj, "metadata").get("name") or "") for obj in objects
+             if obj.get("kind") == "RuntimeClass"
+             and str(obj.get("apiVersion", "")).startswith("node.k8s.io/")}
+    names.discard("")
+    return frozenset(names) if names else None
 
 
 class ReviewError(ValueError):
@@ -87,6 +98,10 @@ class ReviewInput:
         request: the AdmissionRequest map exposed to CEL as ``request``.
         namespace_object: the Namespace object when known (labels for namespaceSelector).
         now: the time the request is evaluated at (exception expiry).
+        runtime_classes: the names of the cluster's RuntimeClasses (node.k8s.io/v1) when known
+            (the webhook's RuntimeClass watch, RuntimeClass objects given to ``check``); None
+            when unknown. A ``setRuntimeClassName`` mutation naming a class outside a known set
+            is not applied.
     """
 
     operation: str
@@ -102,6 +117,7 @@ class ReviewInput:
     request: Mapping[str, Any]
     namespace_object: Mapping[str, Any] | None = None
     now: datetime.datetime = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    runtime_classes: frozenset[str] | None = None
 
     @property
     def subject(self) -> Mapping[str, Any] | None:

@@ -269,7 +269,8 @@ def _gpupolicy_match(match: Mapping[str, Any]) -> Match:
     operations = tuple(match.get("operations") or ("CREATE", "UPDATE"))
     subjects = mapping_at(match, "subjects")
     return Match(
-        rules=(ResourceRule(resources=resources, operations=operations),),
+        rules=(ResourceRule(resources=resources, operations=operations,
+                            unmodelled_workloads="pods" in resources),),
         namespace_selector=_selector(match.get("namespaceSelector")),
         object_selector=_selector(match.get("objectSelector")),
         namespaces=tuple(match.get("namespaces") or ()),

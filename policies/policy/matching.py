@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.facts.review import ReviewInput
+from policies.facts.workload_kinds import by_resource
+from policies.facts.workloads import find_workload
 from policies.json_fields import mapping_at
 from policies.policy.model import Exception_, Match, Policy, ResourceRule, Subject
 from policies.vocabulary import EvaluationPoint
@@ -56,7 +58,27 @@ def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> boo
         return False
     if rule.resource_names and review.name not in rule.resource_names:
         return False
-    return _resource_matches(rule.resources, resource.resource, review.subresource)
+    if _resource_matches(rule.resources, resource.resource, review.subresource):
+        return True
+    return rule.unmodelled_workloads and _unmodelled_workload(review)
+
+
+def _unmodelled_workload(review: ReviewInput) -> bool:
+    """Whether the request is for a kind the workload registry does not model, whose object a
+    structural search finds pod templates, PodSpecs or resource blocks in (a GPUPolicy that
+    leaves ``match.resources`` out judges it, so its GPUs pass no policy unseen)."""
+    resource = review.resource
+    if review.subresource or by_resource(resource.group, resource.resource) is not None \
+            or review.kind[2] in _NOT_WORKLOADS or not isinstance(review.subject, Mapping):
+        return False
+    workload = find_workload(review.subject)
+    return workload is not None and workload.generic
+
+
+# Kinds that carry resource lists without making pods: never judged as workloads.
+_NOT_WORKLOADS = frozenset({"Namespace", "Node", "ResourceQuota", "LimitRange", "GPUQuota",
+                            "GPUPolicy", "ResourceClaim", "ResourceClaimTemplate",
+                            "DeviceClass", "ResourceSlice"})
 
 
 def subject_matches(subject: Subject, review: ReviewInput) -> bool:

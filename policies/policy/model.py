@@ -82,6 +82,9 @@ class ResourceRule:
     resources: tuple[str, ...] = ("*",)
     operations: tuple[str, ...] = ("*",)
     resource_names: tuple[str, ...] = ()
+    # GPUPolicy matching pods (as its default does): also any kind the workload registry does
+    # not model, once a structural search finds what makes pods in it ("kind not modelled")
+    unmodelled_workloads: bool = False
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,39 @@ def test_mutated_pod_is_stored_with_the_patch_applied(cluster, webhook, make_nam
     assert mutations and mutations[-1].get("patchOperations") == 2
 
 
+def _dry_run_spec(cluster: ControlPlane, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The spec the API server would store for ``pod`` (server dry run), None when refused."""
+    done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                           input=json.dumps(pod))
+    return json.loads(done.stdout)["spec"] if done.returncode == 0 else None
+
+
+def test_no_runtime_class_name_where_the_cluster_lacks_the_runtime_class(cluster, webhook,
+                                                                         make_namespace) -> None:
+    # GKE has no RuntimeClass nvidia. Before, the library's mutation set runtimeClassName:
+    # nvidia on every NVIDIA GPU pod and the RuntimeClass admission plugin refused the pod
+    # ('pod rejected: RuntimeClass "nvidia" not found'). The webhook's RuntimeClass watch sees
+    # the class go and come back; the waits are for the API server's answer to change.
+    pod = gpu_pod("no-rc", make_namespace("runtimeclass"))
+    assert _dry_run_spec(cluster, pod)["runtimeClassName"] == "nvidia"  # type: ignore[index]
+    deleted = cluster.kubectl("delete", "runtimeclass", "nvidia")
+    assert deleted.returncode == 0, deleted.stderr
+    try:
+        spec = wait_until(lambda: (s := _dry_run_spec(cluster, pod)) is not None
+                          and "runtimeClassName" not in s and s,
+                          "a GPU pod admitted without runtimeClassName", logs=cluster.logs)
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+            spec["tolerations"]  # the other mutation still applies
+    finally:
+        restored = cluster.kubectl("create", "-f", "-", input=json.dumps(
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+             "metadata": {"name": "nvidia"}, "handler": "nvidia"}))
+        assert restored.returncode == 0, restored.stderr
+        wait_until(lambda: ((_dry_run_spec(cluster, pod) or {}).get("runtimeClassName")
+                            == "nvidia"), "the mutation back with the RuntimeClass",
+                   logs=cluster.logs)
+
+
 def test_warnings_reach_kubectl_and_the_client(cluster, webhook, make_namespace, core) -> None:
     namespace = make_namespace("warn")
     pod = gpu_pod("two-gpus", namespace, gpus=2)
@@ -312,6 +345,9 @@ WORKLOADS = [
     REPO / "tests" / "data" / "manifests" / "lws__vllm-gpu-leaderworkerset.yaml",
     DATA / "workloads" / "jobset-jax-tpu.yaml",
     DATA / "workloads" / "vm-gpu.yaml",
+    # a resource block (TrainJob resourcesPerNode) and a bare PodSpec (InferenceService)
+    DATA / "workloads" / "trainjob-flux-gpus.yaml",
+    DATA / "workloads" / "inferenceservice-gpu.yaml",
     DATA / "workloads" / "vmi-gpu.yaml",
 ]
 
@@ -330,7 +366,9 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [lws["leaderTemplate"], lws["workerTemplate"]]
     if kind in ("Deployment", "Job"):
         return [spec["template"]]
-    return []
+    if kind == "InferenceService":  # the predictor is a PodSpec: mutated in place
+        return [{"spec": spec["predictor"]}]
+    return []  # TrainJob: resourcesPerNode has no pod spec to mutate
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)
