@@ -154,6 +154,6 @@ class LeaseElector:
             if spec.get("holderIdentity") == self.identity:
                 self._call("PUT", self._path(), {**lease, "spec": {
                     **spec, "holderIdentity": None, "leaseDurationSeconds": 1}})
-        except Exception:  # noqa: BLE001 - best effort: the Lease expires by itself
+        except Exception:  # best effort: the Lease expires by itself
             self.last_error = "releasing the Lease failed; it expires by itself"
         self.leader = False

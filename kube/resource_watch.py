@@ -113,10 +113,12 @@ class ResourceWatch:
         request = self._api.param_serialize(
             "GET", self.resource.path, query_params=query,
             header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = self._api.call_api(*request, _preload_content=False,
-                                      _request_timeout=(10, self._watch_timeout_s + 30))
+        # The client's RESTResponse wraps urllib3's response unread (preload_content=False):
+        # the watch is read line by line from it as events arrive.
+        wrapped = self._api.call_api(*request, _request_timeout=(10, self._watch_timeout_s + 30))
+        response: Any = wrapped.response
         if not 200 <= response.status <= 299:
-            body = response.read()
+            body = response.data
             response.release_conn()
             if response.status == 410:
                 yield "ERROR", {"code": 410, "message": "resourceVersion too old"}

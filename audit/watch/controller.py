@@ -187,7 +187,7 @@ class WatchController:
     def __init__(self, settings: AuditSettings, update: PolicyUpdate, sink: ReportSink,
                  expected: Iterable[tuple[str, str]], *, clock: Callable[[], float],
                  wall: Callable[[], datetime.datetime],
-                 watch: WatchSettings = WatchSettings(),
+                 watch: WatchSettings | None = None,
                  on_full: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         self.settings = dataclasses.replace(settings, jobs=0)
         self.store = ObjectStore()
@@ -195,6 +195,7 @@ class WatchController:
         self._sink = sink
         self._clock = clock
         self._wall = wall
+        watch = watch if watch is not None else WatchSettings()
         self._watch = watch
         self._on_full = on_full
         self._expected = set(expected)

@@ -97,13 +97,16 @@ class ObjectStore:
     def _drop(self, key: ObjectKey) -> bool:
         if self._objects.pop(key, None) is None:
             return False
-        for index, bucket in ((self._by_namespace, key.namespace),
-                              (self._by_kind, (key.group, key.kind))):
-            members = index.get(bucket)  # type: ignore[call-overload]
-            if members is not None:
-                members.pop(key, None)
-                if not members:
-                    del index[bucket]  # type: ignore[arg-type]
+        members = self._by_namespace.get(key.namespace)
+        if members is not None:
+            members.pop(key, None)
+            if not members:
+                del self._by_namespace[key.namespace]
+        kinds = self._by_kind.get((key.group, key.kind))
+        if kinds is not None:
+            kinds.pop(key, None)
+            if not kinds:
+                del self._by_kind[(key.group, key.kind)]
         return True
 
     def apply(self, event: str, obj: Mapping[str, Any]) -> Change:
