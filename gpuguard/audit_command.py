@@ -419,6 +419,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     if history is not None:
         report["changes"] = audit_history.changes(report, history.latest())
         history.record(report)
+        report["history"] = history.series()
 
     _print(report, args.output)
     status = EXIT_OK
