@@ -6,8 +6,8 @@ stranded ones), fragmentation (free whole GPUs per node against the pod sizes th
 findings by policy (stacked by severity) and, apart, the mutations admission would apply (``info``
 findings, which would otherwise dwarf the rest); with ``--history``, lines over the recorded
 runs (GPU-equivalents allocatable / allocated / idle, findings per severity). Every label goes
-through :func:`html.escape`; colours come from CSS classes the page defines (``s-allocated``, ``s-free``, ``s-stranded``,
-``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``, ``s-error``,
+through :func:`html.escape`; colours come from CSS classes the page defines (``s-allocated``,
+``s-free``, ``s-stranded``, ``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``, ``s-error``,
 ``s-info``), and each bar segment has a ``<title>`` tooltip. Labels are sized to the longest one
 (up to :data:`MAX_LABEL` characters) so that none is cut at the chart's edge.
 
