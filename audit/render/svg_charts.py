@@ -1,10 +1,11 @@
-"""Inline SVG charts for the HTML report: plain markup, no script, no external resource. Owns drawing
-the report's charts from its figures — allocation per node and per team (stacked horizontal bars in
-GPU-equivalents; free GPUs on cordoned/NotReady nodes apart from the really stranded ones),
-fragmentation (free whole GPUs per node against the pod sizes that still fit), findings by policy
-(stacked by severity) and, apart, the mutations admission would apply (``info`` findings, which
-would otherwise dwarf the rest); with ``--history``, lines over the recorded runs (GPU-equivalents
-allocatable / allocated / idle, findings per severity). Every label goes through
+"""Inline SVG charts for the HTML report: plain markup, no script, no external resource.
+
+Owns drawing the report's charts from its figures — allocation per node and per team (stacked
+horizontal bars in GPU-equivalents; free GPUs on cordoned/NotReady nodes apart from the really
+stranded ones), fragmentation (free whole GPUs per node against the pod sizes that still fit),
+findings by policy (stacked by severity) and, apart, the mutations admission would apply (``info``
+findings, which would otherwise dwarf the rest); with ``--history``, lines over the recorded runs
+(GPU-equivalents allocatable / allocated / idle, findings per severity). Every label goes through
 :func:`html.escape`; colours come from CSS classes the page defines (``s-allocated``, ``s-free``,
 ``s-stranded``, ``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``,
 ``s-error``, ``s-info``), and each bar segment has a ``<title>`` tooltip. Labels are sized to the
