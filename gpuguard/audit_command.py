@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -269,8 +270,8 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     if args.watch:
         unsupported = [flag for flag, given in (
             ("-o", args.output != "table"), ("--out", args.out), ("--history", args.history),
-            ("--fail-on", args.fail_on), ("--inventory", args.inventory is not None),
-            ("--metrics", args.metrics)) if given]
+            ("--fail-on", args.fail_on), ("--inventory", args.inventory is not None))
+            if given]
         if not live or unsupported:
             _error("error: --watch runs the audit controller on a live cluster: use it with "
                    "--cluster" + (f", without {', '.join(unsupported)}" if unsupported else ""))
@@ -360,7 +361,27 @@ def _watch(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     except ValueError as exc:
         _error(f"error: the policy set did not load: {exc}")
         return EXIT_USAGE
-    return audit_watch.run(config, settings, source, cluster.api_client)
+    return audit_watch.run(config, settings, source, cluster.api_client,
+                           utilization=_utilization_reader(args.metrics))
+
+
+def _utilization_reader(path: str | None) -> Callable[[], Metrics | None] | None:
+    """``--metrics`` in watch mode: the file read again at each full evaluation (an exporter
+    scrape kept current by a sidecar or a CronJob); an unreadable one is logged, and idle GPUs
+    are then unknown (absent from the metrics), never 0."""
+    if path is None:
+        return None
+
+    def read() -> Metrics | None:
+        try:
+            return read_metrics(path)
+        except MetricsError as exc:
+            logging.getLogger("gpuguard.audit.watch").warning(
+                "--metrics unusable; idle GPUs unknown this evaluation",
+                extra={"fields": {"error": str(exc)}})
+            return None
+
+    return read
 
 
 def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from audit.scan.utilization import Metrics
 from audit.settings import AuditSettings
 from audit.watch.controller import (
     PolicySource,
@@ -179,7 +180,8 @@ class _Counted:
 
 
 def run(config: WatchConfig, settings: AuditSettings, source: FilePolicySource,
-        api_client: Any, *, clock: Callable[[], float] = time.monotonic) -> int:
+        api_client: Any, *, clock: Callable[[], float] = time.monotonic,
+        utilization: Callable[[], Metrics | None] | None = None) -> int:
     """Run the controller until stopped; see the module docstring for the exit codes."""
     metrics = source.metrics
     try:
@@ -201,7 +203,8 @@ def run(config: WatchConfig, settings: AuditSettings, source: FilePolicySource,
         if elector is not None and not _wait_for_lease(elector, stop, config):
             return EXIT_OK
         metrics.leader.set(1)
-        return _lead(config, settings, source, api_client, metrics, elector, stop, clock)
+        return _lead(config, settings, source, api_client, metrics, elector, stop, clock,
+                     utilization)
     finally:
         metrics.leader.set(0)
         if elector is not None:
@@ -258,7 +261,8 @@ def _watch(api_client: Any, resource: Resource,
 
 def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource,
           api_client: Any, metrics: WatchMetrics, elector: LeaseElector | None,
-          stop: threading.Event, clock: Callable[[], float]) -> int:
+          stop: threading.Event, clock: Callable[[], float],
+          utilization: Callable[[], Metrics | None] | None) -> int:
     events: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
     sink: Any = ReportWriter(api_client) if config.write_reports else MetricsOnly()
 
@@ -270,7 +274,8 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
 
     controller = WatchController(
         settings, source.first(), sink, [(r.group, r.kind) for r in WATCHED], clock=clock,
-        wall=lambda: datetime.datetime.now(datetime.UTC), watch=config.pacing, on_full=on_full)
+        wall=lambda: datetime.datetime.now(datetime.UTC), watch=config.pacing, on_full=on_full,
+        utilization=utilization)
     watches = [_watch(api_client, resource, events) for resource in WATCHED]
     for watch in watches:
         watch.start()

@@ -48,6 +48,7 @@ from audit.report import policy_reports
 from audit.report.assemble import assemble
 from audit.scan.compliance import EvaluationMemo
 from audit.scan.scanner import Scanner
+from audit.scan.utilization import Metrics
 from audit.settings import AuditSettings
 from audit.watch.store import Change, ObjectStore
 from policies.engine.evaluation import Engine
@@ -182,13 +183,16 @@ class WatchController:
         wall: the current time (exception expiry, report timestamps).
         watch: pacing settings.
         on_full: called with the whole report after each full evaluation (the metrics).
+        utilization: DCGM metrics for each full evaluation (read again each time: idle GPUs),
+            or None without them.
     """
 
     def __init__(self, settings: AuditSettings, update: PolicyUpdate, sink: ReportSink,
                  expected: Iterable[tuple[str, str]], *, clock: Callable[[], float],
                  wall: Callable[[], datetime.datetime],
                  watch: WatchSettings | None = None,
-                 on_full: Callable[[Mapping[str, Any]], None] | None = None) -> None:
+                 on_full: Callable[[Mapping[str, Any]], None] | None = None,
+                 utilization: Callable[[], Metrics | None] | None = None) -> None:
         self.settings = dataclasses.replace(settings, jobs=0)
         self.store = ObjectStore()
         self.counts = Counts()
@@ -198,6 +202,7 @@ class WatchController:
         watch = watch if watch is not None else WatchSettings()
         self._watch = watch
         self._on_full = on_full
+        self._utilization = utilization
         self._expected = set(expected)
         self._listed: set[tuple[str, str]] = set()
         self._update = update
@@ -262,8 +267,9 @@ class WatchController:
     def _settings_now(self) -> AuditSettings:
         return dataclasses.replace(self.settings, now=self._wall())
 
-    def _scan(self, documents: Iterable[Any], quotas: tuple[Quota, ...]) -> dict[str, Any]:
-        scanner = Scanner(self._settings_now(), self._update.engine, quotas=quotas,
+    def _scan(self, documents: Iterable[Any], quotas: tuple[Quota, ...],
+              metrics: Metrics | None = None) -> dict[str, Any]:
+        scanner = Scanner(self._settings_now(), self._update.engine, metrics, quotas=quotas,
                           memo=self._memo)
         try:
             for document in documents:
@@ -299,7 +305,8 @@ class WatchController:
         """The whole report of the stored cluster (the memo swept: entries for objects gone
         are dropped)."""
         self._memo.begin_sweep()
-        report = self._scan(self.store.documents(everything=True), self._update.quotas)
+        metrics = self._utilization() if self._utilization is not None else None
+        report = self._scan(self.store.documents(everything=True), self._update.quotas, metrics)
         self._memo.end_sweep()
         self.counts.full_evaluations += 1
         return report

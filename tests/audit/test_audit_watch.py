@@ -363,3 +363,82 @@ def test_canonical_ignores_timestamps_only():
          "results": [{"policy": "q", "timestamp": {"seconds": 1}}]}
     assert canonical(a) == canonical(b)
     assert canonical(a) != canonical(c)
+
+
+def test_the_watched_cluster_gives_the_batch_audits_figures_and_metrics(update):
+    """The example cluster fed as lists: the full evaluation's report is the batch audit's (same
+    findings, teams, nodes, MIG, idle GPUs from the DCGM scrape), and the metrics read it."""
+    import contextlib
+    import io
+    import json
+
+    from audit.scan.utilization import read_metrics
+    from audit.sources.files import iter_snapshot
+    from audit.watch.metrics import state_samples
+    from gpuguard.cli import main
+    from policies.sources import Document
+    from tests.paths import ROOT
+
+    example = ROOT / "examples" / "cluster"
+    metrics = example / "metrics" / "dcgm-exporter.prom"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["audit", "-f", str(example), "--metrics", str(metrics), "-o", "json",
+                     "--jobs", "0"]) == 0
+    batch = json.loads(out.getvalue())
+
+    objects = [d.body for d in iter_snapshot([str(example)]) if isinstance(d, Document)]
+    by_kind: dict[tuple[str, str], list] = {}
+    for obj in objects:
+        by_kind.setdefault((str(obj.get("apiVersion", "")).rpartition("/")[0], obj["kind"]),
+                           []).append(obj)
+    seen: list[Mapping[str, Any]] = []
+    ctl = WatchController(AuditSettings(now=WALL), update, RecordingSink(), list(by_kind),
+                          clock=Clock(), wall=lambda: WALL, on_full=seen.append,
+                          utilization=lambda: read_metrics(str(metrics)))
+    for (group, kind), items in by_kind.items():
+        ctl.listed(group, kind, items)
+    ctl.step()
+    watched = seen[0]
+    for section in ("findings", "teams", "nodes", "mig", "stranded", "namespaces"):
+        assert watched[section] == batch[section], section
+    assert watched["utilization"]["teams"] == batch["utilization"]["teams"]
+    samples = state_samples(watched, 1.0)
+    assert samples == state_samples(batch, 1.0)
+    idle = dict(samples["gpuguard_team_gpu_equivalents_idle"])
+    research = next(t for t in batch["teams"] if t["team"] == "research")
+    assert idle[("research",)] == research["gpu_equivalents"]["idle_allocated"] > 0
+    configured = dict(samples["gpuguard_mig_instances_configured"])
+    assert configured == {(p["profile"],): float(p["configured"])
+                          for p in batch["mig"]["profiles"]}
+    assert all(len(labels) == 2 for labels, _ in
+               samples["gpuguard_node_gpu_equivalents_stranded"])  # node, model: no pod names
+
+
+def test_metrics_exposition_follows_the_last_full_evaluation():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from audit.watch.metrics import WatchMetrics
+
+    metrics = WatchMetrics()
+    report = {"teams": [{"team": "vision", "gpu_equivalents": {
+        "allocated": 3.0, "pending": 1.0, "idle_allocated": None}}],
+        "workloads": [], "nodes": [], "cluster": {}, "summary": {}, "mig": {}, "quotas": [],
+        "policies": [{"policy": "no-privileged-gpu", "deny": 2, "warn": 0, "audit": 0,
+                      "error": 0, "info": 0}]}
+    metrics.state.update(report, 1700000000.0)
+
+    def samples() -> dict[str, dict[tuple, float]]:
+        text = metrics.exposition().decode()
+        return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+                for f in text_string_to_metric_families(text)}
+
+    first = samples()
+    assert first["gpuguard_team_gpu_equivalents_allocated"] == {(("team", "vision"),): 3.0}
+    assert first["gpuguard_team_gpu_equivalents_idle"] == {}  # unknown: absent, not 0
+    assert first["gpuguard_audit_findings"][(("policy", "no-privileged-gpu"),
+                                             ("severity", "deny"))] == 2.0
+    assert first["gpuguard_audit_last_full_evaluation_timestamp_seconds"] == {(): 1700000000.0}
+    report["teams"] = []
+    metrics.state.update(report, 1700000060.0)
+    assert samples()["gpuguard_team_gpu_equivalents_allocated"] == {}  # the team's series left
