@@ -259,12 +259,86 @@ def _watch(api_client: Any, resource: Resource,
                          on_not_served=not_served, on_error=failed)
 
 
+class LeaseKeeper:
+    """Renews the Lease in a thread of its own, every third of its duration — a full
+    evaluation of a large cluster takes longer than the Lease lasts, and must not let it lapse
+    — and sets :attr:`lost` when another replica holds it or it could not be renewed for a
+    whole duration (measured on ``clock``)."""
+
+    def __init__(self, elector: LeaseElector, duration_s: float, clock: Callable[[], float],
+                 stop: threading.Event) -> None:
+        self._elector = elector
+        self._duration_s = duration_s
+        self._clock = clock
+        self._stop = stop
+        self.lost = threading.Event()
+        self._renewed = clock()
+        self._thread = threading.Thread(target=self._run, name="lease", daemon=True)
+
+    def start(self) -> None:
+        """Start renewing."""
+        self._thread.start()
+
+    def renew(self) -> bool:
+        """One renewal; False (and :attr:`lost` set) once the Lease is lost: another replica
+        holds it, or no renewal succeeded for a whole duration (API errors until then are
+        retried)."""
+        if self._elector.try_acquire_or_renew():
+            self._renewed = self._clock()
+            return True
+        if self._elector.last_error is None or \
+                self._clock() - self._renewed >= self._duration_s:
+            LOG.error("lost the Lease; stopping", extra={"fields": {
+                "error": self._elector.last_error}})
+            self.lost.set()
+            return False
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(self._duration_s / 3, 1.0)):
+            if not self.renew():
+                return
+
+
+class LeaseGuard:
+    """A sink that writes only while the Lease is held: a write that would follow a lost Lease
+    (another replica may be writing) fails instead."""
+
+    def __init__(self, sink: Any, lost: threading.Event) -> None:
+        self._sink = sink
+        self._lost = lost
+
+    def write(self, report: Mapping[str, Any]) -> Any:
+        """Write, unless the Lease is lost."""
+        return _LOST if self._lost.is_set() else self._sink.write(report)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> Any:
+        """Delete, unless the Lease is lost."""
+        return _LOST if self._lost.is_set() else self._sink.delete(kind, namespace, name)
+
+    def prune(self, written: Iterable[Mapping[str, Any]], *, name: str,
+              labels: Mapping[str, str]) -> list[Any]:
+        """Prune, unless the Lease is lost."""
+        if self._lost.is_set():
+            return [_LOST]
+        result: list[Any] = self._sink.prune(written, name=name, labels=labels)
+        return result
+
+
+_LOST = _Skipped("failed", "the Lease is lost: another replica may be writing")
+
+
 def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource,
           api_client: Any, metrics: WatchMetrics, elector: LeaseElector | None,
           stop: threading.Event, clock: Callable[[], float],
           utilization: Callable[[], Metrics | None] | None) -> int:
     events: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
     sink: Any = ReportWriter(api_client) if config.write_reports else MetricsOnly()
+    keeper = None
+    if elector is not None:
+        keeper = LeaseKeeper(elector, config.lease_duration_s, clock, stop)
+        keeper.start()
+        sink = LeaseGuard(sink, keeper.lost)
 
     def on_full(report: Mapping[str, Any]) -> None:
         metrics.state.update(report, time.time())
@@ -280,13 +354,14 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
     for watch in watches:
         watch.start()
     counted = _Counted(metrics)
-    renew_every = max(config.lease_duration_s / 3, 1.0)
-    renewed = next_renew = clock()
     next_reload = clock() + config.policy_reload_s
     try:
         while not stop.is_set():
+            if keeper is not None and keeper.lost.is_set():
+                # stop at once; the Deployment restarts this replica as a standby
+                return EXIT_ENVIRONMENT
             now = clock()
-            due = [next_reload, next_renew if elector is not None else next_reload]
+            due = [next_reload]
             work = controller.next_due()
             if work is not None:
                 due.append(work)
@@ -311,16 +386,6 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
             controller.step()
             counted.update(controller)
             now = clock()
-            if elector is not None and now >= next_renew:
-                if elector.try_acquire_or_renew():
-                    renewed = now
-                elif now - renewed >= config.lease_duration_s or elector.last_error is None:
-                    # Another replica holds it (or it could not be renewed in time): stop
-                    # writing at once; the Deployment restarts this one as a standby.
-                    LOG.error("lost the Lease; stopping", extra={"fields": {
-                        "error": elector.last_error}})
-                    return EXIT_ENVIRONMENT
-                next_renew = now + renew_every
             if now >= next_reload:
                 update = source.poll()
                 if update is not None:

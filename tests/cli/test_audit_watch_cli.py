@@ -80,3 +80,48 @@ def test_policy_files_reload_once_they_hold_still_and_a_broken_update_is_refused
                if m.name == "gpuguard_audit_policy_reloads" for s in m.samples
                if s.name.endswith("_total")}
     assert samples == {"success": 1.0, "rejected": 1.0}
+
+
+class _Elector:
+    """Answers renewals from a script (what a real API server does not on demand: fail for a
+    while, then hand the Lease to another replica)."""
+
+    def __init__(self, answers: list[tuple[bool, str | None]]) -> None:
+        self.answers = answers
+        self.last_error: str | None = None
+
+    def try_acquire_or_renew(self) -> bool:
+        held, self.last_error = self.answers.pop(0)
+        return held
+
+
+def test_the_lease_is_lost_after_a_duration_of_errors_or_at_once_to_another_holder():
+    import threading
+
+    from gpuguard.audit_watch import LeaseGuard, LeaseKeeper
+
+    now = [0.0]
+    errors = _Elector([(True, None), (False, "503"), (False, "503"), (False, "503")])
+    keeper = LeaseKeeper(errors, 15, lambda: now[0], threading.Event())
+    assert keeper.renew()
+    now[0] = 10.0
+    assert keeper.renew() and not keeper.lost.is_set()  # an API error: retried
+    now[0] = 14.9
+    assert keeper.renew() and not keeper.lost.is_set()
+    now[0] = 15.0
+    assert not keeper.renew() and keeper.lost.is_set()  # 15 s without a renewal
+
+    taken = LeaseKeeper(_Elector([(False, None)]), 15, lambda: 0.0,
+                        threading.Event())
+    assert not taken.renew() and taken.lost.is_set()  # another replica holds it
+
+    class Sink:
+        calls = 0
+
+        def write(self, report):
+            Sink.calls += 1
+
+    guard = LeaseGuard(Sink(), taken.lost)
+    outcome = guard.write({"kind": "PolicyReport"})
+    assert outcome.action == "failed" and "Lease" in outcome.message
+    assert Sink.calls == 0
