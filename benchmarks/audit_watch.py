@@ -15,7 +15,8 @@ figures). Measured, in this process:
    (creates of GPU pods, a quarter of them privileged: violations; modifies; deletes), in random
    namespaces (seed 18), each followed by ``step()``: the latency of each change is from the
    event to the write of the report it changed (``--report-interval-s`` 0 here: the default 5 s
-   fold would add up to 5 s), p50 / p99;
+   fold would add up to 5 s), p50 / p99 over the writes, each from the oldest change it
+   carries (an upper bound for the changes folded into it);
 3. **peak RSS** of the process (``ru_maxrss``) after the churn;
 4. **per-pod memory**: tracemalloc over the controller's state (store, memo, reports) for a
    cluster of ``--memory-pods`` pods, divided by the pods (tracemalloc slows Python ~3x, hence a
@@ -188,16 +189,19 @@ def main() -> None:
     sink = CountingSink()
     pacing = WatchSettings(report_interval_s=0.0, full_every_s=60.0, writes_per_s=1000.0)
     controller, first = build(update, by_kind, sink, pacing)
-    print(f"first full report: {first:.1f} s ({sink.writes} reports queued and written)",
-          flush=True)
+    print(f"first full report: {first:.1f} s ({sink.writes} reports queued and written); "
+          f"peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} "
+          "MiB", flush=True)
     controller.counts.latencies.clear()
     latencies = churn(controller, by_kind, args.rate, args.churn_s)
-    if latencies:
-        cuts = statistics.quantiles(latencies, n=100)
+    if len(latencies) >= 2:
+        cuts = statistics.quantiles(latencies, n=100, method="inclusive")
         print(f"churn: {args.rate:.0f} pod changes/s for {args.churn_s:.0f} s: {len(latencies)} "
               f"report writes, change -> report p50 {statistics.median(latencies) * 1000:.0f} ms,"
               f" p99 {cuts[98] * 1000:.0f} ms; {controller.counts.namespace_evaluations} "
               f"namespace and {controller.counts.full_evaluations} full evaluations")
+    else:
+        print(f"churn: only {len(latencies)} report write(s) in {args.churn_s:.0f} s")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {rss:,.0f} MiB (this process: generator and input lists included)")
 

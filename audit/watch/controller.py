@@ -16,7 +16,8 @@ Owns deciding *what* to evaluate again and *when* to write, for ``gpuguard audit
 - **Full evaluation.** The cluster-wide figures (nodes, stranded GPUs, MIG, quotas, teams: the
   ClusterPolicyReport and the metrics) are computed by a scan of the whole store, with the memo
   (no policy is evaluated again for an unchanged object): at the first publish, after a policy
-  set change, and then at most once per ``full_every_s`` while anything changed.
+  set change, and then, while anything changed, no sooner than ``full_every_s`` — nor than
+  three times the last one's duration — after the last one ended.
 - **Writes.** A report is written only when its content (timestamps aside) differs from what
   was last written — one write per changed report, never one object per finding — and at most
   once per ``report_interval_s`` per report, within ``writes_per_s`` for all of them (a token
@@ -211,6 +212,7 @@ class WatchController:
         self._cluster_dirty_since: float | None = None
         self._full_needed = True
         self._last_full: float | None = None
+        self._full_gap = watch.full_every_s
         self._published = False  # a complete publish happened (prune may run)
         self._pruned = False
         self._pending: dict[ReportKey, _Pending] = {}
@@ -325,7 +327,12 @@ class WatchController:
         self._dirty.clear()
         self._cluster_dirty_since = None
         self._full_needed = False
-        self._last_full = now
+        # The next one no sooner than full_every_s after this one ended, nor sooner than 3x
+        # what it took: on a large cluster the full evaluation must not crowd out the
+        # namespaces' updates, which wait while it runs.
+        ended = self._clock()
+        self._last_full = ended
+        self._full_gap = max(self._watch.full_every_s, 3 * (ended - now))
         self._published = True
         if self._on_full is not None:
             self._on_full(report)
@@ -338,7 +345,7 @@ class WatchController:
         now = self._clock()
         full_due = self._full_needed or (
             self._cluster_dirty_since is not None and self._last_full is not None
-            and now - self._last_full >= self._watch.full_every_s)
+            and now - self._last_full >= self._full_gap)
         if full_due:
             self._full(now)
         else:
@@ -402,7 +409,7 @@ class WatchController:
         if self._dirty or self._full_needed:
             times.append(self._clock())
         if self._cluster_dirty_since is not None and self._last_full is not None:
-            times.append(self._last_full + self._watch.full_every_s)
+            times.append(self._last_full + self._full_gap)
         for key in self._pending:
             last = self._last_write.get(key)
             times.append(self._clock() if last is None else last + self._watch.report_interval_s)
