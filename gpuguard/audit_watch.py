@@ -376,14 +376,18 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
                     batch.append(events.get_nowait())
                 except queue.Empty:
                     break
-            for kind, resource, payload in batch:
-                if kind == "list":
-                    controller.listed(resource.group, resource.kind, payload)
-                elif kind == "not_served":
-                    controller.not_served(resource.group, resource.kind)
-                else:
-                    controller.event(kind, payload)
-            controller.step()
+            try:
+                for kind, resource, payload in batch:
+                    if kind == "list":
+                        controller.listed(resource.group, resource.kind, payload)
+                    elif kind == "not_served":
+                        controller.not_served(resource.group, resource.kind)
+                    else:
+                        controller.event(kind, payload)
+                controller.step()
+            except Exception as exc:  # a bug must not end the controller with a traceback
+                LOG.exception("evaluation failed; continuing with the next changes",
+                              extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
             counted.update(controller)
             now = clock()
             if now >= next_reload:
