@@ -125,6 +125,7 @@ def churn(controller: WatchController, by_kind: dict, rate: float, seconds: floa
         due = int((time.monotonic() - start) * rate)
         while done < due:
             done += 1
+            at = start + done / rate  # when this change happened: latency counts from here
             version += 1
             roll = rng.random()
             if roll < 0.5 or not created:
@@ -135,15 +136,15 @@ def churn(controller: WatchController, by_kind: dict, rate: float, seconds: floa
                 if rng.random() < 0.25:
                     pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
                 created.append(pod)
-                controller.event("ADDED", pod)
+                controller.event("ADDED", pod, at)
             elif roll < 0.8:
                 pod = rng.choice(created)
                 pod["metadata"]["resourceVersion"] = str(version)
                 pod["status"] = {"phase": rng.choice(["Pending", "Running"])}
-                controller.event("MODIFIED", pod)
+                controller.event("MODIFIED", pod, at)
             else:
                 pod = created.pop(rng.randrange(len(created)))
-                controller.event("DELETED", pod)
+                controller.event("DELETED", pod, at)
         controller.step()
     controller.step()
     return list(controller.counts.latencies)

@@ -240,16 +240,16 @@ def _wait_for_lease(elector: LeaseElector, stop: threading.Event,
 
 
 def _watch(api_client: Any, resource: Resource,
-           events: queue.Queue[tuple[str, Resource, Any]]) -> ResourceWatch:
+           events: queue.Queue[tuple[str, Resource, Any, float]]) -> ResourceWatch:
     """A watch of ``resource`` whose lists and events go to ``events``."""
     def listed(items: list[dict[str, Any]]) -> None:
-        events.put(("list", resource, items))
+        events.put(("list", resource, items, time.monotonic()))
 
     def event(kind: str, obj: dict[str, Any]) -> None:
-        events.put((kind, resource, obj))
+        events.put((kind, resource, obj, time.monotonic()))
 
     def not_served() -> None:
-        events.put(("not_served", resource, None))
+        events.put(("not_served", resource, None, time.monotonic()))
 
     def failed(message: str) -> None:
         LOG.warning("watch failed; retrying", extra={"fields": {
@@ -332,7 +332,8 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
           api_client: Any, metrics: WatchMetrics, elector: LeaseElector | None,
           stop: threading.Event, clock: Callable[[], float],
           utilization: Callable[[], Metrics | None] | None) -> int:
-    events: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
+    # (type, resource, payload, arrival on time.monotonic: the change latency counts from it)
+    events: queue.Queue[tuple[str, Resource, Any, float]] = queue.Queue()
     sink: Any = ReportWriter(api_client) if config.write_reports else MetricsOnly()
     keeper = None
     if elector is not None:
@@ -377,13 +378,13 @@ def _lead(config: WatchConfig, settings: AuditSettings, source: FilePolicySource
                 except queue.Empty:
                     break
             try:
-                for kind, resource, payload in batch:
+                for kind, resource, payload, at in batch:
                     if kind == "list":
-                        controller.listed(resource.group, resource.kind, payload)
+                        controller.listed(resource.group, resource.kind, payload, at)
                     elif kind == "not_served":
                         controller.not_served(resource.group, resource.kind)
                     else:
-                        controller.event(kind, payload)
+                        controller.event(kind, payload, at)
                 controller.step()
             except Exception as exc:  # a bug must not end the controller with a traceback
                 LOG.exception("evaluation failed; continuing with the next changes",

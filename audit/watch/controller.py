@@ -229,31 +229,34 @@ class WatchController:
         """Every expected resource was listed (or found not served) at least once."""
         return self._expected <= self._listed
 
-    def _mark(self, change: Change) -> None:
-        now = self._clock()
+    def _mark(self, change: Change, at: float | None = None) -> None:
+        now = self._clock() if at is None else at
         for namespace in change.namespaces:
             self._dirty.setdefault(namespace, now)
         if change.cluster and self._cluster_dirty_since is None:
             self._cluster_dirty_since = now
 
-    def listed(self, group: str, kind: str, items: Iterable[Mapping[str, Any]]) -> None:
-        """A complete list of one resource (at start, after a 410 Gone, after a reconnect)."""
+    def listed(self, group: str, kind: str, items: Iterable[Mapping[str, Any]],
+               at: float | None = None) -> None:
+        """A complete list of one resource (at start, after a 410 Gone, after a reconnect);
+        ``at``: when it arrived (on ``clock``; default now), what the latency counts from."""
         change = self.store.replace(group, kind, items)
         self.counts.lists[kind] = self.counts.lists.get(kind, 0) + 1
         self._listed.add((group, kind))
-        self._mark(change)
+        self._mark(change, at)
 
     def not_served(self, group: str, kind: str) -> None:
         """The resource is not served (its CRD is not installed): it holds no object."""
         self.listed(group, kind, ())
 
-    def event(self, event: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (``ADDED``, ``MODIFIED``, ``DELETED``)."""
+    def event(self, event: str, obj: Mapping[str, Any], at: float | None = None) -> None:
+        """One watch event (``ADDED``, ``MODIFIED``, ``DELETED``); ``at`` as for
+        :meth:`listed`."""
         change = self.store.apply(event, obj)
         if not change.empty:
             kind = str(obj.get("kind"))
             self.counts.events[kind] = self.counts.events.get(kind, 0) + 1
-        self._mark(change)
+        self._mark(change, at)
 
     def policies(self, update: PolicyUpdate) -> None:
         """A new policy set: every object is evaluated again (a new memo), at once."""
@@ -384,7 +387,8 @@ class WatchController:
                              extra={"fields": {"error": outcome.message}})
                 continue
             del self._pending[key]
-            self.counts.latencies.append(now - pending.since)
+            # measured at the write, not the step's start: evaluations before it took time
+            self.counts.latencies.append(self._clock() - pending.since)
             if pending.body is None:
                 self._written.pop(key, None)
             else:

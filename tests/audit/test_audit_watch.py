@@ -442,3 +442,18 @@ def test_metrics_exposition_follows_the_last_full_evaluation():
     report["teams"] = []
     metrics.state.update(report, 1700000060.0)
     assert samples()["gpuguard_team_gpu_equivalents_allocated"] == {}  # the team's series left
+
+
+def test_latency_counts_from_the_changes_arrival_to_its_write(update):
+    sink, clock = RecordingSink(), Clock()
+    ctl = controller(update, sink, clock, report_interval_s=5.0)
+    sync(ctl, [namespace("team-a"), node()])
+    ctl.step()
+    ctl.counts.latencies.clear()
+    clock.now += 10
+    # it arrived 3 s ago and waited in the queue while the loop was busy
+    ctl.event("ADDED", pod("bad", "team-a", privileged=True), at=clock.now - 3)
+    clock.now += 1  # the first write of this report may go at once
+    ctl.event("ADDED", pod("bad-2", "team-a", privileged=True))  # folded in: oldest counts
+    ctl.step()
+    assert ctl.counts.latencies == [pytest.approx(4.0)]
