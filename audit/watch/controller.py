@@ -352,12 +352,14 @@ class WatchController:
         if full_due:
             self._full(now)
         else:
-            for namespace in sorted(self._dirty):
-                since = self._dirty[namespace]
+            # Oldest change first, each namespace's report written as soon as it is evaluated:
+            # a turn over many dirty namespaces does not hold back the first ones.
+            for namespace, since in sorted(self._dirty.items(), key=lambda e: (e[1], e[0])):
                 key: ReportKey = ("PolicyReport", namespace, policy_reports.REPORT_NAME)
                 self._want(self.evaluate_namespace(namespace), key, since)
+                self._flush(self._clock())
             self._dirty.clear()
-        self._flush(now)
+        self._flush(self._clock())
 
     def _refill(self, now: float) -> None:
         rate = self._watch.writes_per_s
