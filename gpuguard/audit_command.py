@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -295,6 +296,15 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     if args.write_reports and not live:
         _error("error: --write-reports writes to the cluster: use it with --cluster")
         return EXIT_USAGE
+    if args.watch:
+        unsupported = [flag for flag, given in (
+            ("-o", args.output != "table"), ("--out", args.out), ("--history", args.history),
+            ("--fail-on", args.fail_on), ("--inventory", args.inventory is not None))
+            if given]
+        if not live or unsupported:
+            _error("error: --watch runs the audit controller on a live cluster: use it with "
+                   "--cluster" + (f", without {', '.join(unsupported)}" if unsupported else ""))
+            return EXIT_USAGE
     try:
         settings = settings_from_args(args, gpu, datetime.datetime.now(datetime.UTC))
     except ValueError as exc:
@@ -339,6 +349,8 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         cluster, code = connect_cluster(args)
         if cluster is None:
             return code
+    if args.watch:
+        return _watch(args, settings, loaded, quotas, cluster, gpu)
     history = None
     if args.history:
         try:
@@ -351,6 +363,68 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     finally:
         if history is not None:
             history.close()
+
+
+def _watch(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,
+           quotas: dict[str, Any], cluster: Any, gpu: GPUSettings) -> int:
+    """``--watch``: run the audit controller (:mod:`gpuguard.audit_watch`) until stopped."""
+    from audit.watch.controller import WatchSettings  # noqa: PLC0415 - see connect_cluster
+    from audit.watch.metrics import WatchMetrics  # noqa: PLC0415
+    from gpuguard import audit_watch  # noqa: PLC0415
+    from webhook import logs  # noqa: PLC0415
+
+    try:
+        host, _, port = args.metrics_listen.rpartition(":")
+        lease = None
+        if args.lease:
+            namespace, _, name = args.lease.partition("/")
+            if not namespace or not name:
+                raise ValueError(f"--lease {args.lease!r}: expected NAMESPACE/NAME")
+            lease = (namespace, name)
+        pacing = WatchSettings(report_interval_s=args.report_interval_s,
+                               full_every_s=args.full_every_s, writes_per_s=args.writes_per_s)
+        if min(pacing.report_interval_s, pacing.full_every_s) < 0 or pacing.writes_per_s <= 0:
+            raise ValueError("--report-interval-s, --full-every-s: expected 0 or more; "
+                             "--writes-per-s: expected more than 0")
+        config = audit_watch.WatchConfig(
+            metrics_host=host.strip("[]") or "127.0.0.1", metrics_port=int(port), lease=lease,
+            identity=args.lease_identity or audit_watch.default_identity(),
+            lease_duration_s=args.lease_duration_s, policy_reload_s=args.policy_reload_s,
+            write_reports=args.write_reports, pacing=pacing)
+    except ValueError as exc:
+        _error(f"error: {exc}")
+        return EXIT_USAGE
+    logs.configure("info")
+    metrics = WatchMetrics()
+    # GPUQuotas given with --quotas stay as given; those in the policy files reload with them.
+    from_files = {q.name for q in loaded.engine.policies.quotas}
+    extra = tuple(q for name, q in quotas.items() if name not in from_files)
+    try:
+        source = audit_watch.FilePolicySource(args.policies, gpu, metrics, extra)
+    except ValueError as exc:
+        _error(f"error: the policy set did not load: {exc}")
+        return EXIT_USAGE
+    return audit_watch.run(config, settings, source, cluster.api_client,
+                           utilization=_utilization_reader(args.metrics))
+
+
+def _utilization_reader(path: str | None) -> Callable[[], Metrics | None] | None:
+    """``--metrics`` in watch mode: the file read again at each full evaluation (an exporter
+    scrape kept current by a sidecar or a CronJob); an unreadable one is logged, and idle GPUs
+    are then unknown (absent from the metrics), never 0."""
+    if path is None:
+        return None
+
+    def read() -> Metrics | None:
+        try:
+            return read_metrics(path)
+        except MetricsError as exc:
+            logging.getLogger("gpuguard.audit.watch").warning(
+                "--metrics unusable; idle GPUs unknown this evaluation",
+                extra={"fields": {"error": str(exc)}})
+            return None
+
+    return read
 
 
 def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,
@@ -411,6 +485,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     if history is not None:
         report["changes"] = audit_history.changes(report, history.latest())
         history.record(report)
+        report["history"] = history.series()
 
     _print(report, args.output)
     status = EXIT_OK
@@ -499,4 +574,27 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help="exit 1 when a finding is at least this severe (for CI)")
     output.add_argument("--history", metavar="FILE",
                         help="SQLite file: append this run and report changes since the last")
+    watch = parser.add_argument_group(
+        "continuous audit (--watch; docs/audit-controller.md)")
+    watch.add_argument("--watch", action="store_true",
+                       help="keep running: list once, then follow watches and keep the "
+                       "PolicyReports (with --write-reports) and /metrics current")
+    watch.add_argument("--metrics-listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                       help="where /metrics listens (default 127.0.0.1:9464)")
+    watch.add_argument("--lease", metavar="NAMESPACE/NAME",
+                       help="coordination.k8s.io Lease: only its holder writes (one active "
+                       "replica); default: no election")
+    watch.add_argument("--lease-identity", metavar="NAME",
+                       help="this replica's name in the Lease (default: the host name)")
+    watch.add_argument("--lease-duration-s", type=int, default=15, metavar="S",
+                       help="seconds a Lease not renewed stays its holder's (default 15)")
+    watch.add_argument("--report-interval-s", type=float, default=5.0, metavar="S",
+                       help="shortest time between two writes of one report (default 5)")
+    watch.add_argument("--full-every-s", type=float, default=60.0, metavar="S",
+                       help="shortest time between two full evaluations: cluster figures, "
+                       "metrics, ClusterPolicyReport (default 60)")
+    watch.add_argument("--writes-per-s", type=float, default=20.0, metavar="N",
+                       help="report writes per second for all reports (default 20)")
+    watch.add_argument("--policy-reload-s", type=float, default=5.0, metavar="S",
+                       help="seconds between checks of the --policies files (default 5)")
     return "audit", run

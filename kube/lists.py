@@ -100,6 +100,8 @@ class ListStats:
     waited_s: float = 0.0
     skipped_duplicates: int = 0
     notes: list[str] = field(default_factory=list)
+    #: the List's resourceVersion once the last page arrived (where a watch starts from)
+    resource_version: str = ""
 
 
 def _retry_after(exc: ApiException, default: float) -> float:
@@ -252,4 +254,6 @@ class Lister:
             token = (page_metadata.get("continue") or None) \
                 if isinstance(page_metadata, dict) else None
             if not token:
+                if isinstance(page_metadata, dict):
+                    stats.resource_version = str(page_metadata.get("resourceVersion") or "")
                 return

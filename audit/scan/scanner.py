@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from audit.scan.compliance import Compliance
+from audit.scan.compliance import Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
 from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of
 from audit.scan.placement import Placement
@@ -49,19 +49,20 @@ class Scanner:
             set later, as ``progress``).
         quotas: ``GPUQuota`` documents to report usage against (pending and running pods,
             summed per namespace as they stream in: the webhook's numbers).
+        memo: earlier evaluations by ``engine`` to reuse (``gpuguard audit --watch``).
     """
 
     def __init__(self, settings: AuditSettings, engine: Engine | None,
                  metrics: Metrics | None = None,
                  progress: Callable[[int], None] | None = None,
-                 quotas: Iterable[Quota] = ()) -> None:
+                 quotas: Iterable[Quota] = (), memo: EvaluationMemo | None = None) -> None:
         self.settings = settings
         self.policy_set = engine.policies if engine is not None else None
         self.quotas = tuple(quotas)
         self.quota_usage: dict[str, Usage] = {}  # namespace -> usage of its pods
         self.metrics = metrics
         self.ownership = Ownership()
-        self.compliance = Compliance(engine, settings, self.ownership)
+        self.compliance = Compliance(engine, settings, self.ownership, memo)
         self.placement = Placement(settings)
         self.claims: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
         self.pods = PodReader(settings.gpu, self.claims)
