@@ -149,10 +149,16 @@ _VENDOR_DOMAINS = {
 # Domains whose extended resources are all accelerators (nothing else is published under them):
 # any name there that gpuguard does not know is unrecognized, whatever its words. Not nvidia.com:
 # NVIDIA's network operator publishes NICs there (nvidia.com/mlnxnics, rdma_shared_device_a).
+# Also the AI-accelerator makers whose Kubernetes device plugins publish names without a hint
+# word: Qualcomm Cloud AI 100 (qualcomm.com/qaic), Tenstorrent (tenstorrent.com/n300, n150, p150),
+# FuriosaAI (furiosa.ai/rngd, warboy), Rebellions (rebellions.ai/ATOM, REBEL), Graphcore
+# (graphcore.ai/ipu), Sophgo (sophgo.com/tpu) — each project's device-plugin README. gpuguard does
+# not value them (what a device is worth against a GPU is not published): listed, never zero.
 _ACCELERATOR_DOMAINS = ("huawei.com/", "cambricon.com/", "hygon.com/",
                         "metax-tech.com/", "iluvatar.ai/", "iluvatar.com/", "mthreads.com/",
                         "enflame.com/", "kunlunxin.com/", "habana.ai/", "npu.intel.com/",
-                        "gpu.intel.com/")
+                        "gpu.intel.com/", "qualcomm.com/", "tenstorrent.com/", "furiosa.ai/",
+                        "rebellions.ai/", "graphcore.ai/", "sophgo.com/")
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 """KEP-5004: any DeviceClass can be asked for as ``deviceclass.resource.kubernetes.io/<class>``."""
 OBSOLETE_RESOURCES = {
