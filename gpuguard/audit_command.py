@@ -28,7 +28,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -48,6 +47,7 @@ from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.output_formats import write as write_document
+from gpuguard.output_formats import yaml_documents
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
@@ -193,8 +193,7 @@ def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
     files = {
         "report.md": render_markdown.render(report),
         "report.html": render_html.render(report),
-        "policyreports.yaml": yaml.safe_dump_all(policy_reports.build(report),
-                                                 sort_keys=False),
+        "policyreports.yaml": yaml_documents(policy_reports.build(report)),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -211,7 +210,7 @@ def _print(report: dict[str, Any], output: str) -> None:
     elif output == "html":
         sys.stdout.write(render_html.render(report) + "\n")
     elif output == "policyreport":
-        yaml.safe_dump_all(policy_reports.build(report), sys.stdout, sort_keys=False)
+        sys.stdout.write(yaml_documents(policy_reports.build(report)))
     else:
         console = table_console(180)
         render_terminal.render(report, console)
