@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK
 from gpuguard.output_formats import add_output, versioned, write
-from policies.facts.resource_names import GPUSettings
+
+if TYPE_CHECKING:
+    from policies.facts.resource_names import GPUSettings
 
 
 def run(paths: list[str], output: str, settings: GPUSettings) -> int:
     """Lint ``paths``; print errors (one line each) and warnings; 0 clean, 1 any error."""
+    # Here, not at the top: `gpuguard lint --help` needs no CEL runtime or JSON Schema validator.
+    from gpuguard import policy_set  # noqa: PLC0415
     loaded = policy_set.load(paths, settings)
     names = loaded.engine.policies.names()
     quotas = loaded.engine.policies.quotas
