@@ -55,7 +55,7 @@ from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
 from policies.policy.quota import QUOTA_KIND
 from policies.sources import Document, LoadError, printable
 
-OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
+OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport", "junit", "sarif")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
 
@@ -211,6 +211,15 @@ def _print(report: dict[str, Any], output: str) -> None:
         sys.stdout.write(render_html.render(report) + "\n")
     elif output == "policyreport":
         sys.stdout.write(yaml_documents(policy_reports.build(report)))
+    elif output == "junit":
+        from gpuguard.junit_report import audit_suites, junit_xml  # noqa: PLC0415 - -o junit only
+
+        sys.stdout.write(junit_xml(audit_suites(report), "gpuguard audit"))
+    elif output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import audit_entries, sarif_log  # noqa: PLC0415
+
+        sys.stdout.write(sarif_log(audit_entries(report), version()))
     else:
         console = table_console(180)
         render_terminal.render(report, console)
@@ -437,7 +446,8 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     add_gpu_settings(parser)
     output = parser.add_argument_group("what to produce")
     output.add_argument("-o", "--output", choices=OUTPUTS, default="table",
-                        help="format printed on stdout (default table)")
+                        help="format printed on stdout (default table; junit and sarif: the "
+                        "findings for CI systems, as test -o junit and check -o sarif)")
     output.add_argument("--out", metavar="DIR",
                         help="also write report.json, report.md, report.html and "
                         "policyreports.yaml into DIR")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK
+from gpuguard.input_arguments import with_paths
 from gpuguard.output_formats import add_output, versioned, write
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "MutatingAdmissionPolicy files; print every schema and CEL error with file, line, "
         "document and field path. Exit 1 when there is any error.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="policy file or directory")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="policy file, directory or - (standard input)")
+    parser.add_argument("-f", "--filename", action="append", default=[], metavar="PATH",
+                        help="the same as PATH (repeatable), as in the other commands")
     add_output(parser, aliases={"text": "table"})
-    return "lint", lambda args, settings: run(args.paths, args.output, settings)
+    return "lint", lambda args, settings: with_paths("lint", args, lambda paths: run(
+        paths, args.output, settings))
