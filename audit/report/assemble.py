@@ -289,6 +289,7 @@ def _summary(result: ScanResult, workloads: dict[ObjectKey, dict[str, Any]],
         "gpu_workloads": sum(1 for w in workloads.values() if w["gpu"]),
         "evaluated_workloads": len(result.compliance.evaluated),
         "physical_gpus": cluster["physical_gpus"],
+        "on_missing_nodes": cluster["on_missing_nodes"],
         "whole_gpus": cluster["whole_gpus"],
         "stranded_by_cause": cluster["stranded_by_cause"],
         "gpu_equivalents": {

@@ -230,9 +230,22 @@ class Scanner:
         errors = [*policy_errors, *self.errors]
         missing = placement.pods_on_missing_nodes
         if missing:
+            names = list(missing)
+            shown = ", ".join(printable(n) for n in names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else "")
+            on = placement.cluster["on_missing_nodes"]
+            unknown = f" (+ {on['unknown_pods']} pod(s) of unknown size)" \
+                if on["unknown_pods"] else ""
             self.warnings.append(
-                f"{sum(missing.values())} GPU pod(s) run on node(s) missing from the snapshot ("
-                + ", ".join(missing) + "); their GPUs are valued from the pods alone")
+                f"{on['pods']} GPU pod(s) run on {len(names)} node(s) missing from the snapshot "
+                f"({shown}): their {on['gpu_equivalents']:g} GPU-equivalent(s){unknown} are "
+                "valued from the pods' requests alone and counted in the teams and workloads "
+                "and as on_missing_nodes in the summary, not in the cluster's allocatable or "
+                "allocated")
+        # a node's own warnings (labels that disagree, MIG-INVALID) are warnings of the audit:
+        # one list, so the summary, stderr and the problems table count the same lines
+        self.warnings += [f"Node {printable(entry['name'])}: {warning}"
+                          for entry in placement.nodes for warning in entry["warnings"]]
         for kind, which in (("Pod", "the first copy counts"), ("Node", "the last copy counts"),
                             ("Namespace", "the last copy counts")):
             names = self.duplicates.get(kind, [])
