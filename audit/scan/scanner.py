@@ -244,8 +244,10 @@ class Scanner:
                 "allocated")
         # a node's own warnings (labels that disagree, MIG-INVALID) are warnings of the audit:
         # one list, so the summary, stderr and the problems table count the same lines
+        # (an unusable value is an input error already, not a warning as well)
         self.warnings += [f"Node {printable(entry['name'])}: {warning}"
-                          for entry in placement.nodes for warning in entry["warnings"]]
+                          for entry in placement.nodes for warning in entry["warnings"]
+                          if warning not in self.placement.nodes[entry["name"]].facts.invalid]
         for kind, which in (("Pod", "the first copy counts"), ("Node", "the last copy counts"),
                             ("Namespace", "the last copy counts")):
             names = self.duplicates.get(kind, [])
