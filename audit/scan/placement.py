@@ -412,12 +412,16 @@ class Placement:
         free_whole = 0
         allocatable_whole = 0
         used_whole = 0
+        over: list[str] = []
         for resource in sorted({*node.allocatable, *node.capacity, *use.used}):
             allocatable = node.allocatable.get(resource, 0)
             used = use.used.get(resource, 0)
             unit = node.units.get(resource)
             if resource == "nvidia.com/gpu" and resource in node.whole:
                 used += use.kai_whole  # KAI fractions occupy whole GPUs they share
+            if used > allocatable and not is_split(resource):  # splits: HAMi, not slots
+                over.append(f"{resource}: {used} allocated to its running pods, {allocatable} "
+                            "allocatable")
             free = max(0, allocatable - used)
             resources[resource] = {
                 "capacity": node.capacity.get(resource, 0), "allocatable": allocatable,
@@ -481,7 +485,10 @@ class Placement:
             "gpu_pods": use.gpu_pods,
             "stranded": stranded,
             "usable": not reasons,
-            "warnings": list(facts.warnings),
+            "warnings": [*facts.warnings, *([
+                "its running pods are allocated more than it offers (" + "; ".join(over)
+                + "): the scheduler never binds beyond allocatable, so the pods or the node are "
+                "stale or altered in the snapshot; free is counted as 0"] if over else [])],
         }, NodeFigures(allocatable_eq, used_eq, free_eq)
 
     def _cluster(self, nodes: list[dict[str, Any]], equivalents: Mapping[str, NodeFigures],

@@ -80,3 +80,64 @@ def test_one_warning_count_on_the_bundled_example():
     assert warning_rows == report["warnings"]
     assert report["summary"]["warnings"] == len(report["warnings"]) == 3
     assert _summary_row(report, "problems").endswith(", 0 input error(s), 3 warning(s)")
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}}
+
+
+def test_retyped_pod_fields_are_input_errors_and_the_pods_are_not_audited():
+    retyped = [_pod("ns7", 1, "n1"), _pod("node7", 1, "n1"), _pod("phase1", 1, "n1"),
+               _pod("status", 1, "n1")]
+    retyped[0]["metadata"]["namespace"] = 7
+    retyped[1]["spec"]["nodeName"] = 7
+    retyped[2]["status"]["phase"] = 1
+    retyped[3]["status"] = "Running"
+    report = _report([NAMESPACE, NODE, *retyped, _pod("ok", 1, "n1")])
+    tail = "; not audited (it asks for GPUs): these fields say which pod it is, where it runs " \
+           "or in what state"
+    assert report["errors"] == [
+        f"input.yaml: document 2: Pod ns7: metadata.namespace: expected a string, got int{tail}",
+        f"input.yaml: document 3: Pod ml/node7: spec.nodeName: expected a string, got int{tail}",
+        f"input.yaml: document 4: Pod ml/phase1: status.phase: expected a string, got int{tail}",
+        f"input.yaml: document 5: Pod ml/status: status: expected a map, got str{tail}"]
+    # not a pending pod with an invented cause, nor a pod of namespace null
+    assert report["pending"] == []
+    assert report["summary"]["gpu_pods"] == {"running": 1, "pending": 0}
+    assert [w["name"] for w in report["workloads"]] == ["ok"]
+    assert _summary_row(report, "problems").endswith("4 input error(s), 0 warning(s)")
+
+
+def test_a_gpu_pod_without_metadata_is_an_input_error_not_an_ignored_count():
+    nameless = _pod("x", 2, "n1")
+    nameless["metadata"] = None
+    report = _report([NODE, nameless])
+    assert report["errors"] == [
+        "input.yaml: document 1: Pod (no name): metadata.name: required, none given (neither "
+        "metadata.name nor metadata.generateName is a non-empty string); not audited (it asks "
+        "for GPUs): these fields say which pod it is, where it runs or in what state"]
+    assert report["ignored"] == {}
+    assert report["summary"]["errors"] == 1
+
+
+def test_a_workload_with_a_retyped_namespace_is_an_input_error():
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "d", "namespace": 7},
+                  "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                      {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    report = _report([deployment])
+    assert report["errors"] == [
+        "input.yaml: document 0: Deployment d: metadata.namespace: expected a string, got int; "
+        "not audited: these fields say which object it is"]
+    assert report["workloads"] == []
+
+
+def test_a_node_allocated_beyond_its_allocatable_is_named():
+    pods = [_pod(f"p{i}", 1, "n1") for i in range(1007)]
+    report = _report([NAMESPACE, NODE, *pods])
+    warning = ("Node n1: its running pods are allocated more than it offers (nvidia.com/gpu: "
+               "1007 allocated to its running pods, 8 allocatable): the scheduler never binds "
+               "beyond allocatable, so the pods or the node are stale or altered in the "
+               "snapshot; free is counted as 0")
+    assert report["warnings"] == [warning]
+    assert report["nodes"][0]["gpu_equivalents"]["free"] == 0.0
