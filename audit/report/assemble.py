@@ -97,7 +97,10 @@ def assemble(result: ScanResult) -> dict[str, Any]:
         "kind": KIND,
         "generated": result.generated.isoformat(),
         "source": dict(result.source),
-        "policy_set": {"hash": policy_set.digest, "policies": list(policy_set.policies)}
+        "policy_set": {"hash": policy_set.digest, "policies": list(policy_set.policies),
+                       "policy_hashes": dict(sorted(policy_set.policy_digests.items())),
+                       "rules": {name: list(rules) for name, rules in
+                                 sorted(policy_set.rules.items())}}
         if policy_set is not None else None,
         "settings": {"team_label": result.settings.team_label,
                      "idle_below": result.settings.idle_below},

@@ -156,6 +156,12 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
     removed = changes.get("policy_removed_findings", [])
     rows += [("policy removed", f["severity"], f["policy"], f["workload"], f["message"])
              for f in removed]
+    rule_removed = changes.get("rule_removed_findings", [])
+    rows += [("rule removed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in rule_removed]
+    policy_changed = changes.get("policy_changed_findings", [])
+    rows += [("policy changed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in policy_changed]
     trends = [(t["scope"], str(t["name"]) if t["name"] is not None else
                ("cluster" if t["scope"] == "cluster" else "(no team)"),
                number(t["allocated_before"], "-"), number(t["allocated"], "-"),
@@ -167,7 +173,10 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
                ("change", "severity", "policy", "workload", "message"), rows, limit,
                note + f": {len(changes['new_findings'])} new, "
                f"{len(changes['fixed_findings'])} fixed"
-               + (f", {len(removed)} gone with their policy" if removed else "")),
+               + (f", {len(removed)} gone with their policy" if removed else "")
+               + (f", {len(rule_removed)} gone with their rule" if rule_removed else "")
+               + (f", {len(policy_changed)} gone as their policy changed (not fixed)"
+                  if policy_changed else "")),
         _table("trends", "Allocation trend (GPU-equivalents)",
                ("scope", "name", "allocated before", "allocated", "change", "idle before",
                 "idle", "idle change"), trends, limit, note),

@@ -31,6 +31,7 @@ from policies.engine.evaluation import Engine
 from policies.facts.resource_names import GPUSettings, ResourceKind, classify
 from policies.facts.workloads import claim_template_devices, find_workload
 from policies.json_fields import mapping_at
+from policies.policy.model import policy_digest, rule_names
 from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
 from policies.sources import Document, LoadError, printable
 
@@ -308,7 +309,9 @@ class Scanner:
                 "were not counted: the fractional pods they hold GPUs for are")
         label = self.settings.team_label
         policy_set = None if self.policy_set is None else PolicySetInfo(
-            self.policy_set.digest or None, tuple(self.policy_set.names()))
+            self.policy_set.digest or None, tuple(self.policy_set.names()),
+            {p.name: policy_digest(p) for p in self.policy_set.policies},
+            {p.name: rule_names(p) for p in self.policy_set.policies})
         return ScanResult(
             settings=self.settings,
             generated=self.settings.now if self.settings.now.year > 1970
