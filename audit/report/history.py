@@ -1,20 +1,21 @@
 """Audit history in SQLite: each run appended, and what changed since the previous one.
 
 Owns the history file (``--history FILE``, stdlib :mod:`sqlite3`): one row per run (time, source,
-summary, the policy set's content hash and policy names, each policy's own content hash), its findings (by a fingerprint of
-workload, policy, rule and field path, so a finding whose message wording changes stays the same
-finding) and its allocation figures (cluster, per team, per node). :func:`changes` compares a
-report with the previous run: new and fixed findings, findings gone because their policy left the
-set ("policy removed", not "fixed": a run with fewer policies fixes nothing), because their rule
-left a kept policy ("rule removed") or because their policy's content changed ("policy changed":
-the workload may be as it was), how the policy set changed, and the trend of allocation and idle GPU-equivalents for the cluster and each team.
+summary, the policy set's content hash and policy names, each policy's own content hash), its
+findings (by a fingerprint of workload, policy, rule and field path, so a finding whose message
+wording changes stays the same finding) and its allocation figures (cluster, per team, per node).
+:func:`changes` compares a report with the previous run: new and fixed findings, findings gone
+because their policy left the set ("policy removed", not "fixed": a run with fewer policies fixes
+nothing), because their rule left a kept policy ("rule removed") or because their policy's
+content changed ("policy changed": the workload may be as it was), how the policy set changed,
+and the trend of allocation and idle GPU-equivalents for the cluster and each team.
 
 The schema version is kept in the file (``PRAGMA user_version``); a file written by a newer
 version is refused rather than misread, and an older one is migrated in place when opened (schema
 1 had no policy set columns: its runs read back with ``policy_hash`` and ``policies`` None, and
 their vanished findings are judged against the current run's policy names; schema 2 had no
-per-policy hashes: ``policy_hashes`` None, so no finding of such a run is "policy changed"). Must not render or
-audit.
+per-policy hashes: ``policy_hashes`` None, so no finding of such a run is "policy changed").
+Must not render or audit.
 """
 
 from __future__ import annotations
@@ -152,6 +153,24 @@ class History:
         return Run(run_id, at, source, findings, allocations, policy_hash,
                    tuple(json.loads(policies)) if policies is not None else None,
                    json.loads(policy_hashes) if policy_hashes is not None else None)
+
+    def series(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The last ``limit`` runs, oldest first, for trend charts: ``{at, allocatable,
+        allocated, idle, findings}`` — the cluster's GPU-equivalents (None when the run did not
+        know them: ``idle`` needs DCGM metrics) and its findings per severity (``deny``,
+        ``warn``, ``audit``, ``error``), as each run's summary recorded them."""
+        rows = self._db.execute("SELECT at, summary FROM runs ORDER BY id DESC LIMIT ?",
+                                (limit,)).fetchall()
+        points = []
+        for at, text in reversed(rows):
+            summary = json.loads(text)
+            eq = summary.get("gpu_equivalents") or {}
+            findings = summary.get("findings") or {}
+            points.append({"at": at, "allocatable": eq.get("allocatable"),
+                           "allocated": eq.get("allocated"), "idle": eq.get("idle_allocated"),
+                           "findings": {s: findings.get(s, 0)
+                                        for s in ("deny", "warn", "audit", "error")}})
+        return points
 
     def record(self, report: Mapping[str, Any]) -> int:
         """Append a run; returns its id."""
