@@ -29,7 +29,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -49,6 +48,7 @@ from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.output_formats import write as write_document
+from gpuguard.output_formats import yaml_documents
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
@@ -56,7 +56,7 @@ from policies.policy.loader import GPUPOLICY_API, load_quotas, read_policy_files
 from policies.policy.quota import QUOTA_KIND
 from policies.sources import Document, LoadError, Snapshot, printable
 
-OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
+OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport", "junit", "sarif")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
 
@@ -194,8 +194,7 @@ def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
     files = {
         "report.md": render_markdown.render(report),
         "report.html": render_html.render(report),
-        "policyreports.yaml": yaml.safe_dump_all(policy_reports.build(report),
-                                                 sort_keys=False),
+        "policyreports.yaml": yaml_documents(policy_reports.build(report)),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -212,7 +211,16 @@ def _print(report: dict[str, Any], output: str) -> None:
     elif output == "html":
         sys.stdout.write(render_html.render(report) + "\n")
     elif output == "policyreport":
-        yaml.safe_dump_all(policy_reports.build(report), sys.stdout, sort_keys=False)
+        sys.stdout.write(yaml_documents(policy_reports.build(report)))
+    elif output == "junit":
+        from gpuguard.junit_report import audit_suites, junit_xml  # noqa: PLC0415 - -o junit only
+
+        sys.stdout.write(junit_xml(audit_suites(report), "gpuguard audit"))
+    elif output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import audit_entries, sarif_log  # noqa: PLC0415
+
+        sys.stdout.write(sarif_log(audit_entries(report), version()))
     else:
         console = table_console(180)
         render_terminal.render(report, console)
@@ -563,7 +571,8 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     add_gpu_settings(parser)
     output = parser.add_argument_group("what to produce")
     output.add_argument("-o", "--output", choices=OUTPUTS, default="table",
-                        help="format printed on stdout (default table)")
+                        help="format printed on stdout (default table; junit and sarif: the "
+                        "findings for CI systems, as test -o junit and check -o sarif)")
     output.add_argument("--out", metavar="DIR",
                         help="also write report.json, report.md, report.html and "
                         "policyreports.yaml into DIR")

@@ -178,7 +178,9 @@ _NVIDIA_DEVICE_PREFIXES = tuple(f"nvidia.com/{p}" for p in (
 # DRA DeviceClass names that are GPUs (the driver's domain: gpu.nvidia.com, mig.nvidia.com,
 # gpu.amd.com, gpu.intel.com, gpu.example.com) and those of NVIDIA's driver that are not
 # (IMEX channels of a ComputeDomain).
-GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
+# Huawei's Ascend DRA driver names its class npu.huawei.com (Ascend/mind-cluster,
+# component/ascend-dynamic-resource-allocation): one device is one NPU, as huawei.com/npu is.
+GPU_DEVICE_CLASS_HINTS = ("gpu", "mig", "npu")
 NON_GPU_DEVICE_CLASSES = ("compute-domain-daemon.nvidia.com",
                           "compute-domain-default-channel.nvidia.com")
 
@@ -188,7 +190,8 @@ def device_class_is_gpu(device_class: str) -> bool | None:
 
     Sources: NVIDIA DRA driver DeviceClasses (``gpu.nvidia.com``, ``mig.nvidia.com``,
     ``vfio.gpu.nvidia.com``; ``compute-domain-*.nvidia.com`` are IMEX channels), AMD / Intel
-    ``gpu.<vendor>.com``, dra-example-driver ``gpu.example.com``.
+    ``gpu.<vendor>.com``, dra-example-driver ``gpu.example.com``, Huawei Ascend ``npu.huawei.com``
+    (an NPU counts as one device, as ``huawei.com/npu`` does).
     """
     if device_class in NON_GPU_DEVICE_CLASSES:
         return False
