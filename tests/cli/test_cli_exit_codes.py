@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from gpuguard import certs_command, check_command, cli, gpus_command, policy_set, test_command
+from gpuguard import certs_command, check_evaluation, cli, gpus_command, policy_set, test_command
 from gpuguard.exit_codes import (
     EXIT_ENVIRONMENT,
     EXIT_FINDINGS,
@@ -35,9 +35,13 @@ def _raise(*args: object, **kwargs: object) -> None:
     raise RuntimeError("injected failure\nsecond line")
 
 
+# The module whose run() is the innermost gpuguard frame, where it is not <command>_command.
+FRAMES = {"check": "check_evaluation"}
+
+
 @pytest.mark.parametrize("argv, module, function", [
     (["gpus", "-f", str(EXAMPLE)], gpus_command, "collect"),
-    (["check", "-f", str(REVIEW)], check_command, "read_documents"),
+    (["check", "-f", str(REVIEW)], check_evaluation, "read_documents"),
     # lint imports policy_set when it runs (its --help does not need it).
     (["lint", str(ROOT / "policies" / "library")], policy_set, "load"),
     (["test", str(ROOT / "policies" / "library")], test_command, "run_paths"),
@@ -53,7 +57,8 @@ def test_an_unexpected_exception_is_one_line_and_exit_70(capsys, monkeypatch, ar
     [line] = err.splitlines()  # the message's newline is escaped: one error, one line
     assert re.fullmatch(
         rf"gpuguard {argv[0]}: internal error: RuntimeError: injected failure\\nsecond line "
-        rf"\(at gpuguard/{argv[0]}_command.py:\d+ in run; a bug in gpuguard, please report it; "
+        rf"\(at gpuguard/{FRAMES.get(argv[0], argv[0] + '_command')}.py:\d+ in run; a bug in "
+        r"gpuguard, please report it; "
         r"run again with --debug or GPUGUARD_DEBUG=1 for the traceback\)", line), line
 
 
