@@ -172,3 +172,58 @@ def test_a_reader_that_went_away_leaves_the_commands_own_exit_code(argv, code):
         os.close(write)
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _ca(tmp_path) -> str:
+    # A real CA through the command users run, so `certs ca-bundle` has something to print.
+    assert cli.main(["certs", "generate", "--service", "gpuguard", "-n", "gpuguard", "--out",
+                     str(tmp_path)]) == EXIT_OK
+    return str(tmp_path / "ca.crt")
+
+
+#: One command per way of writing standard output: rich tables, print(), sys.stdout.write,
+#: json/yaml streamed onto it; ``{ca}`` is replaced by a CA certificate made for the test.
+WRITERS = [
+    ["gpus", "-f", str(EXAMPLE)],
+    ["check", "-f", str(REVIEW)],
+    ["lint", "-o", "json", str(ROOT / "policies" / "library")],
+    ["crds"],
+    ["test", "-o", "json", str(ROOT / "policies" / "library")],
+    ["certs", "ca-bundle", "--ca", "{ca}"],
+]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", WRITERS, ids=lambda argv: " ".join(argv[:2]))
+def test_standard_output_that_cannot_be_written_is_the_environment_not_a_bug(argv, tmp_path):
+    # `> /dev/full`: every write fails with ENOSPC. That was exit 70 "a bug in gpuguard" (or,
+    # for certs, "error: None: No space left on device"); it is one line naming what could not
+    # be written and exit 3, like any other thing the environment lacks.
+    argv = [_ca(tmp_path) if word == "{ca}" else word for word in argv]
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run([sys.executable, "-m", "gpuguard", *argv], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    command = " ".join(["gpuguard", *argv[:2]]) if argv[0] == "certs" else f"gpuguard {argv[0]}"
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert done.stderr == (f"{command}: error: cannot write standard output: No space left on "
+                           "device\n")
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["certs", "ca-bundle", "--ca", "{ca}"], EXIT_OK),
+    (["lint", "-o", "json", str(ROOT / "policies" / "library")], EXIT_OK),
+    (["check", "-o", "json", "-f", str(ROOT / "examples" / "cluster")], EXIT_FINDINGS),
+])
+def test_a_closed_pipe_is_quiet_and_keeps_the_exit_code_of_any_output(argv, code, tmp_path):
+    # `certs ca-bundle | head -c 10` printed "error: None: Broken pipe"; JSON written in one piece
+    # to a closed pipe ended with 0 whatever the command had found. Neither says a word now, and
+    # the exit code is the command's own.
+    argv = [_ca(tmp_path) if word == "{ca}" else word for word in argv]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpuguard", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (code, "")
