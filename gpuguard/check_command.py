@@ -125,23 +125,27 @@ def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
     return {**request, "dryRun": True}
 
 
-def _unrecognized(review: ReviewInput, settings: GPUSettings) -> list[str]:
+def _unrecognized(review: ReviewInput, settings: GPUSettings, warnings: list[str]) -> list[str]:
     """Gpuguard's own word on accelerator-looking resources the GPU registry does not know
     (``GPUFacts.unrecognized``): no policy sees them as GPUs, so the object is judged as asking
-    for none of them."""
+    for none of them. Only for a resource no warning of the policies names already (the
+    library's ``unrecognized-accelerator`` warns about each): the note is for a policy set that
+    says nothing about it, never a second copy of the warning."""
     facts = workload_facts(review.object, settings=settings) \
         if isinstance(review.object, Mapping) else None
     if facts is None:
         return []
     return [f"{name}: unrecognized accelerator resource, judged as no GPU by every policy "
             f"(--gpu-resource {name} counts it as whole devices)"
-            for name in facts.total.unrecognized]
+            for name in facts.total.unrecognized
+            if not any(name in warning for warning in warnings)]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
            quota: QuotaDecision | None = None) -> dict[str, Any]:
     quota = quota or QuotaDecision()
     message = "; ".join(m for m in ("; ".join(quota.denials), verdict.message) if m)
+    warnings = [*quota.warnings, *verdict.warning_texts]
     return {
         "source": document.location,
         "kind": review.kind[2], "namespace": review.namespace, "name": review.name,
@@ -150,9 +154,9 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
         "message": message,
         "quota": {"allowed": quota.allowed, "denials": list(quota.denials),
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
-        "warnings": [*quota.warnings, *verdict.warning_texts],
+        "warnings": warnings,
         # gpuguard's own word, apart from the warnings the webhook would return
-        "notes": _unrecognized(review, settings),
+        "notes": _unrecognized(review, settings, warnings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
