@@ -93,14 +93,18 @@ class Server:
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
         timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
             default the monotonic clock.
+        on_listening: called with the bound port once the server listens (never when it
+            cannot start).
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None,
+                 on_listening: Callable[[int], None] | None = None) -> None:
         self.settings = settings
+        self.on_listening = on_listening
         self.store = store
         self.namespaces = namespaces
         self.tls = tls
@@ -234,6 +238,8 @@ class Server:
             "scheme": "https" if self.tls else "http",
             "deadline_ms": self.settings.deadline_ms, "policies": self.store.describe(),
             "namespaces": getattr(self.namespaces, "source", "?")}})
+        if self.on_listening is not None:  # e.g. serve --dev's curl commands: only once serving
+            self.on_listening(self.port)
         if self.store.reloadable:
             self._tasks.append(asyncio.create_task(
                 self._every(self.settings.policy_reload_s, self.load_policies)))

@@ -227,3 +227,30 @@ def test_a_closed_pipe_is_quiet_and_keeps_the_exit_code_of_any_output(argv, code
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (code, "")
+
+
+@pytest.mark.parametrize("where", ["taken port", "address not this machine's"])
+def test_serve_dev_prints_its_curl_commands_only_once_serving(where):
+    # `serve --dev` printed "Post the sample ... curl https://localhost:PORT" and then exited 3
+    # because it could not listen: commands for a server that never ran. 192.0.2.10 is
+    # TEST-NET-1 (RFC 5737), never an address of this machine.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = ["--port", str(port)] if where == "taken port" else \
+            ["--host", "192.0.2.10", "--port", "0"]
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", *address],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert done.stdout == ""
+    assert "cannot start the server" in done.stderr
+
+
+def test_the_dev_curl_command_names_the_address_it_listens_on():
+    from gpuguard.serve_command import curl_command
+
+    assert "https://localhost:8443/validate" in curl_command("ca.crt", 8443, host="0.0.0.0")
+    assert "https://10.1.2.3:8443/mutate" in curl_command("ca.crt", 8443, "mutate",
+                                                          host="10.1.2.3")
+    assert "https://[fd00::7]:8443/validate" in curl_command("ca.crt", 8443, host="fd00::7")
