@@ -62,6 +62,7 @@ from kube.namespaces import (
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
 from policies.facts.resource_names import GPUSettings
+from policies.sources import read_documents
 from webhook import logs
 from webhook.metrics import enable_multiprocess, mark_worker_dead
 from webhook.policy_store import PolicyStore
@@ -345,6 +346,15 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        client_ca=args.client_ca)
 
 
+def _holds_quota(policies: tuple[str, ...] | None) -> bool:
+    """Whether the policy files hold a ``GPUQuota`` document (the built-in library holds none);
+    unreadable files are the policy store's to report."""
+    if policies is None:
+        return False
+    documents, _errors = read_documents(list(policies))
+    return any(isinstance(d.body, dict) and d.body.get("kind") == "GPUQuota" for d in documents)
+
+
 def _preflight(config: ServeConfig) -> str | None:
     """Check the inputs once, in the parent; returns the first problem, or None."""
     try:
@@ -369,10 +379,13 @@ def _preflight(config: ServeConfig) -> str | None:
     elif isinstance(source, StaticNamespaces):
         LOG.info("namespace labels from a file, not from the cluster",
                  extra={"fields": {"file": config.namespace_labels}})
-    if cluster is None:
+    if cluster is None and _holds_quota(config.policies):
         LOG.warning("GPUQuota enforcement needs a cluster: no pod watch, so pods already "
                     "running are not counted; quotas count only this process's own admissions "
                     "(in-memory ledger, 60 s reservations) and per-pod limits")
+    elif cluster is None:  # said once, quietly: a GPUQuota may be added to the files later
+        LOG.info("no GPUQuota in the policy set; one added later is enforced standalone "
+                 "(in-memory ledger, no pod watch)")
     else:
         LOG.info("GPUQuota usage from the cluster pod watch", extra={"fields": {
             "ledger_namespace": config.quota_namespace}})

@@ -254,3 +254,23 @@ def test_the_dev_curl_command_names_the_address_it_listens_on():
     assert "https://10.1.2.3:8443/mutate" in curl_command("ca.crt", 8443, "mutate",
                                                           host="10.1.2.3")
     assert "https://[fd00::7]:8443/validate" in curl_command("ca.crt", 8443, host="fd00::7")
+
+
+@pytest.mark.parametrize(("policies", "warned"), [
+    ([], False),
+    (["--policies", str(ROOT / "policies" / "library"),
+      "--policies", str(ROOT / "tests" / "data" / "quota" / "example-cluster-quotas.yaml")], True),
+])
+def test_serve_warns_about_standalone_quotas_only_when_the_set_holds_a_gpuquota(policies,
+                                                                               warned):
+    # "GPUQuota enforcement needs a cluster" was printed for the built-in library, which holds
+    # no GPUQuota. (The port is taken so that the server stops right after its start-up lines.)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", "--port",
+                               str(taken.getsockname()[1]), *policies],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert "no cluster configured" in done.stderr  # standalone, as the warning's premise
+    assert ("GPUQuota enforcement needs a cluster" in done.stderr) is warned
