@@ -232,13 +232,20 @@ class Admission:
         if self.store.current is None:
             raise RuntimeError(f"policy set {paths or 'library'} did not load: "
                                f"{result.outcome} {'; '.join(self.store.last_errors)}")
+        from policies.rbac import RBACAuthorizer
+        from policies.sources import read_documents
+
         self.metrics = Metrics()
         self.executor = concurrent.futures.ThreadPoolExecutor(1)
+        # gpu-requesters' authorizer checks answered as a cluster with these roles would (the
+        # webhook's SubjectAccessReviews need an API server; the sample's user-a is in gpu-users)
+        roles, _ = read_documents([str(ROOT / "tests" / "data" / "rbac" / "gpu-roles.yaml")])
         self.admitter = Admitter(self.store, StaticNamespaces({}, "none"), self.settings,
-                                 self.metrics, self.executor)
+                                 self.metrics, self.executor,
+                                 authorizer=RBACAuthorizer(d.body for d in roles))
 
     def close(self) -> None:
-        """Release the (unused: bodies are evaluated inline) evaluation thread pool."""
+        """Release the evaluation thread pool (policy sets that call the authorizer use it)."""
         self.executor.shutdown(wait=True)
 
     def envelope(self, body: bytes) -> Envelope:
@@ -421,7 +428,11 @@ class Phases:
         # Runs grouped by the runtime activation they used, in order: replayed on a fresh one.
         groups: dict[int, tuple[Any, Any, list[Any], list[Any]]] = {
             id(made): (env, data, [], []) for env, data, made in calls.runtimes}
-        for compiled, made, value in calls.runs:
+        # Programs that call the authorizer are not replayed: its checks belong to the request's
+        # session, gone once it is answered, and a Python function cannot run again on a used
+        # runtime activation ("No PyCelArena found").
+        self.runs = [run for run in calls.runs if "authorizer" not in run[0].expression]
+        for compiled, made, value in self.runs:
             groups[id(made)][2].append(compiled)
             groups[id(made)][3].append(value)
         self.groups = list(groups.values())
@@ -463,7 +474,7 @@ class Phases:
     def programs(self) -> list[Any]:
         """Each program on the runtime activation the request used (already converted)."""
         values = []
-        for compiled, made, _ in self.calls.runs:
+        for compiled, made, _ in self.runs:
             try:
                 values.append(compiled._run(made))
             except self.error:
@@ -476,7 +487,7 @@ class Phases:
         Raises:
             AssertionError: a replayed program gave another value.
         """
-        if self.programs() != [value for _, _, value in self.calls.runs]:
+        if self.programs() != [value for _, _, value in self.runs]:
             raise AssertionError("the programs replayed on the request's activations gave "
                                  "other values")
         if self.fresh() != [value for *_, values in self.groups for value in values]:

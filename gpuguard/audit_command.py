@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -28,7 +29,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -48,14 +48,15 @@ from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.output_formats import write as write_document
+from gpuguard.output_formats import yaml_documents
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
-from policies.policy.loader import GPUPOLICY_API, load_quotas, unique_quotas
+from policies.policy.loader import GPUPOLICY_API, load_quotas, read_policy_files, unique_quotas
 from policies.policy.quota import QUOTA_KIND
-from policies.sources import Document, LoadError, printable
+from policies.sources import Document, LoadError, Snapshot, printable
 
-OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport")
+OUTPUTS = ("table", "json", "yaml", "markdown", "html", "policyreport", "junit", "sarif")
 _FAIL_LEVELS = {"deny": ("deny",), "warn": ("deny", "warn")}
 
 
@@ -193,8 +194,7 @@ def _write_outputs(report: dict[str, Any], out: Path) -> list[str]:
     files = {
         "report.md": render_markdown.render(report),
         "report.html": render_html.render(report),
-        "policyreports.yaml": yaml.safe_dump_all(policy_reports.build(report),
-                                                 sort_keys=False),
+        "policyreports.yaml": yaml_documents(policy_reports.build(report)),
     }
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -211,7 +211,16 @@ def _print(report: dict[str, Any], output: str) -> None:
     elif output == "html":
         sys.stdout.write(render_html.render(report) + "\n")
     elif output == "policyreport":
-        yaml.safe_dump_all(policy_reports.build(report), sys.stdout, sort_keys=False)
+        sys.stdout.write(yaml_documents(policy_reports.build(report)))
+    elif output == "junit":
+        from gpuguard.junit_report import audit_suites, junit_xml  # noqa: PLC0415 - -o junit only
+
+        sys.stdout.write(junit_xml(audit_suites(report), "gpuguard audit"))
+    elif output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import audit_entries, sarif_log  # noqa: PLC0415
+
+        sys.stdout.write(sarif_log(audit_entries(report), version()))
     else:
         console = table_console(180)
         render_terminal.render(report, console)
@@ -243,6 +252,35 @@ def _policy_problems(args: argparse.Namespace, loaded: policy_set.Loaded,
     return problems
 
 
+def _cluster_policy_set(args: argparse.Namespace, gpu: GPUSettings,
+                        cluster: Any) -> policy_set.Loaded | int:
+    """The ``--policies`` files merged with the cluster's GPUPolicy / GPUQuota /
+    GPUPolicyException objects, listed once (:func:`kube.served_set.merge`, the rule
+    ``gpuguard serve --cluster-policies`` serves by): an object with an error is refused with
+    one line per error on stderr, and the audit judges by the rest. Returns the exit code
+    instead when the objects cannot be listed (2: a CRD not installed, RBAC; 3: unreachable)."""
+    from kube.lists import ListError, NotServed, Unreachable  # noqa: PLC0415 - see connect_cluster
+    from kube.policy_objects import list_policy_objects  # noqa: PLC0415
+    from kube.served_set import merge  # noqa: PLC0415
+
+    try:
+        objects = list_policy_objects(cluster.api_client)
+    except Unreachable as exc:
+        _error(f"error: --cluster-policies: the API server cannot be reached: {exc}")
+        return EXIT_ENVIRONMENT
+    except ListError as exc:
+        hint = " (the gpuguard.io CRDs are not installed: kubectl apply --server-side -k " \
+            "deploy/crds)" if isinstance(exc, NotServed) else ""
+        _error(f"error: --cluster-policies: listing the gpuguard.io objects failed: {exc}{hint}")
+        return EXIT_USAGE
+    files = read_policy_files(args.policies) if args.policies else Snapshot((), ())
+    result = merge(files, objects, {}, lambda snapshot: policy_set.load(snapshot, gpu))
+    for line in result.object_errors():
+        _error(f"policy object refused: {line}")
+    built: policy_set.Loaded = result.built
+    return built
+
+
 def _open_history(path: str) -> audit_history.History:
     """The ``--history`` file; raises HistoryError naming the problem."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -266,15 +304,39 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     if args.write_reports and not live:
         _error("error: --write-reports writes to the cluster: use it with --cluster")
         return EXIT_USAGE
+    if args.watch:
+        unsupported = [flag for flag, given in (
+            ("-o", args.output != "table"), ("--out", args.out), ("--history", args.history),
+            ("--fail-on", args.fail_on), ("--inventory", args.inventory is not None))
+            if given]
+        if not live or unsupported:
+            _error("error: --watch runs the audit controller on a live cluster: use it with "
+                   "--cluster" + (f", without {', '.join(unsupported)}" if unsupported else ""))
+            return EXIT_USAGE
     try:
         settings = settings_from_args(args, gpu, datetime.datetime.now(datetime.UTC))
     except ValueError as exc:
         _error(f"error: {exc}")
         return EXIT_USAGE
 
+    if args.cluster_policies and not live:
+        _error("error: --cluster-policies reads the cluster's policy objects: use it with "
+               "--cluster")
+        return EXIT_USAGE
+
     # Every input named on the command line is checked before anything is read or written: a
     # report from a broken or empty policy set would say "compliant" about everything.
-    loaded = policy_set.load(args.policies, gpu)
+    cluster = None
+    if args.cluster_policies:
+        cluster, code = connect_cluster(args)
+        if cluster is None:
+            return code
+        found = _cluster_policy_set(args, gpu, cluster)
+        if isinstance(found, int):
+            return found
+        loaded = found
+    else:
+        loaded = policy_set.load(args.policies, gpu)
     quotas = {q.name: q for q in loaded.engine.policies.quotas}
     problems = _policy_problems(args, loaded, quotas)
     if problems:
@@ -291,11 +353,12 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
         return _refuse([*inventory.errors, *inventory.unusable], "an --inventory path names "
                        "no inventory")
 
-    cluster = None
-    if live:
+    if live and cluster is None:
         cluster, code = connect_cluster(args)
         if cluster is None:
             return code
+    if args.watch:
+        return _watch(args, settings, loaded, quotas, cluster, gpu)
     history = None
     if args.history:
         try:
@@ -308,6 +371,68 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     finally:
         if history is not None:
             history.close()
+
+
+def _watch(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,
+           quotas: dict[str, Any], cluster: Any, gpu: GPUSettings) -> int:
+    """``--watch``: run the audit controller (:mod:`gpuguard.audit_watch`) until stopped."""
+    from audit.watch.controller import WatchSettings  # noqa: PLC0415 - see connect_cluster
+    from audit.watch.metrics import WatchMetrics  # noqa: PLC0415
+    from gpuguard import audit_watch  # noqa: PLC0415
+    from webhook import logs  # noqa: PLC0415
+
+    try:
+        host, _, port = args.metrics_listen.rpartition(":")
+        lease = None
+        if args.lease:
+            namespace, _, name = args.lease.partition("/")
+            if not namespace or not name:
+                raise ValueError(f"--lease {args.lease!r}: expected NAMESPACE/NAME")
+            lease = (namespace, name)
+        pacing = WatchSettings(report_interval_s=args.report_interval_s,
+                               full_every_s=args.full_every_s, writes_per_s=args.writes_per_s)
+        if min(pacing.report_interval_s, pacing.full_every_s) < 0 or pacing.writes_per_s <= 0:
+            raise ValueError("--report-interval-s, --full-every-s: expected 0 or more; "
+                             "--writes-per-s: expected more than 0")
+        config = audit_watch.WatchConfig(
+            metrics_host=host.strip("[]") or "127.0.0.1", metrics_port=int(port), lease=lease,
+            identity=args.lease_identity or audit_watch.default_identity(),
+            lease_duration_s=args.lease_duration_s, policy_reload_s=args.policy_reload_s,
+            write_reports=args.write_reports, pacing=pacing)
+    except ValueError as exc:
+        _error(f"error: {exc}")
+        return EXIT_USAGE
+    logs.configure("info")
+    metrics = WatchMetrics()
+    # GPUQuotas given with --quotas stay as given; those in the policy files reload with them.
+    from_files = {q.name for q in loaded.engine.policies.quotas}
+    extra = tuple(q for name, q in quotas.items() if name not in from_files)
+    try:
+        source = audit_watch.FilePolicySource(args.policies, gpu, metrics, extra)
+    except ValueError as exc:
+        _error(f"error: the policy set did not load: {exc}")
+        return EXIT_USAGE
+    return audit_watch.run(config, settings, source, cluster.api_client,
+                           utilization=_utilization_reader(args.metrics))
+
+
+def _utilization_reader(path: str | None) -> Callable[[], Metrics | None] | None:
+    """``--metrics`` in watch mode: the file read again at each full evaluation (an exporter
+    scrape kept current by a sidecar or a CronJob); an unreadable one is logged, and idle GPUs
+    are then unknown (absent from the metrics), never 0."""
+    if path is None:
+        return None
+
+    def read() -> Metrics | None:
+        try:
+            return read_metrics(path)
+        except MetricsError as exc:
+            logging.getLogger("gpuguard.audit.watch").warning(
+                "--metrics unusable; idle GPUs unknown this evaluation",
+                extra={"fields": {"error": str(exc)}})
+            return None
+
+    return read
 
 
 def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set.Loaded,
@@ -326,6 +451,8 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         source = {"kind": "files", "paths": list(args.filename)}
     source["metrics"] = args.metrics
     source["policies"] = list(args.policies or []) or "built-in library"
+    if args.cluster_policies:
+        source["policies"] = [*(args.policies or []), "the cluster's gpuguard.io objects"]
     if args.quotas:
         source["quotas"] = list(args.quotas)
     # The policy workers fork here, before the progress bar starts its thread.
@@ -366,6 +493,7 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     if history is not None:
         report["changes"] = audit_history.changes(report, history.latest())
         history.record(report)
+        report["history"] = history.series()
 
     _print(report, args.output)
     status = EXIT_OK
@@ -424,6 +552,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     policy = parser.add_argument_group("how to judge")
     policy.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory (repeatable); default: built-in library")
+    policy.add_argument("--cluster-policies", action="store_true",
+                        help="with --cluster: also judge by the cluster's GPUPolicy, GPUQuota "
+                        "and GPUPolicyException objects (merged with --policies, which then has "
+                        "no built-in default; an object with an error is refused, as gpuguard "
+                        "serve --cluster-policies does)")
     policy.add_argument("--quotas", action="append", metavar="PATH",
                         help="GPUQuota documents (file or directory, repeatable) to report usage "
                         "against; those in the --policies files are reported too")
@@ -438,7 +571,8 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     add_gpu_settings(parser)
     output = parser.add_argument_group("what to produce")
     output.add_argument("-o", "--output", choices=OUTPUTS, default="table",
-                        help="format printed on stdout (default table)")
+                        help="format printed on stdout (default table; junit and sarif: the "
+                        "findings for CI systems, as test -o junit and check -o sarif)")
     output.add_argument("--out", metavar="DIR",
                         help="also write report.json, report.md, report.html and "
                         "policyreports.yaml into DIR")
@@ -449,4 +583,27 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help="exit 1 when a finding is at least this severe (for CI)")
     output.add_argument("--history", metavar="FILE",
                         help="SQLite file: append this run and report changes since the last")
+    watch = parser.add_argument_group(
+        "continuous audit (--watch; docs/audit-controller.md)")
+    watch.add_argument("--watch", action="store_true",
+                       help="keep running: list once, then follow watches and keep the "
+                       "PolicyReports (with --write-reports) and /metrics current")
+    watch.add_argument("--metrics-listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                       help="where /metrics listens (default 127.0.0.1:9464)")
+    watch.add_argument("--lease", metavar="NAMESPACE/NAME",
+                       help="coordination.k8s.io Lease: only its holder writes (one active "
+                       "replica); default: no election")
+    watch.add_argument("--lease-identity", metavar="NAME",
+                       help="this replica's name in the Lease (default: the host name)")
+    watch.add_argument("--lease-duration-s", type=int, default=15, metavar="S",
+                       help="seconds a Lease not renewed stays its holder's (default 15)")
+    watch.add_argument("--report-interval-s", type=float, default=5.0, metavar="S",
+                       help="shortest time between two writes of one report (default 5)")
+    watch.add_argument("--full-every-s", type=float, default=60.0, metavar="S",
+                       help="shortest time between two full evaluations: cluster figures, "
+                       "metrics, ClusterPolicyReport (default 60)")
+    watch.add_argument("--writes-per-s", type=float, default=20.0, metavar="N",
+                       help="report writes per second for all reports (default 20)")
+    watch.add_argument("--policy-reload-s", type=float, default=5.0, metavar="S",
+                       help="seconds between checks of the --policies files (default 5)")
     return "audit", run

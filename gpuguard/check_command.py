@@ -11,16 +11,27 @@ the usage of the snapshot's pods (pending and running; team scopes from its Name
 the webhook's quota step (:class:`kube.quota_ledger.QuotaAdmission`, as a dry run over an
 in-memory ledger and a pod index filled from the snapshot), so the numbers and messages are the
 webhook's. CEL policies see the same figures as ``quota``.
+
+The CEL ``authorizer`` (``authorizer.group(..).resource(..).check(verb)``) is answered by the
+Kubernetes RBAC rules over the snapshot's Roles, ClusterRoles, RoleBindings and
+ClusterRoleBindings (:mod:`policies.rbac`) for ``--user`` / ``--group``; without ``--snapshot`` or
+without RBAC objects in it every check is an errored decision (the policy's failurePolicy decides)
+and a note says so.
+
+The Nodes among the ``-f`` objects value shared requests as ``gpuguard gpus`` does
+(:func:`gpuguard.gpus_command.with_input_nodes`): the GPU facts every policy sees of a pod pinned
+to a time-sliced product carry those nodes' replica count.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.markup import escape
@@ -28,13 +39,15 @@ from rich.table import Table
 
 from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from gpuguard.gpus_command import with_input_nodes
 from gpuguard.input_paths import documents_of
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
-from policies.engine.evaluation import Engine, Verdict
+from policies.authorization import Authorizer, Unavailable
+from policies.engine.evaluation import Engine, RuleOutcome, Verdict
 from policies.facts.resource_names import GPUSettings
 from policies.facts.review import (
     ReviewError,
@@ -43,9 +56,11 @@ from policies.facts.review import (
     from_object,
     from_request,
     namespace_stub,
+    runtime_class_names,
 )
 from policies.facts.workloads import workload_facts
 from policies.json_fields import mapping_at
+from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
 
 
@@ -86,21 +101,32 @@ def _review(document: Document, args: argparse.Namespace, labels: Mapping[str, s
     return ReviewInput(**{**review.__dict__, "namespace": review.namespace or namespace})
 
 
+def _with_runtime_classes(review: ReviewInput, classes: frozenset[str] | None) -> ReviewInput:
+    return review if classes is None else dataclasses.replace(review, runtime_classes=classes)
+
+
 @dataclass
 class Snapshot:
-    """What quota needs of a cluster snapshot: Namespace labels and a pod usage index."""
+    """What quota and the CEL ``authorizer`` need of a cluster snapshot: Namespace labels, a
+    pod usage index and the RBAC objects (Roles, ClusterRoles and their bindings)."""
 
     namespace_labels: dict[str, dict[str, str]]
     index: PodUsageIndex
+    rbac: list[Mapping[str, Any]] = field(default_factory=list)
+    runtime_classes: frozenset[str] | None = None
 
 
 def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, list[str]]:
-    """The Namespaces' labels and the Pods of a snapshot (files / directories); errors."""
+    """The Namespaces' labels, the Pods and the RBAC objects of a snapshot (files /
+    directories); errors."""
     documents, errors = read_documents(paths)
     labels: dict[str, dict[str, str]] = {}
     pods = []
+    rbac: list[Mapping[str, Any]] = []
     for document in documents:
         body = document.body
+        if is_rbac_object(body):
+            rbac.append(body)
         metadata = mapping_at(body, "metadata")
         if body.get("kind") == "Namespace" and isinstance(metadata.get("name"), str):
             raw = mapping_at(metadata, "labels")
@@ -109,8 +135,24 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
             pods.append(body)
     index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
     index.replace(pods)
-    return Snapshot(labels, index), [*(f"--snapshot: {e}" for e in errors),
+    classes = runtime_class_names(d.body for d in documents)
+    return Snapshot(labels, index, rbac, classes), [*(f"--snapshot: {e}" for e in errors),
                                      *documents_of(documents, errors, paths, "--snapshot")]
+
+
+def _authorizer(engine: Engine, snapshot: Snapshot | None) -> Authorizer:
+    """The CEL ``authorizer``: RBAC over the snapshot's RBAC objects; with none, every check
+    is an errored decision (the policy's failurePolicy decides) and a note says why."""
+    if snapshot is None:
+        authorizer: Authorizer = Unavailable(
+            "no --snapshot was given, so authorizer checks cannot be decided offline (give the "
+            "cluster's Roles, ClusterRoles and bindings with --snapshot)")
+    else:
+        authorizer = offline_authorizer(snapshot.rbac)
+    if engine.uses_authorizer and isinstance(authorizer, Unavailable):
+        print(f"gpuguard: note: policies use authorizer, but {authorizer.error}",
+              file=sys.stderr)
+    return authorizer
 
 
 def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
@@ -125,20 +167,32 @@ def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
     return {**request, "dryRun": True}
 
 
-def _unrecognized(review: ReviewInput, settings: GPUSettings, warnings: list[str]) -> list[str]:
-    """Gpuguard's own word on accelerator-looking resources the GPU registry does not know
-    (``GPUFacts.unrecognized``): no policy sees them as GPUs, so the object is judged as asking
-    for none of them. Only for a resource no warning of the policies names already (the
-    library's ``unrecognized-accelerator`` warns about each): the note is for a policy set that
-    says nothing about it, never a second copy of the warning."""
-    facts = workload_facts(review.object, settings=settings) \
-        if isinstance(review.object, Mapping) else None
+def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings,
+           warnings: list[str]) -> list[str]:
+    """Gpuguard's own word on the object: a kind it does not model (judged from what a
+    structural search found), and accelerator-looking resources the GPU registry does not know
+    (``GPUFacts.unrecognized``: no policy sees them as GPUs, so the object is judged as asking for
+    none of them) — only those no warning of the policies names already (the library's
+    ``unrecognized-accelerator`` warns about each): that note is for a policy set that says
+    nothing about them, never a second copy of the warning. The facts are the verdict's;
+    computed here only when no policy applied."""
+    facts = verdict.facts
+    if facts is None and isinstance(review.object, Mapping):
+        facts = workload_facts(review.object, settings=settings)
     if facts is None:
         return []
-    return [f"{name}: unrecognized accelerator resource, judged as no GPU by every policy "
-            f"(--gpu-resource {name} counts it as whole devices)"
-            for name in facts.total.unrecognized
-            if not any(name in warning for warning in warnings)]
+    modelled = [facts.workload.not_modelled] if facts.workload.not_modelled else []
+    unverified = [] if review.runtime_classes is not None else [
+        f"{r.policy}: {r.message} applied without knowing whether the cluster has that "
+        "RuntimeClass (a pod naming a missing one is refused): give the cluster's RuntimeClass "
+        "objects with -f or --snapshot to check it"
+        for r in verdict.results
+        if r.outcome == RuleOutcome.MUTATE and r.message.startswith("setRuntimeClassName ")]
+    unrecognized = [f"{name}: unrecognized accelerator resource, judged as no GPU by every "
+                    f"policy (--gpu-resource {name} counts it as whole devices)"
+                    for name in facts.total.unrecognized
+                    if not any(name in warning for warning in warnings)]
+    return [*modelled, *unverified, *unrecognized]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
@@ -156,7 +210,7 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
         "warnings": warnings,
         # gpuguard's own word, apart from the warnings the webhook would return
-        "notes": _unrecognized(review, settings, warnings),
+        "notes": _notes(review, verdict, settings, warnings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -199,6 +253,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    documents, errors = read_documents(args.filename)
+    settings = with_input_nodes(settings, documents)  # Nodes of the input value shared requests
     loaded = policy_set.load(args.policies, settings)
     for error in loaded.errors:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
@@ -210,7 +266,6 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         where = ", ".join(args.policies or ["the library"])
         print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
         return EXIT_USAGE
-    documents, errors = read_documents(args.filename)
     problems = [str(e) for e in errors] + documents_of(documents, errors, args.filename)
     engine: Engine = loaded.engine
     snapshot: Snapshot | None = None
@@ -218,28 +273,36 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     if args.snapshot:
         snapshot, snapshot_errors = read_snapshot(args.snapshot, settings)
         problems.extend(snapshot_errors)
-        if not engine.policies.quotas:
+        if not engine.policies.quotas and not engine.uses_authorizer:
             print("gpuguard: note: --snapshot given but the policy files hold no GPUQuota "
                   "documents", file=sys.stderr)
         quota_check = QuotaAdmission(
             engine.policies.quotas, QuotaLedger(MemoryLedgerStore(), snapshot.index),
             snapshot.index.namespace_labels, settings)
+    authorizer = _authorizer(engine, snapshot)
     now = datetime.datetime.now(datetime.UTC)
+    # The cluster's RuntimeClasses, from the RuntimeClass objects of -f and --snapshot (None:
+    # not known, and a setRuntimeClassName mutation applies as written, with a note).
+    found = [c for c in (runtime_class_names(d.body for d in documents),
+                         snapshot.runtime_classes if snapshot else None) if c is not None]
+    classes = frozenset().union(*found) if found else None
     entries = []
     located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
     for document in documents:
         try:
-            review = _review(document, args, labels, now, snapshot)
+            review = _with_runtime_classes(_review(document, args, labels, now, snapshot),
+                                           classes)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue
         located.append((document.source, document.line_of("")))
         if quota_check is None:
-            entries.append(_entry(document, review, engine.evaluate(review), settings))
+            entries.append(_entry(document, review, engine.evaluate(review, authorizer=authorizer),
+                                  settings))
             continue
         quota = quota_check.admit(_quota_request(document, review))
-        entries.append(_entry(document, review, engine.evaluate(review, quota=quota.cel), settings,
-                              quota))
+        entries.append(_entry(document, review, engine.evaluate(
+            review, quota=quota.cel, authorizer=authorizer), settings, quota))
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
     if args.output == "sarif":

@@ -1,5 +1,8 @@
 """``gpuguard gpus``: read manifests, compute GPU facts, print them as a table, JSON or YAML.
 
+The Nodes of the input value the shared requests of its pods: a pod pinned to a time-sliced
+product (``NVIDIA-A10-SHARED``) gets the replica count of the Nodes labelled with it.
+
 Errors in the input (unparseable documents, objects without kind) are listed in ``errors`` and on
 stderr, one line each naming the file and document; the other documents are still reported and the
 exit code is 2. A path that names no object at all (an empty file or directory, see
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rich.markup import escape
@@ -22,7 +26,7 @@ from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.dra import DraIndex
-from policies.facts.nodes import node_facts
+from policies.facts.nodes import node_facts, node_replicas
 from policies.facts.resource_names import GPUSettings
 from policies.facts.workloads import dra_index_of, workload_facts
 from policies.sources import Document, printable, read_documents
@@ -31,6 +35,7 @@ from policies.sources import Document, printable, read_documents
 def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
     """The ``gpuguard gpus -o json`` document for ``paths`` (see docs/gpu-facts.md)."""
     documents, errors = read_documents(paths)
+    settings = with_input_nodes(settings, documents)
     claims = dra_index_of(d.body for d in documents)
     objects: list[dict[str, Any]] = []
     ignored: list[str] = []
@@ -44,6 +49,15 @@ def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
             objects.append(entry)
     return {"objects": objects, "ignored": ignored,
             "errors": [*(str(e) for e in errors), *documents_of(documents, errors, paths)]}
+
+
+def with_input_nodes(settings: GPUSettings, documents: Sequence[Document]) -> GPUSettings:
+    """``settings`` with the replica counts of the time-slicing / MPS Nodes among ``documents``
+    (:func:`policies.facts.nodes.node_replicas`), so a shared request pinned to their product is
+    valued as those nodes share their GPUs; ``--shared-replicas`` still wins."""
+    nodes = [node_facts(d.body, settings) for d in documents if d.body.get("kind") == "Node"]
+    learnt = node_replicas(nodes)
+    return replace(settings, node_replicas=learnt) if learnt else settings
 
 
 def _describe(
@@ -81,6 +95,8 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
             eq = node["gpu_equivalents_allocatable"]
             flags = [f"{len(node['warnings'])} warning(s)"] if node["warnings"] else []
             notes += [f"{name}: {w}" for w in node["warnings"]]
+            notes += [f"{name}: unrecognized resource {r} (add --gpu-resource {r} to count it)"
+                      for r in node["unrecognized"]]
             _add_row(table,
                 name, "-", _counts(alloc["gpus"] | alloc["shared"]), _counts(alloc["mig"]),
                 "?" if eq is None else f"{eq:g}", "yes" if alloc["shared"] else "",
@@ -96,6 +112,9 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
                            ("unknown", "unknown"), ("unrecognized", "unrecognized")):
             if total[key]:
                 flags.append(f"{len(total[key])} {label}")
+        if obj.get("not_modelled"):
+            flags.append("kind not modelled")
+            notes.append(f"{name}: {obj['not_modelled']}")
         notes += [f"{name}: invalid: {m}" for m in total["invalid"]]
         notes += [f"{name}: {a['path']}: {a['reason']}" for a in total["unrequested_access"]]
         notes += [f"{name}: unknown: {m}" for m in total["unknown"]]

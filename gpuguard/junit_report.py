@@ -6,15 +6,22 @@ Owns the mapping: one ``<testsuite>`` per GPUPolicyTest suite (``file`` = its so
 ``error`` case ``<error>``, a ``skip`` case ``<skipped>``, each with the case's differences; a
 problem with a whole suite (unreadable, policies that do not load) is an ``<error>`` testcase named
 ``(suite)``. Characters XML 1.0 cannot hold are written as ``\uXXXX``. Must not run anything.
+
+``gpuguard audit -o junit`` goes through the same writer (:func:`audit_suites`): one suite per
+namespace (``(cluster-scoped)`` for workloads without one), one case per evaluated workload; a
+workload with a ``deny`` or ``audit`` finding fails, one with an evaluation error errors, each
+finding one line of the case; ``warn`` and ``info`` findings do not fail a case (the PolicyReports
+and ``-o sarif`` carry them).
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from policies.suites import ERRORED, FAILED, SKIPPED, SuiteResult
+from policies.suites import ERRORED, FAILED, PASSED, SKIPPED, CaseResult, SuiteResult
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ELEMENT = {FAILED: "failure", ERRORED: "error", SKIPPED: "skipped"}
@@ -31,9 +38,10 @@ def _counts(element: ET.Element, cases: Sequence[ET.Element]) -> None:
         element.set(attribute, str(sum(1 for c in cases if c.find(tag) is not None)))
 
 
-def junit_xml(results: Sequence[SuiteResult]) -> str:
-    """The JUnit XML document (UTF-8 text with its declaration) of ``results``."""
-    root = ET.Element("testsuites", name="gpuguard test")
+def junit_xml(results: Sequence[SuiteResult], name: str = "gpuguard test") -> str:
+    """The JUnit XML document (UTF-8 text with its declaration) of ``results``; ``name`` is the
+    ``<testsuites>`` element's (the command that ran)."""
+    root = ET.Element("testsuites", name=name)
     every: list[ET.Element] = []
     for suite in results:
         element = ET.SubElement(root, "testsuite", name=_text(suite.name),
@@ -61,3 +69,37 @@ def junit_xml(results: Sequence[SuiteResult]) -> str:
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
         + "\n"
+
+
+def _workload(ref: Mapping[str, Any]) -> str:
+    return f"{ref['kind']}/{ref['name']}"
+
+
+def audit_suites(report: Mapping[str, Any]) -> list[SuiteResult]:
+    """The audit report (``gpuguard audit -o json``'s AuditReport) as suite results for
+    :func:`junit_xml`: per namespace, one case per evaluated workload (see the module's text)."""
+    lines: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for finding in report["findings"]:
+        ref = finding["workload"]
+        key = (ref["namespace"] or "", ref["kind"], ref["name"])
+        lines.setdefault(key, []).append((finding["severity"], f"{finding['severity']} "
+                                          f"{finding['policy']}/{finding['rule']}: "
+                                          f"{finding['message']}"))
+    cases: dict[str, list[CaseResult]] = {}
+    # The snapshot's paths, or "cluster" for a live audit.
+    given = report.get("source", {})
+    source = ",".join(given.get("paths") or ()) or str(given.get("kind", ""))
+    for workload in report["workloads"]:
+        if not workload.get("evaluated"):
+            continue
+        namespace = workload["namespace"] or ""
+        found = lines.get((namespace, workload["kind"], workload["name"]), [])
+        severities = {severity for severity, _ in found}
+        status = ERRORED if "error" in severities else FAILED if severities & {"deny", "audit"} \
+            else PASSED
+        suite = namespace or "(cluster-scoped)"
+        cases.setdefault(suite, []).append(CaseResult(
+            suite=suite, source=source, case=_workload(workload), status=status,
+            differences=tuple(line for severity, line in found if severity != "info")))
+    return [SuiteResult(source=source, name=name, cases=tuple(found))
+            for name, found in sorted(cases.items())]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 import yaml
@@ -56,6 +56,14 @@ class _NoAliases(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def yaml_documents(documents: Iterable[Mapping[str, Any]]) -> str:
+    """``documents`` as one multi-document YAML text: keys in order, no anchors or aliases (a
+    dict repeated across results is written out again: PyYAML's ``&id001`` / ``*id001`` are
+    valid YAML but unreadable, and some tools refuse them)."""
+    return yaml.dump_all([dict(d) for d in documents], Dumper=_NoAliases, sort_keys=False,
+                         allow_unicode=True)
 
 
 def write(document: Mapping[str, Any], output: str, stream: TextIO) -> None:

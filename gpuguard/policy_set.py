@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.cel.gpu import GPU_LIBRARY
 from policies.cel.runtime import CelEnvironment
@@ -28,13 +28,24 @@ class Loaded:
     warnings: tuple[str, ...]
 
 
-def load(source: Sequence[str] | Snapshot | None, settings: GPUSettings) -> Loaded:
+def broken_policy(error: PolicyError) -> bool:
+    """Whether ``error`` is a policy document's own (a field or expression of one document that
+    parsed), which ``--skip-broken`` may skip; file-level errors (unreadable, unparsable, empty,
+    no policy document) never are."""
+    return error.index is not None and bool(error.path)
+
+
+def load(source: Sequence[str] | Snapshot | None, settings: GPUSettings, *,
+         skip_broken: bool = False) -> Loaded:
     """Load ``source`` and build the engine.
 
     Args:
         source: policy paths; a :class:`~policies.sources.Snapshot` already read (the
             webhook's reload reads the files once and builds from those bytes); None: the
             built-in library.
+        skip_broken: a policy document that cannot load (:func:`broken_policy`) is left out
+            of the set and named in ``PolicySet.skipped`` and the warnings, instead of being an
+            error that refuses the whole set (the default).
 
     Paths that hold no policy and no GPUQuota — an empty directory, an empty or truncated file —
     are an error, never "nothing to check": an empty set would allow everything, and the
@@ -46,11 +57,16 @@ def load(source: Sequence[str] | Snapshot | None, settings: GPUSettings) -> Load
     else:
         snapshot = read_policy_files(list(source) if source is not None else [library_path()])
     policy_set, errors = load_snapshot(snapshot, environment)
+    warnings = policy_set.warnings
+    if skip_broken and (broken := [e for e in errors if broken_policy(e)]):
+        errors = [e for e in errors if not broken_policy(e)]
+        skipped = tuple(dict.fromkeys(f"{e.source}: document {e.index}" for e in broken))
+        policy_set = replace(policy_set, skipped=skipped)
+        warnings = (*warnings, *(f"skipped (--skip-broken): {e}" for e in broken))
     if not errors and not policy_set.policies and not policy_set.quotas:
         errors.append(PolicyError(", ".join(snapshot.paths) or "--policies", None, None, "",
                                   EMPTY))
-    return Loaded(Engine(policy_set, environment, settings), tuple(errors),
-                  policy_set.warnings)
+    return Loaded(Engine(policy_set, environment, settings), tuple(errors), warnings)
 
 
 EMPTY = ("no policies found (expected GPUPolicy, ValidatingAdmissionPolicy, "

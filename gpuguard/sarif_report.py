@@ -6,6 +6,10 @@ of an evaluated object (and per GPUQuota denial, rule ``gpuquota``), located at 
 and first line. Level from the rule's validation actions: ``Deny`` → ``error``, ``Warn`` →
 ``warning``, ``Audit`` → ``note``; an evaluation error is an ``error``. Standard input has no file
 to point at: its results have no location. Must not evaluate anything.
+
+``gpuguard audit -o sarif`` goes through the same writer (:func:`audit_entries`): one result per
+``deny``, ``warn``, ``audit`` or ``error`` finding of the audit report, at no file location (a
+snapshot or a cluster is scanned, not files); ``info`` findings (mutations) are not results.
 """
 
 from __future__ import annotations
@@ -57,3 +61,20 @@ def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
                   "results": results}],
     }
     return json.dumps(log, indent=2) + "\n"
+
+
+def audit_entries(report: Mapping[str, Any]) -> list[tuple[str, int | None, dict[str, Any]]]:
+    """The audit report's findings (``gpuguard audit -o json``) as :func:`sarif_log` triples:
+    one ``check``-shaped entry per finding, with no file (source ``-``)."""
+    entries: list[tuple[str, int | None, dict[str, Any]]] = []
+    for finding in report["findings"]:
+        if finding["severity"] == "info":
+            continue
+        ref = finding["workload"]
+        outcome = "error" if finding["severity"] == "error" else "fail"
+        entries.append(("-", None, {
+            "kind": ref["kind"], "namespace": ref["namespace"] or "", "name": ref["name"],
+            "results": [{"policy": finding["policy"], "rule": finding["rule"], "outcome": outcome,
+                         "actions": finding["actions"], "message": finding["message"]}],
+            "quota": {"denials": []}}))
+    return entries

@@ -10,7 +10,10 @@ multiprocess mode). ``--client-ca FILE`` makes ``/validate`` and ``/mutate`` req
 certificate signed by that CA (kube-apiserver presents one when its admission configuration's
 kubeconfig for the webhook names a client certificate); the health and metrics endpoints stay
 open. ``--dev`` makes a throw-away CA and serving certificate in a temporary
-directory and prints a ready-to-paste ``curl`` command.
+directory and prints a ready-to-paste ``curl`` command. ``--cluster-policies`` serves the
+cluster's gpuguard.io objects with the files (:mod:`webhook.cluster_store`, fed by
+:class:`kube.policy_objects.PolicyObjectWatch`; status written by the holder of the Lease of
+:mod:`kube.policy_status`).
 
 GPUQuota documents (loaded from the ``--policies`` paths with the policies, reloaded with them)
 are enforced on ``/validate``: with a cluster, usage comes from a pod watch
@@ -30,10 +33,12 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -60,10 +65,20 @@ from kube.namespaces import (
     read_namespace_file,
 )
 from kube.pod_cache import PodCache, PodUsageIndex
+from kube.policy_objects import PolicyObjectWatch
+from kube.policy_status import LeaseElector, StatusPublisher
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
+from kube.runtime_classes import RuntimeClassWatch
+from kube.subject_access_reviews import (
+    SARSettings,
+    SubjectAccessReviewAuthorizer,
+    api_create_review,
+)
+from policies.authorization import Authorizer, Unavailable
 from policies.facts.resource_names import GPUSettings
 from policies.sources import read_documents
 from webhook import logs
+from webhook.cluster_store import ClusterPolicyStore
 from webhook.metrics import enable_multiprocess, mark_worker_dead
 from webhook.policy_store import PolicyStore
 from webhook.quota import QuotaGate
@@ -92,6 +107,12 @@ class ServeConfig:
         kubeconfig: an explicit kubeconfig, or None to detect.
         log_level: ``debug``, ``info``, ``warning`` or ``error``.
         quota_namespace: where the GPUQuota ledgers (ConfigMaps) live.
+        skip_broken: serve the policies that load, leaving out (and naming in ``/readyz`` and
+            each decision log line) those that cannot; default: refuse the whole set.
+        cluster_policies: also serve the cluster's GPUPolicy / GPUQuota / GPUPolicyException
+            objects (:mod:`webhook.cluster_store`).
+        status_lease_namespace: where the Lease picking the replica that writes those objects'
+            status lives (:mod:`kube.policy_status`).
         dev: ``--dev``'s throw-away TLS material: the worker that has it prints the curl
             commands once it listens (the supervisor gives it to worker 0 only).
     """
@@ -106,6 +127,9 @@ class ServeConfig:
     log_level: str = "info"
     quota_namespace: str = DEV_NAMESPACE
     client_ca: str | None = None
+    skip_broken: bool = False
+    cluster_policies: bool = False
+    status_lease_namespace: str = DEV_NAMESPACE
     dev: DevMaterial | None = None
 
 
@@ -146,6 +170,27 @@ def quota_gate(config: ServeConfig, namespaces: StaticNamespaces | NamespaceWatc
     return gate, cache
 
 
+STANDALONE_AUTHORIZER = ("gpuguard serve runs standalone (no cluster connection), so it cannot "
+                         "ask SubjectAccessReviews")
+"""Why every ``authorizer`` check is an errored decision without a cluster."""
+
+
+def authorizer_of(config: ServeConfig) -> Authorizer:
+    """What CEL ``authorizer`` checks ask: SubjectAccessReviews through the cluster (cached,
+    :class:`~kube.subject_access_reviews.SARSettings`), or, standalone, an authorizer whose every
+    check is an errored decision saying so (the policy's failurePolicy then decides).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    cluster = detect(config.kubeconfig)
+    if cluster is None:
+        return Unavailable(STANDALONE_AUTHORIZER)
+    settings = SARSettings()
+    return SubjectAccessReviewAuthorizer(api_create_review(cluster.api_client,
+                                                           settings.timeout_s), settings)
+
+
 def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
     """The namespace source: the labels file if given, else the cluster, else none.
 
@@ -164,6 +209,17 @@ def namespace_source(config: ServeConfig) -> StaticNamespaces | NamespaceWatch:
     return watch
 
 
+def runtime_class_watch(config: ServeConfig) -> RuntimeClassWatch | None:
+    """The RuntimeClass watch of the cluster, None standalone (RuntimeClasses then stay not
+    known, and a setRuntimeClassName mutation applies as written: docs/policies.md).
+
+    Raises:
+        ClusterConfigError: a cluster configuration was found but cannot be used.
+    """
+    cluster = detect(config.kubeconfig)
+    return RuntimeClassWatch(cluster.api_client) if cluster is not None else None
+
+
 def _certificate_check(tls: ReloadingTLS) -> Callable[[], str | None]:
     def check() -> str | None:
         if tls.not_after <= utc_now():
@@ -180,24 +236,49 @@ def serve_worker(config: ServeConfig) -> int:
         tls = ReloadingTLS(config.cert_file, config.key_file, client_ca=config.client_ca)
         namespaces = namespace_source(config)
         quota, pod_cache = quota_gate(config, namespaces)
+        authorizer = authorizer_of(config)
+        cluster = detect(config.kubeconfig) if config.cluster_policies else None
+        runtime_classes = runtime_class_watch(config)
     except (TLSError, NamespaceFileError, ClusterConfigError) as exc:
         LOG.error("cannot start", extra={"fields": {"error": str(exc)}})
         return EXIT_USAGE
-    loader = functools.partial(policy_set.load, settings=config.gpu)
-    store = PolicyStore(config.policies, loader)
+    loader = functools.partial(policy_set.load, settings=config.gpu,
+                               skip_broken=config.skip_broken)
+    store: PolicyStore = PolicyStore(config.policies, loader)
+    watch = None
+    if cluster is not None:
+        watch = PolicyObjectWatch(cluster.api_client)
+        # Renewed at each policy check: held for three check intervals (at least 15 s).
+        elector = LeaseElector(cluster.api_client, config.status_lease_namespace,
+                               replica_identity(), duration_s=max(
+                                   15, math.ceil(3 * config.server.policy_reload_s)))
+        store = ClusterPolicyStore(config.policies, loader, watch,
+                                   publisher=StatusPublisher(cluster.api_client, elector.leading))
     banner = functools.partial(_print_dev_help, config.dev, config.server.host) \
         if config.dev is not None else None
     server = Server(config.server, store, namespaces, tls,
                     certificate_check=_certificate_check(tls), quota=quota,
+                    authorizer=authorizer, policy_objects=watch,
+                    runtime_classes=runtime_classes.names if runtime_classes else None,
                     on_listening=banner)
     if pod_cache is not None:
         pod_cache.start()
+    if runtime_classes is not None:
+        runtime_classes.start()
     try:
         # a port that is taken or an address that is not this machine's: the environment (3)
         return EXIT_OK if run(server) else EXIT_ENVIRONMENT
     finally:
         if pod_cache is not None:
             pod_cache.stop()
+        if runtime_classes is not None:
+            runtime_classes.stop()
+
+
+def replica_identity() -> str:
+    """The worker's name in the status Lease: the pod's (``POD_NAME``, else the host name) and
+    the process id, as each worker process is a replica of its own."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}/{os.getpid()}"
 
 
 def _exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -343,7 +424,10 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        namespace_labels=args.namespace_labels, kubeconfig=args.kubeconfig,
                        log_level=args.log_level,
                        quota_namespace=args.quota_namespace or default_quota_namespace(),
-                       client_ca=args.client_ca)
+                       client_ca=args.client_ca, skip_broken=args.skip_broken,
+                       cluster_policies=args.cluster_policies,
+                       status_lease_namespace=args.status_lease_namespace
+                       or default_quota_namespace())
 
 
 def _holds_quota(policies: tuple[str, ...] | None) -> bool:
@@ -366,11 +450,16 @@ def _preflight(config: ServeConfig) -> str | None:
     for path in config.policies or ():
         if not Path(path).exists():
             return f"--policies {path}: no such file or directory"
+    if config.cluster_policies and cluster is None:
+        return ("--cluster-policies: no cluster configured (no kubeconfig, not in a pod): give "
+                "--kubeconfig FILE")
     standalone = isinstance(source, StaticNamespaces) and not config.namespace_labels
     LOG.info("starting gpuguard serve", extra={"fields": {
         "certificate": describe(tls), "client_ca": config.client_ca,
         "policies": ", ".join(config.policies or ())
-        or "built-in library", "namespaces": source.source, "workers": config.server.workers,
+        or ("no files" if config.cluster_policies else "built-in library"),
+        "cluster_policies": config.cluster_policies, "namespaces": source.source,
+        "workers": config.server.workers,
         "port": config.server.port}})
     if standalone:
         LOG.warning("no cluster configured (no kubeconfig, not in a pod): running standalone; "
@@ -452,6 +541,19 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--policies", action="append", metavar="PATH",
                         help="policy file or directory, e.g. a mounted ConfigMap (repeatable); "
                         "default: the built-in library")
+    parser.add_argument("--skip-broken", action="store_true",
+                        help="serve the policies that load and leave out any that cannot, "
+                        "naming them in /readyz and each decision log line (default: a policy "
+                        "that cannot load refuses the whole set)")
+    parser.add_argument("--cluster-policies", action="store_true",
+                        help="also serve the cluster's GPUPolicy, GPUQuota and "
+                        "GPUPolicyException objects (watched; merged with --policies, which then "
+                        "has no built-in default), each accepted or refused on its own, and "
+                        "write their status conditions (one replica, chosen by a Lease)")
+    parser.add_argument("--status-lease-namespace", metavar="NAME",
+                        help="namespace of the Lease gpuguard-policy-status that picks the "
+                        "replica writing the objects' status (default: gpuguard's own "
+                        f"namespace, else {DEV_NAMESPACE})")
     parser.add_argument("--cert", metavar="FILE", help="serving certificate chain (PEM)")
     parser.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     parser.add_argument("--client-ca", metavar="FILE",

@@ -17,6 +17,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from gpuguard.input_arguments import with_paths
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
@@ -88,8 +89,12 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
         "patch with what the case expects. Exit 1 when a case fails, 2 when a suite cannot be "
         "read or its policies do not load.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="suite file or directory of suite files")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="suite file, directory of suite files or - (standard input; its "
+                        "relative paths are from the current directory)")
+    parser.add_argument("-f", "--filename", action="append", default=[], metavar="PATH",
+                        help="the same as PATH (repeatable), as in the other commands")
     add_output(parser, extra=("junit",))
     add_gpu_settings(parser)
-    return "test", lambda args, settings: run(args.paths, args.output, settings)
+    return "test", lambda args, settings: with_paths("test", args, lambda paths: run(
+        paths, args.output, settings))

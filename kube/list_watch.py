@@ -17,9 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
-
 _LOG = logging.getLogger("gpuguard.kube")
 WATCHED = ("ADDED", "MODIFIED", "DELETED")
 
@@ -50,6 +47,9 @@ def run_list_watch(
         failed: record an error message (for readiness reporting); called before each backoff.
         max_backoff_s: longest wait between retries after an error (seconds).
     """
+    # Imported when a cache starts, not with the module: the client costs ~1 s of CPU at start-up
+    # (gpuguard check --help imports this module through kube.pod_cache).
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
     backoff = 0.5
     while not stop.is_set():
         try:
@@ -105,6 +105,7 @@ def watch_stream(
     Yields:
         ``(type, object)`` per event line (bookmarks included).
     """
+    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415 - see run_list_watch
     response = list_call(
         watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
         timeout_seconds=timeout_s, _preload_content=False,

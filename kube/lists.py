@@ -26,7 +26,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util import Retry
 
-from policies.facts.workload_kinds import WORKLOAD_KINDS
+from policies.facts.workload_kinds import JUDGED_KINDS
 
 DEFAULT_PAGE_SIZE = 500
 MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header
@@ -63,8 +63,9 @@ class Resource:
 AUDIT_RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace"),
     Resource("", "v1", "nodes", "Node"),
-    # Pods come last; PodTemplates make no pods by themselves, and VMIs run in pods.
-    *(Resource(k.group, k.version, k.plural, k.kind) for k in WORKLOAD_KINDS
+    # Pods come last; PodTemplates make no pods by themselves, VMIs run in pods, and the
+    # derived kinds (Kueue Workload, Volcano PodGroup) stand for jobs that are listed.
+    *(Resource(k.group, k.version, k.plural, k.kind) for k in JUDGED_KINDS
       if k.kind not in ("Pod", "PodTemplate", "VirtualMachineInstance")),
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
     Resource("", "v1", "pods", "Pod"),
@@ -99,6 +100,8 @@ class ListStats:
     waited_s: float = 0.0
     skipped_duplicates: int = 0
     notes: list[str] = field(default_factory=list)
+    #: the List's resourceVersion once the last page arrived (where a watch starts from)
+    resource_version: str = ""
 
 
 def _retry_after(exc: ApiException, default: float) -> float:
@@ -251,4 +254,6 @@ class Lister:
             token = (page_metadata.get("continue") or None) \
                 if isinstance(page_metadata, dict) else None
             if not token:
+                if isinstance(page_metadata, dict):
+                    stats.resource_version = str(page_metadata.get("resourceVersion") or "")
                 return

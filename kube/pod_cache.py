@@ -23,13 +23,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
-
-from kubernetes import client as k8s_client
+from typing import TYPE_CHECKING, Any
 
 from kube.list_watch import run_list_watch, watch_stream
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.policy.quota import ZERO, Quota, Usage, pod_charge
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
 
 _LOG = logging.getLogger("gpuguard.kube.pod_cache")
 
@@ -172,6 +173,8 @@ class PodCache:
     def __init__(self, api_client: k8s_client.ApiClient, index: PodUsageIndex | None = None, *,
                  watch_timeout_s: int = 300, page_size: int = 500,
                  max_backoff_s: float = 30.0) -> None:
+        from kubernetes import client as k8s_client  # noqa: PLC0415 - see kube.list_watch
+
         self._api = k8s_client.CoreV1Api(api_client)
         self.index = index if index is not None else PodUsageIndex()
         self._watch_timeout_s = watch_timeout_s

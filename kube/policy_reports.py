@@ -99,6 +99,19 @@ class ReportWriter:
         return WriteResult(kind, namespace, name, "failed", "409 Conflict: changed meanwhile "
                            f"{_CONFLICT_RETRIES} times")
 
+    def delete(self, kind: str, namespace: str | None, name: str) -> WriteResult:
+        """Delete one report object (``gpuguard audit --watch``: its namespace has nothing left
+        to report); one already gone counts as deleted. Failures are returned, never raised."""
+        try:
+            self._call("DELETE", _path(kind, namespace, name))
+        except ApiException as exc:
+            if exc.status != 404:
+                return WriteResult(kind, namespace, name, "failed",
+                                   f"{exc.status} {exc.reason or ''}")
+        except Exception as exc:  # network failures: report, the caller retries
+            return WriteResult(kind, namespace, name, "failed", f"{type(exc).__name__}: {exc}")
+        return WriteResult(kind, namespace, name, "deleted")
+
     def write_all(self, reports: Iterable[Mapping[str, Any]]) -> list[WriteResult]:
         """Write every report; failures are returned, never raised."""
         return [self.write(report) for report in reports]

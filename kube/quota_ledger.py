@@ -31,10 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
+from typing import TYPE_CHECKING, Any, Protocol
 
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.json_fields import mapping_at
@@ -49,6 +46,9 @@ from policies.policy.quota import (
     request_charge,
 )
 from policies.vocabulary import FailurePolicy
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
 
 _LOG = logging.getLogger("gpuguard.quota")
 LEDGER_PREFIX = "gpuguard-quota-"
@@ -177,12 +177,16 @@ class ConfigMapLedgerStore:
 
     def __init__(self, api_client: k8s_client.ApiClient, namespace: str, *,
                  timeout_s: float = 2.0) -> None:
+        from kubernetes import client as k8s_client  # noqa: PLC0415 - see kube.list_watch
+
         self._api = k8s_client.CoreV1Api(api_client)
         self.namespace = namespace
         self._timeout = (timeout_s, timeout_s)
 
     def read(self, name: str) -> LedgerState:
         """See :class:`LedgerStore`."""
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
         try:
             response = self._api.read_namespaced_config_map(
                 name, self.namespace, _preload_content=False, _request_timeout=self._timeout)
@@ -202,6 +206,8 @@ class ConfigMapLedgerStore:
     def write(self, name: str, reservations: Mapping[str, Reservation],
               resource_version: str | None) -> str:
         """See :class:`LedgerStore`."""
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
         metadata: dict[str, Any] = {"name": name, "namespace": self.namespace,
                                     "labels": {"app.kubernetes.io/managed-by": "gpuguard",
                                                "gpuguard.io/ledger": "quota"}}

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from policies.authorization import Authorizer, Unavailable
 from policies.cel.gpu import GPU_LIBRARY
 from policies.cel.runtime import CelEnvironment
 from policies.engine.evaluation import Engine, RuleOutcome, RuleResult, Verdict
@@ -59,12 +60,14 @@ from policies.facts.review import (
 )
 from policies.json_fields import mapping_at
 from policies.policy.loader import load_policies
+from policies.rbac import NO_RBAC_OBJECTS, offline_authorizer
 from policies.sources import (
     Document,
     LoadError,
     iter_paths,
     parse_text,
     printable,
+    read_documents,
     read_text,
 )
 from policies.vocabulary import EvaluationPoint
@@ -74,7 +77,10 @@ KIND: Final = "GPUPolicyTest"
 PASSED, FAILED, ERRORED, SKIPPED = "pass", "fail", "error", "skip"
 EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
-_SUITE_FIELDS: Final = frozenset({"apiVersion", "kind", "metadata", "policies", "cases"})
+_SUITE_FIELDS: Final = frozenset({"apiVersion", "kind", "metadata", "policies", "rbac",
+                                  "cases"})
+_NO_RBAC: Final = ("the suite names no rbac files, so authorizer checks cannot be decided "
+                   "offline (add rbac: [files] with the Roles, ClusterRoles and bindings)")
 _CASE_FIELDS: Final = frozenset({
     "name", "resource", "document", "field", "object", "admissionReview", "oldObject",
     "namespace", "namespaceLabels", "userInfo", "operation", "subResource", "point", "now",
@@ -481,7 +487,7 @@ def _check_expect(context: _Context, where: str, expect: Any, policy_names: set[
 
 
 def _run_case(context: _Context, suite: str, index: int, case: Any, engine: Engine,
-              policy_names: set[str]) -> CaseResult:
+              policy_names: set[str], authorizer: Authorizer) -> CaseResult:
     where = f"cases[{index}]"
     if not isinstance(case, Mapping):
         message = context.error(where, "expected a mapping with name, a resource and expect")
@@ -506,10 +512,28 @@ def _run_case(context: _Context, suite: str, index: int, case: Any, engine: Engi
     point = EvaluationPoint(str(case.get("point", EvaluationPoint.ADMISSION)))  # checked above
     # explain: every policy that does not apply says why (match, exception, matchCondition),
     # decided by the engine itself, so a case can expect a skip.
-    verdict = engine.evaluate(review, point=point, explain=True)
+    verdict = engine.evaluate(review, point=point, explain=True, authorizer=authorizer)
     differences = compare(case["expect"], verdict)
     status = FAILED if differences else PASSED
     return CaseResult(suite, context.source, name, status, tuple(differences), verdict)
+
+
+def _authorizer(context: _Context, document: Document, rbac: Any) -> Authorizer:
+    """The suite's CEL ``authorizer``: the RBAC rules over the objects of its ``rbac`` files
+    (relative to the suite file); without the field every check is an errored decision."""
+    if rbac is None:
+        return Unavailable(_NO_RBAC)
+    if not isinstance(rbac, list) or not all(isinstance(p, str) and p for p in rbac):
+        context.error("rbac", "expected a list of file paths (relative to this file) holding "
+                              "Roles, ClusterRoles, RoleBindings and ClusterRoleBindings")
+        return Unavailable(_NO_RBAC)
+    documents, errors = read_documents([_relative(document.source, p) for p in rbac])
+    for error in errors:
+        context.error("rbac", str(error))
+    authorizer = offline_authorizer(d.body for d in documents)
+    if isinstance(authorizer, Unavailable):
+        context.error("rbac", f"{', '.join(rbac)}: {NO_RBAC_OBJECTS}")
+    return authorizer
 
 
 def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
@@ -537,6 +561,7 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
                 context.error(f"policies[{i}]", f"{entry}: {missing.message}")
             paths.append(path)
             named.append(entry)
+    authorizer = _authorizer(context, document, body.get("rbac"))
     cases = body.get("cases")
     if not isinstance(cases, list) or not cases:
         context.error("cases", "expected a non-empty list of cases")
@@ -558,7 +583,8 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
     results = []
     for index, case in enumerate(cases):
         context.errors = []
-        results.append(_run_case(context, name, index, case, engine, policy_names))
+        results.append(_run_case(context, name, index, case, engine, policy_names,
+                                 authorizer))
     return SuiteResult(document.source, name, tuple(results), tuple(suite_errors))
 
 

@@ -64,6 +64,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
+from policies.authorization import Authorizer
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
 from policies.facts.review import ReviewError, ReviewInput, from_request
@@ -233,6 +234,12 @@ class Admitter:
             enforced.
         quota_executor: threads running the quota step (blocking API calls); default
             ``executor``.
+        authorizer: what CEL ``authorizer`` checks ask (SubjectAccessReviews, see
+            ``kube/subject_access_reviews.py``); None: every check is an errored decision.
+            Policy sets that use ``authorizer`` are evaluated in the thread pool (a review
+            blocks).
+        runtime_classes: the cluster's RuntimeClass names, None while not known
+            (:class:`kube.runtime_classes.RuntimeClassWatch.names`); default: never known.
     """
 
     def __init__(
@@ -248,7 +255,11 @@ class Admitter:
         recorder: Recorder | None = None,
         quota: QuotaGate | None = None,
         quota_executor: concurrent.futures.Executor | None = None,
+        authorizer: Authorizer | None = None,
+        runtime_classes: Callable[[], frozenset[str] | None] | None = None,
     ) -> None:
+        self.authorizer = authorizer
+        self.runtime_classes = runtime_classes
         self.quota = quota
         self.quota_executor = quota_executor or executor
         self.store = store
@@ -281,6 +292,9 @@ class Admitter:
         if review.kind[2] == "Namespace" and namespace_object is not None:
             # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
             review = dataclasses.replace(review, namespace_object=None)
+        classes = self.runtime_classes() if self.runtime_classes is not None else None
+        if classes is not None:  # a setRuntimeClassName naming a missing class is not applied
+            review = dataclasses.replace(review, runtime_classes=classes)
         return review
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,
@@ -317,7 +331,8 @@ class Admitter:
             deadline_at = now - waited_s + self.settings.deadline_s
             limit = self.settings.inline_max_bytes
             # 0: every request in the thread pool; so too for a while after one was too slow here.
-            inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until
+            inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until \
+                and not snapshot.engine.uses_authorizer  # a SubjectAccessReview would block
             quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
                 else ()
             if not quotas:
@@ -396,7 +411,7 @@ class Admitter:
                 try:
                     verdict = snapshot.engine.evaluate(
                         review, mutate=mutate, validate=not mutate,
-                        expired=lambda: now() >= slice_end, **quota)
+                        expired=lambda: now() >= slice_end, authorizer=self.authorizer, **quota)
                 except EvaluationExpired:
                     self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
                     if expired():
@@ -407,7 +422,8 @@ class Admitter:
                         self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
             if verdict is None:
                 future = self.executor.submit(snapshot.engine.evaluate, review, mutate=mutate,
-                                              validate=not mutate, expired=expired, **quota)
+                                              validate=not mutate, expired=expired,
+                                              authorizer=self.authorizer, **quota)
                 try:
                     async with self.timer.timeout_at(deadline_at):
                         verdict = await asyncio.wrap_future(future)

@@ -106,9 +106,14 @@ class PolicySnapshot:
     @functools.cached_property
     def identity(self) -> Mapping[str, Any]:
         """``{"generation", "hash", "policies"}`` (policies: how many) — what ``/readyz``,
-        the metrics and each decision log line say was served. Built once; do not modify."""
-        return {"generation": self.generation, "hash": self.digest,
-                "policies": len(self.names)}
+        the metrics and each decision log line say was served, plus ``skipped`` (``file:
+        document N`` of each policy left out under ``--skip-broken``) when there are any.
+        Built once; do not modify."""
+        identity: dict[str, Any] = {"generation": self.generation, "hash": self.digest,
+                                    "policies": len(self.names)}
+        if self.engine.policies.skipped:
+            identity["skipped"] = list(self.engine.policies.skipped)
+        return identity
 
 
 @dataclass(frozen=True)

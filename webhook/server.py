@@ -4,7 +4,8 @@ Owns the lifecycle of a worker: the first policy load (off the loop; the server 
 it fails, answering ``/readyz`` 503 with the errors and retrying on every policy check), starting
 the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
 port) through the connection guard (:mod:`webhook.connections`: header-read timeout, connection
-and idle caps), the threads that decode large bodies, the heap trim after bursts
+and idle caps), the watch of the cluster's policy objects (``--cluster-policies``: each change
+wakes a policy check at once), the threads that decode large bodies, the heap trim after bursts
 (:mod:`webhook.memory`), the process-wide settings of a server (GIL switch interval, malloc's
 mmap threshold, asyncio's TLS read size), the periodic policy check (:meth:`PolicyStore.check`,
 hot reload) and certificate check (``reload_if_changed`` on the TLS object: new handshakes get
@@ -32,6 +33,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from policies.authorization import Authorizer
 from webhook.admission import Admitter, NamespaceSource, Recorder
 from webhook.app import HANDLERS_KEY, build_app
 from webhook.connections import ConnectionGuard, GuardedSite, handler_args, limit_tls_reads
@@ -80,6 +82,18 @@ class NamespaceLifecycle(NamespaceSource, Protocol):
         ...
 
 
+class PolicyObjects(Protocol):
+    """The policy objects feeding the store (:class:`kube.policy_objects.PolicyObjectWatch`)."""
+
+    def start(self, on_change: Callable[[], None] | None = None) -> None:
+        """Begin watching; ``on_change`` is called from a worker thread after each change."""
+        ...
+
+    def stop(self) -> None:
+        """Stop watching."""
+        ...
+
+
 class Server:
     """One worker's server.
 
@@ -91,8 +105,13 @@ class Server:
         certificate_check: a readiness check of the served certificate (see :class:`Health`).
         recorder: side effects of admitted requests (see :class:`~webhook.admission.Recorder`).
         quota: the GPUQuota step of ``/validate`` (see :mod:`webhook.quota`); None: not enforced.
+        authorizer: what CEL ``authorizer`` checks ask (see :class:`~webhook.admission.Admitter`).
         timer: the clock of request deadlines and the shutdown delay (:mod:`webhook.timer`);
             default the monotonic clock.
+        policy_objects: the cluster's policy objects the store merges (``--cluster-policies``):
+            started before the first load; each change wakes a policy check at once.
+        runtime_classes: the cluster's RuntimeClass names (see :class:`~webhook.admission.
+            Admitter`); None: never known.
         on_listening: called with the bound port once the server listens (never when it
             cannot start).
     """
@@ -101,10 +120,14 @@ class Server:
                  namespaces: NamespaceLifecycle, tls: TLSSource | None, *,
                  certificate_check: Callable[[], str | None] | None = None,
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
-                 timer: Timer | None = None,
+                 timer: Timer | None = None, authorizer: Authorizer | None = None,
+                 policy_objects: PolicyObjects | None = None,
+                 runtime_classes: Callable[[], frozenset[str] | None] | None = None,
                  on_listening: Callable[[int], None] | None = None) -> None:
         self.settings = settings
         self.on_listening = on_listening
+        self.policy_objects = policy_objects
+        self._wake: asyncio.Event | None = None
         self.store = store
         self.namespaces = namespaces
         self.tls = tls
@@ -121,7 +144,8 @@ class Server:
             settings.decode_threads, thread_name_prefix="gpuguard-decode")
         self.admitter = Admitter(store, namespaces, settings, self.metrics, self.executor,
                                  recorder=recorder, quota=quota,
-                                 quota_executor=self.quota_executor, timer=self.timer)
+                                 quota_executor=self.quota_executor, timer=self.timer,
+                                 authorizer=authorizer, runtime_classes=runtime_classes)
         self.memory = MemoryReturn(on_trim=self.metrics.memory_trims.inc)
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,
@@ -204,6 +228,17 @@ class Server:
             except Exception:
                 LOG.exception("periodic check failed")
 
+    async def _check_on_wake(self, wake: asyncio.Event) -> None:
+        """Check the policies each time the policy objects changed (changes while a check runs
+        are taken by the next one)."""
+        while True:
+            await wake.wait()
+            wake.clear()
+            try:
+                await self.load_policies()
+            except Exception:
+                LOG.exception("policy check failed")
+
     async def start(self) -> None:
         """Load policies, start the namespace source, listen, start the periodic checks.
 
@@ -216,6 +251,14 @@ class Server:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         fix_mmap_threshold()
         limit_tls_reads()
+        if self.policy_objects is not None:
+            wake = self._wake = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._check_on_wake(wake)))
+
+            def changed() -> None:  # from the watch's threads
+                with contextlib.suppress(RuntimeError):  # the loop is closed: stopping
+                    loop.call_soon_threadsafe(wake.set)
+            self.policy_objects.start(changed)
         await self.load_policies(force=True)
         self.namespaces.start(loop)
         args = handler_args(keepalive_s=self.settings.keepalive_s)
@@ -268,6 +311,8 @@ class Server:
             # Closes the listener, then waits for the handlers in flight (drain_timeout_s).
             await self.runner.cleanup()
         await asyncio.to_thread(self.namespaces.stop)
+        if self.policy_objects is not None:
+            await asyncio.to_thread(self.policy_objects.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.decode_executor.shutdown(wait=False, cancel_futures=True)
         if self.quota_executor is not None:

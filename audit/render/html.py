@@ -43,6 +43,10 @@ th{background:#f3f6f9}tr:nth-child(even) td{background:#fafbfc}
 .s-unavailable{fill:#9aa5b1}
 .s-idle{fill:#9db7ea}.s-deny{fill:#c9302c}.s-warn{fill:#ec971f}.s-audit{fill:#5bc0de}
 .s-error{fill:#7d3c98}.s-info{fill:#b8c2cc}
+.chart polyline.line{fill:none;stroke-width:2}.chart polyline.s-allocated{stroke:#3b6fd8}
+.chart polyline.s-free{stroke:#4caf7d}.chart polyline.s-idle{stroke:#9db7ea}
+.chart polyline.s-deny{stroke:#c9302c}.chart polyline.s-warn{stroke:#ec971f}
+.chart polyline.s-audit{stroke:#5bc0de}.chart polyline.s-error{stroke:#7d3c98}
 .sev-deny{color:#c9302c;font-weight:600}.sev-warn{color:#b36b00;font-weight:600}
 @page{margin:12mm}
 @media print{
@@ -116,7 +120,7 @@ def render(report: Mapping[str, Any], *, limit: int | None = 500) -> str:
     where = ", ".join(source.get("paths") or []) or source.get("cluster") or "?"
     charts = [svg_charts.node_allocation(report), svg_charts.team_allocation(report),
               svg_charts.fragmentation(report), svg_charts.findings_by_policy(report),
-              svg_charts.mutations_by_policy(report)]
+              svg_charts.mutations_by_policy(report), *svg_charts.trends(report)]
     sections = tables(report, limit)
     empty = [section.title for section in sections if not section.rows]
     body = [

@@ -4,11 +4,12 @@ Owns drawing the report's charts from its figures — allocation per node and pe
 horizontal bars in GPU-equivalents; free GPUs on cordoned/NotReady nodes apart from the really
 stranded ones), fragmentation (free whole GPUs per node against the pod sizes that still fit),
 findings by policy (stacked by severity) and, apart, the mutations admission would apply (``info``
-findings, which would otherwise dwarf the rest). Every label goes through :func:`html.escape`;
-colours come from CSS classes the page defines (``s-allocated``, ``s-free``, ``s-stranded``,
-``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``, ``s-error``,
-``s-info``), and each bar segment has a ``<title>`` tooltip. Labels are sized to the longest one
-(up to :data:`MAX_LABEL` characters) so that none is cut at the chart's edge.
+findings, which would otherwise dwarf the rest); with ``--history``, lines over the recorded runs
+(GPU-equivalents allocatable / allocated / idle, findings per severity). Every label goes through
+:func:`html.escape`; colours come from CSS classes the page defines (``s-allocated``, ``s-free``,
+``s-stranded``, ``s-unavailable``, ``s-pending``, ``s-idle``, ``s-deny``, ``s-warn``, ``s-audit``,
+``s-error``, ``s-info``), and each bar segment has a ``<title>`` tooltip. Labels are sized to the
+longest one (up to :data:`MAX_LABEL` characters) so that none is cut at the chart's edge.
 
 Must not read the report's files or anything else; returns strings.
 """
@@ -200,3 +201,72 @@ def mutations_by_policy(report: Mapping[str, Any]) -> str:
             if entry["info"]]
     return bar_chart("Mutations admission would apply (info)", rows, "workloads",
                      [("s-info", "info: a change, not a violation")])
+
+
+def line_chart(title: str, times: Sequence[str], series: Sequence[tuple[str, str,
+                                                                        Sequence[float | None]]],
+               unit: str) -> str:
+    """A line chart as an ``<svg>`` element: one ``<polyline>`` per series over the same
+    points (``times``, oldest first; labels of the first and last are shown).
+
+    Args:
+        series: (css class, legend text, values) — a None value breaks the line there.
+    """
+    plot_w, plot_h, left, top = 520, 160, 56, 34
+    values = [v for _, _, vs in series for v in vs if v is not None]
+    peak = max(values, default=0.0) or 1.0
+    count = max(len(times), 2)
+    width, height = left + plot_w + 20, top + plot_h + 40 + 16
+    parts = [f'<svg class="chart" role="img" aria-label="{html.escape(title)}" '
+             f'viewBox="0 0 {width} {height}" width="{width}" height="{height}">',
+             f'<text class="c-title" x="0" y="16">{html.escape(title)}</text>',
+             f'<line class="c-axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>',
+             f'<line class="c-axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
+             f'y2="{top + plot_h}"/>',
+             f'<text class="c-note" x="{left - 6}" y="{top + 8}" text-anchor="end">'
+             f'{html.escape(_number(peak))}</text>',
+             f'<text class="c-note" x="{left - 6}" y="{top + plot_h}" text-anchor="end">0</text>']
+    for css, text, vs in series:
+        runs: list[list[str]] = [[]]
+        for index, value in enumerate(vs):
+            if value is None:
+                runs.append([])
+                continue
+            x = left + plot_w * index / (count - 1)
+            y = top + plot_h - plot_h * value / peak
+            runs[-1].append(f"{x:.1f},{y:.1f}")
+        for points in runs:
+            if points:
+                parts.append(f'<polyline class="line {css}" points="{" ".join(points)}">'
+                             f'<title>{html.escape(text)}</title></polyline>')
+    if times:
+        parts.append(f'<text class="c-note" x="{left}" y="{top + plot_h + 16}">'
+                     f'{html.escape(times[0][:16])}</text>')
+        parts.append(f'<text class="c-note" x="{left + plot_w}" y="{top + plot_h + 16}" '
+                     f'text-anchor="end">{html.escape(times[-1][:16])}</text>')
+    x = left
+    for css, text, _ in series:
+        parts.append(f'<rect class="{css}" x="{x}" y="{top + plot_h + 27}" width="10" '
+                     f'height="10"/><text class="c-note" x="{x + 14}" y="{top + plot_h + 36}">'
+                     f'{html.escape(text)}</text>')
+        x += round(_legend_width(text))
+    parts.append(f'<text class="c-note" x="{left + plot_w}" y="{top - 6}" text-anchor="end">'
+                 f'{html.escape(unit)}, {len(times)} runs</text></svg>')
+    return "".join(parts)
+
+
+def trends(report: Mapping[str, Any]) -> list[str]:
+    """The trend charts of ``report["history"]`` (``--history``: the recorded runs, oldest
+    first); none with fewer than two runs."""
+    points = report.get("history") or []
+    if len(points) < 2:
+        return []
+    times = [str(p["at"]) for p in points]
+    allocation = line_chart("GPU-equivalents over time", times, [
+        ("s-free", "allocatable", [p["allocatable"] for p in points]),
+        ("s-allocated", "allocated", [p["allocated"] for p in points]),
+        ("s-idle", "idle", [p["idle"] for p in points])], "GPU-equivalents")
+    findings = line_chart("Findings over time", times, [
+        (f"s-{s}", s, [float(p["findings"].get(s, 0)) for p in points]) for s in _SEVERITIES],
+        "findings")
+    return [allocation, findings]

@@ -145,6 +145,24 @@ class History:
         return Run(run_id, at, source, findings, allocations, policy_hash,
                    tuple(json.loads(policies)) if policies is not None else None)
 
+    def series(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The last ``limit`` runs, oldest first, for trend charts: ``{at, allocatable,
+        allocated, idle, findings}`` — the cluster's GPU-equivalents (None when the run did not
+        know them: ``idle`` needs DCGM metrics) and its findings per severity (``deny``,
+        ``warn``, ``audit``, ``error``), as each run's summary recorded them."""
+        rows = self._db.execute("SELECT at, summary FROM runs ORDER BY id DESC LIMIT ?",
+                                (limit,)).fetchall()
+        points = []
+        for at, text in reversed(rows):
+            summary = json.loads(text)
+            eq = summary.get("gpu_equivalents") or {}
+            findings = summary.get("findings") or {}
+            points.append({"at": at, "allocatable": eq.get("allocatable"),
+                           "allocated": eq.get("allocated"), "idle": eq.get("idle_allocated"),
+                           "findings": {s: findings.get(s, 0)
+                                        for s in ("deny", "warn", "audit", "error")}})
+        return points
+
     def record(self, report: Mapping[str, Any]) -> int:
         """Append a run; returns its id."""
         with self._db:

@@ -3,7 +3,7 @@
 Owns the mapping from the audit report to the report objects tools such as Policy Reporter and
 the Kyverno UI read: **one** ``PolicyReport`` named ``gpuguard-audit`` per namespace that has
 evaluated workloads — never one object per resource — holding a result per finding and per
-exception, with the namespace's pass / fail / warn / error / skip counts in ``summary``; and one
+exception, with ``summary`` counting those results by outcome; and one
 ``ClusterPolicyReport`` named ``gpuguard-audit`` for the findings of workloads without a namespace
 and the cluster-scoped placement problems of nodes (stranded GPUs, broken MIG layouts, GFD label
 inconsistencies): no finding is left out of the reports.
@@ -13,7 +13,10 @@ Mapping: ``deny`` → result ``fail``, severity ``high``; ``warn`` → ``warn`` 
 ``info``. ``info`` findings (mutations admission would apply) are not results. Results are
 ordered by severity and cut so that one object stays under ``MAX_REPORT_BYTES`` (etcd's limit is
 1.5 MiB); the ``gpuguard.io/truncated-results`` annotation then says how many were left out, and
-``summary`` still counts them all.
+``summary`` still counts them all. ``summary`` is always the count of the results (before a cut):
+the audit knows how many rule evaluations passed, not which, so there are no ``pass`` results and
+``summary.pass`` is 0; that count is the annotation ``gpuguard.io/passed-rules`` (namespaces) and
+``gpuguard.io/nodes-without-problems`` (the ClusterPolicyReport).
 
 Must not talk to the cluster (:mod:`kube.policy_reports` writes them).
 """
@@ -71,11 +74,22 @@ def _cut(results: list[dict[str, Any]], base_size: int) -> tuple[list[dict[str, 
     return kept, len(results) - len(kept)
 
 
-def _finish(obj: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    kept, dropped = _cut(results, len(json.dumps(obj)))
+def _summary(results: list[dict[str, Any]]) -> dict[str, int]:
+    """The count of ``results`` by outcome (wgpolicyk8s.io's PolicyReportSummary)."""
+    return {kind: sum(1 for r in results if r["result"] == kind)
+            for kind in ("pass", "fail", "warn", "error", "skip")}
+
+
+def _finish(obj: dict[str, Any], results: list[dict[str, Any]],
+            annotations: dict[str, str]) -> dict[str, Any]:
+    """``obj`` with its summary (of every result), its results cut to the size limit and its
+    annotations."""
+    obj["summary"] = _summary(results)
+    kept, dropped = _cut(results, len(json.dumps(obj)) + len(json.dumps(annotations)))
     if dropped:
-        obj["metadata"]["annotations"] = {"gpuguard.io/truncated-results": f"{dropped} results "
-                                          "left out to stay under the object size limit"}
+        annotations = {**annotations, "gpuguard.io/truncated-results": f"{dropped} results "
+                       "left out to stay under the object size limit"}
+    obj["metadata"]["annotations"] = annotations
     obj["results"] = kept
     return obj
 
@@ -133,15 +147,10 @@ def namespace_reports(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not namespace:
             continue
         results = by_namespace.get(namespace, [])
-        findings = entry["findings"]
-        summary = {"pass": entry["passed_rules"],
-                   "fail": findings.get("deny", 0) + findings.get("audit", 0),
-                   "warn": findings.get("warn", 0), "error": findings.get("error", 0),
-                   "skip": entry["exceptions"]}
         obj = {"apiVersion": API_VERSION, "kind": "PolicyReport",
-               "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(LABELS)},
-               "summary": summary}
-        reports.append(_finish(obj, results))
+               "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": dict(LABELS)}}
+        reports.append(_finish(obj, results,
+                               {"gpuguard.io/passed-rules": str(entry["passed_rules"])}))
     return reports
 
 
@@ -171,16 +180,11 @@ def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
                 "scored": False, "timestamp": stamp, "message": warning,
                 "resources": resource})
     compliance = _compliance_results(report, stamp).get(None, [])
-    counts = {kind: sum(1 for r in compliance if r["result"] == kind)
-              for kind in ("fail", "warn", "error", "skip")}
-    summary = {"pass": sum(1 for n in report["nodes"] if not n.get("stranded")
-                           and not n["warnings"]),
-               "fail": counts["fail"], "warn": len(results) + counts["warn"],
-               "error": counts["error"], "skip": counts["skip"]}
+    healthy = sum(1 for n in report["nodes"] if not n.get("stranded") and not n["warnings"])
     results = [*compliance, *results]
     obj = {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
-           "metadata": {"name": REPORT_NAME, "labels": dict(LABELS)}, "summary": summary}
-    return _finish(obj, results)
+           "metadata": {"name": REPORT_NAME, "labels": dict(LABELS)}}
+    return _finish(obj, results, {"gpuguard.io/nodes-without-problems": str(healthy)})
 
 
 def build(report: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ workload is kept too. Must not read files or the cluster; never denies or patche
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import zlib
@@ -149,6 +150,61 @@ def _tuple(key: ObjectKey) -> tuple[Any, ...]:
     return (key.namespace, key.group, key.kind, key.name)
 
 
+class EvaluationMemo:
+    """Rule results of objects already evaluated, so that a scan repeated over mostly the same
+    objects (``gpuguard audit --watch``) evaluates only what changed.
+
+    An entry is keyed by the object as evaluated (its packed bytes), its Namespace object and
+    the day (exceptions expire by date); it is valid for one engine only: a caller whose policy
+    set changes starts a new memo. Entries not used during a *sweep* (a scan of every object,
+    :meth:`begin_sweep` … :meth:`end_sweep`) are dropped at its end, so the memo holds the live
+    objects plus those evaluated since the last sweep. Not thread-safe; in-process scans only
+    (``jobs`` 0).
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[bytes, tuple[tuple[ResultTuple, ...], Patch]] = {}
+        self._previous: dict[bytes, tuple[tuple[ResultTuple, ...], Patch]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def token(blob: bytes, namespace: Mapping[str, Any] | None, day: str) -> bytes:
+        """The key of one evaluation (16-byte BLAKE2b digest)."""
+        digest = hashlib.blake2b(blob, digest_size=16)
+        digest.update(json.dumps(namespace, sort_keys=True, default=str).encode())
+        digest.update(day.encode())
+        return digest.digest()
+
+    def get(self, token: bytes) -> tuple[tuple[ResultTuple, ...], Patch] | None:
+        """The results stored under ``token``, or None."""
+        found = self._current.get(token)
+        if found is None:
+            found = self._previous.get(token)
+            if found is not None:
+                self._current[token] = found
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def put(self, token: bytes, results: tuple[tuple[ResultTuple, ...], Patch]) -> None:
+        """Store the results of one evaluation."""
+        self._current[token] = results
+
+    def begin_sweep(self) -> None:
+        """Start a scan of every object: entries it does not use are dropped at the end."""
+        self._previous, self._current = {**self._previous, **self._current}, {}
+
+    def end_sweep(self) -> None:
+        """Drop the entries the sweep did not use."""
+        self._previous = {}
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
+
+
 class Compliance:
     """Collects evaluation candidates while the snapshot streams; :meth:`finish` evaluates.
 
@@ -156,13 +212,17 @@ class Compliance:
         engine: the policy engine (None: no policies, no findings).
         settings: the audit settings (``now``, ``jobs``).
         ownership: the snapshot's owner links (filled by the scanner).
+        memo: results of earlier evaluations by the same engine to reuse (in-process only:
+            ignored when ``settings.jobs`` > 0).
     """
 
     def __init__(self, engine: Engine | None, settings: AuditSettings,
-                 ownership: Ownership) -> None:
+                 ownership: Ownership, memo: EvaluationMemo | None = None) -> None:
         self._engine = engine
         self._settings = settings
         self._ownership = ownership
+        self._memo = memo
+        self._day = settings.now.date().isoformat()
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, list[tuple[ObjectKey, bytes]]] = defaultdict(list)
         self._stored: dict[ObjectKey, bytes] = {}
@@ -221,8 +281,16 @@ class Compliance:
         namespace = self.namespace_object(evaluated.namespace)
         if self._pool is None:
             assert self._engine is not None
-            self._results[root] = (evaluated, *_evaluate(self._engine, self._settings, blob,
-                                                         namespace))
+            if self._memo is None:
+                self._results[root] = (evaluated, *_evaluate(self._engine, self._settings, blob,
+                                                             namespace))
+                return
+            token = EvaluationMemo.token(blob, namespace, self._day)
+            found = self._memo.get(token)
+            if found is None:
+                found = _evaluate(self._engine, self._settings, blob, namespace)
+                self._memo.put(token, found)
+            self._results[root] = (evaluated, *found)
             return
         self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
         if len(self._batch) >= _BATCH:

@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from audit.scan.compliance import Compliance
+from audit.scan.compliance import Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
 from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of
 from audit.scan.placement import Placement
@@ -28,7 +28,6 @@ from audit.scan.result import PolicySetInfo, ScanResult
 from audit.scan.utilization import Metrics, utilization_report
 from audit.settings import AuditSettings
 from policies.engine.evaluation import Engine
-from policies.facts.resource_names import GPUSettings, ResourceKind, classify
 from policies.facts.workloads import claim_template_devices, find_workload
 from policies.json_fields import mapping_at
 from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
@@ -50,19 +49,20 @@ class Scanner:
             set later, as ``progress``).
         quotas: ``GPUQuota`` documents to report usage against (pending and running pods,
             summed per namespace as they stream in: the webhook's numbers).
+        memo: earlier evaluations by ``engine`` to reuse (``gpuguard audit --watch``).
     """
 
     def __init__(self, settings: AuditSettings, engine: Engine | None,
                  metrics: Metrics | None = None,
                  progress: Callable[[int], None] | None = None,
-                 quotas: Iterable[Quota] = ()) -> None:
+                 quotas: Iterable[Quota] = (), memo: EvaluationMemo | None = None) -> None:
         self.settings = settings
         self.policy_set = engine.policies if engine is not None else None
         self.quotas = tuple(quotas)
         self.quota_usage: dict[str, Usage] = {}  # namespace -> usage of its pods
         self.metrics = metrics
         self.ownership = Ownership()
-        self.compliance = Compliance(engine, settings, self.ownership)
+        self.compliance = Compliance(engine, settings, self.ownership, memo)
         self.placement = Placement(settings)
         self.claims: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
         self.pods = PodReader(settings.gpu, self.claims)
@@ -73,6 +73,9 @@ class Scanner:
         # accelerator-looking resource names the registry does not know -> the pods and nodes
         # that use them (named in one warning each, never counted as zero without a word)
         self.unrecognized: dict[str, list[str]] = {}
+        # objects of kinds the workload registry does not model, in which a structural search
+        # found pod templates, PodSpecs or resource blocks: "kind not modelled", per kind
+        self.not_modelled: dict[str, list[str]] = {}
         self.objects = 0
         self.ignored: dict[str, int] = {}
         self.progress = progress
@@ -103,7 +106,7 @@ class Scanner:
                 if node.name in self.placement.nodes:
                     self.duplicates.setdefault("Node", []).append(printable(node.name))
                 self.placement.add_node(node)
-                for resource in _unrecognized_capacity(body, self.settings.gpu):
+                for resource in node.facts.unrecognized:
                     self.unrecognized.setdefault(resource, []).append(
                         f"Node {printable(node.name) or '(no name)'}")
                 # Unusable values (a GPU count out of int64 range, a negative allocatable) are
@@ -177,6 +180,11 @@ class Scanner:
         if workload is None:
             self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
             return
+        if workload.not_modelled is not None:
+            kind = workload.not_modelled.partition(":")[0]
+            where = f"{key.namespace}/{key.name}" if key.namespace else key.name
+            paths = ", ".join(t.path for t in workload.templates)
+            self.not_modelled.setdefault(kind, []).append(f"{printable(where)} at {paths}")
         gpu = False
         for template in workload.templates:
             usage = self.pods.template(template.spec, template.metadata, key.namespace)
@@ -247,6 +255,12 @@ class Scanner:
                 f"{printable(resource)}: unrecognized accelerator resource, counted as no GPU "
                 f"({len(users)} object(s): {shown}); --gpu-resource {printable(resource)} counts "
                 "it as whole devices")
+        for kind, objects in sorted(self.not_modelled.items()):
+            shown = "; ".join(objects[:5]) + (f"; and {len(objects) - 5} more"
+                                              if len(objects) > 5 else "")
+            self.warnings.append(
+                f"{printable(kind)}: kind not modelled by gpuguard; {len(objects)} object(s) "
+                f"judged from what a structural search found ({shown})")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
@@ -292,11 +306,3 @@ def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine:
         raise
     return scanner.finish(source or {}, policy_errors)
 
-
-def _unrecognized_capacity(node: Mapping[str, Any], settings: GPUSettings) -> list[str]:
-    """The accelerator-looking resource names a Node advertises (``status.capacity`` /
-    ``allocatable``) that the GPU registry does not know."""
-    status = mapping_at(node, "status")
-    names = {str(name) for field in ("capacity", "allocatable")
-             for name in mapping_at(status, field)}
-    return sorted(n for n in names if classify(n, settings) is ResourceKind.UNRECOGNIZED)

@@ -15,11 +15,12 @@ lowerAscii upperAscii replace split substring trim join format strings.quote``; 
 environment config, :data:`_RUNTIME_LIBRARIES`), and gpuguard's extras math (``math.greatest``
 ...), encoders (``base64.encode/decode``) and bindings (``cel.bind``); plus the Kubernetes
 libraries of :mod:`policies.cel.library` (quantity, lists, regex, sets, semver, IP/CIDR, URL,
-format, ``jsonpatch.escapeKey``). Not supported: the ``authz`` library (``authorizer`` is declared
-but has no functions), typed object construction for MutatingAdmissionPolicy (``Object{...}``,
-``JSONPatch{...}``), ``<Quantity>.div``/``divInt`` and ``transformMap``/``transformMapEntry`` (the
-runtime lacks their helper ``cel.@mapInsert``). Cross-type numeric ordering (``1 < 1.5``) is
-declared as in Kubernetes (:func:`_runtime_libraries`).
+format, ``jsonpatch.escapeKey``, the ``authorizer`` checks of
+:mod:`policies.cel.library.authz`). Not supported: typed object construction for
+MutatingAdmissionPolicy (``Object{...}``, ``JSONPatch{...}``), ``<Quantity>.div``/``divInt``
+and ``transformMap``/``transformMapEntry`` (the runtime lacks their helper ``cel.@mapInsert``).
+Cross-type numeric ordering (``1 < 1.5``) is declared as in Kubernetes
+(:func:`_runtime_libraries`).
 
 Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py`` pins it):
 

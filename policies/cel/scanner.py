@@ -347,31 +347,43 @@ def rename(source: str, name: str, write: Callable[[str], str]) -> str:
     return "".join(parts)
 
 
-def _typed_literals(tokens: Sequence[Token], type_name: str) -> Iterator[int]:
-    """Indexes of the type-name token of each ``type_name{`` object literal."""
+@dataclass(frozen=True, slots=True)
+class TypedLiteral:
+    """One object literal ``Name{...}`` / ``Name.a.b{...}``: ``type_name`` as written (dotted),
+    ``start`` / ``end`` the span of that name, ``fields`` the spans of its top-level bare field
+    names."""
+
+    type_name: str
+    start: int
+    end: int
+    fields: tuple[tuple[int, int], ...]
+
+
+def typed_literals(source: str, root: str) -> tuple[TypedLiteral, ...]:
+    """Every object literal whose type name is ``root`` or starts with ``root.`` (``Object{``,
+    ``Object.spec.template{``: MutatingAdmissionPolicy's apply configurations), outermost
+    first by position. A name preceded by ``.`` is a selection, not a type name."""
+    tokens = _code(source)
+    found = []
     for index, token in enumerate(tokens):
-        if token.kind is TokenKind.IDENT and token.text == type_name \
-                and index + 1 < len(tokens) and tokens[index + 1].text == "{" \
-                and not (index > 0 and tokens[index - 1].text in (".", ".?")):
-            yield index
-
-
-def map_literal_fields(source: str, opening_type: str) -> Iterator[tuple[int, int]]:
-    """Spans [start, end) of the bare field names at the top level of each typed object literal
-    ``opening_type{field: ...}`` (e.g. ``JSONPatch{op: 'add', ...}``) in ``source``."""
-    tokens = _code(source)
-    for index in _typed_literals(tokens, opening_type):
-        closing = _closing(tokens, index + 1)
-        for inner in _top_level(tokens, index + 1, closing):
-            if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing \
-                    and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","):
-                yield tokens[inner].start, tokens[inner].end
-
-
-def typed_literal_openings(source: str, type_name: str) -> tuple[int, ...]:
-    """Offsets of the type name of each ``type_name{`` object literal in ``source``."""
-    tokens = _code(source)
-    return tuple(tokens[i].start for i in _typed_literals(tokens, type_name))
+        if token.kind is not TokenKind.IDENT or token.text != root or \
+                (index > 0 and tokens[index - 1].text in (".", ".?")):
+            continue
+        last = index
+        while last + 2 < len(tokens) and tokens[last + 1].text == "." and \
+                tokens[last + 2].kind is TokenKind.IDENT:
+            last += 2
+        if last + 1 >= len(tokens) or tokens[last + 1].text != "{":
+            continue
+        closing = _closing(tokens, last + 1)
+        fields = tuple(
+            (tokens[inner].start, tokens[inner].end)
+            for inner in _top_level(tokens, last + 1, closing)
+            if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing
+            and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","))
+        name = "".join(t.text for t in tokens[index:last + 1])
+        found.append(TypedLiteral(name, token.start, tokens[last].end, fields))
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)

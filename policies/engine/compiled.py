@@ -166,6 +166,10 @@ class CombinedPrograms:
     def __init__(self, environment: CelEnvironment) -> None:
         self._environment = environment
         self._programs: dict[tuple[int, ...], CompiledExpression | None] = {}
+        # applicable policies' indices -> their groups: the same few sets recur request after
+        # request, so the grouping is worked out once per set.
+        self._groups: dict[tuple[int, ...],
+                           list[tuple[tuple[CompiledPolicy, ...], CompiledExpression]]] = {}
 
     def groups(self, applicable: Sequence[CompiledPolicy],
                ) -> list[tuple[tuple[CompiledPolicy, ...], CompiledExpression]]:
@@ -173,6 +177,18 @@ class CombinedPrograms:
         program whose value lists their fused programs' values; none when fewer than two are
         combinable. A group whose program does not compile is left out: its policies then run
         on their own."""
+        key = tuple(policy.index for policy in applicable)
+        known = self._groups.get(key)
+        if known is not None:
+            return known
+        result = self._group(applicable)
+        if len(self._groups) >= CACHE_LIMIT:
+            self._groups.clear()
+        self._groups[key] = result
+        return result
+
+    def _group(self, applicable: Sequence[CompiledPolicy],
+               ) -> list[tuple[tuple[CompiledPolicy, ...], CompiledExpression]]:
         together = [policy for policy in applicable if policy.combinable]
         if len(together) < 2:
             return []

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from policies.authorization import Authorizer, Subject, Unavailable
 from policies.cel.gpu import gpu_data
+from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
@@ -53,7 +55,14 @@ from policies.engine.messages import expression_message, expression_problem, sta
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
-from policies.policy.matching import applicability
+from policies.policy.apply import apply_configuration, typed_value, untyped
+from policies.policy.matching import (
+    applicability,
+    effective_operation,
+    rules_name_free,
+    rules_select,
+    selects_by_rules_alone,
+)
 from policies.policy.model import Policy, PolicySet, Rule
 from policies.policy.mutation import (
     MutationError,
@@ -80,6 +89,8 @@ class RuleOutcome(StrEnum):
 
 
 _NOT_EVALUATED: Any = object()  # a fused program's value not computed yet
+SELECTION_CACHE_LIMIT = 1024  # request shapes (resource, subresource, operation) kept per engine
+PARAMS_ALLOW = "Allow"  # Policy.param_missing of a binding whose missing params allow
 AUDIT_VALUE_LIMIT = 10_240  # characters per audit annotation value (the VAP valueExpression cap)
 _AUDIT_KEY = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -137,6 +148,8 @@ class Verdict:
     ``denials`` are the violations that deny (a ``Deny`` action, or an error under
     ``failurePolicy: Fail``), ``warnings`` those with a ``Warn`` action, in evaluation order;
     ``patch`` is RFC 6902 (empty when nothing changed) and ``final_object`` the mutated object.
+    ``facts`` are the GPU facts the last policy pass saw (of the mutated object when a mutation
+    changed it); None when no policy applied, so none were computed.
     """
 
     allowed: bool
@@ -146,6 +159,7 @@ class Verdict:
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     patch: tuple[dict[str, Any], ...] = ()
     final_object: Mapping[str, Any] | None = None
+    facts: WorkloadFacts | None = None
 
     @property
     def message(self) -> str:
@@ -166,6 +180,21 @@ class Verdict:
     def denied_by(self) -> tuple[str, ...]:
         """Names of the policies that denied, each once, in evaluation order."""
         return tuple(dict.fromkeys(denial.policy for denial in self.denials))
+
+
+def _missing_runtime_class(shortcut: tuple[str, Any],
+                           known: frozenset[str] | None) -> str | None:
+    """Why a ``setRuntimeClassName`` shortcut is not applied: the cluster's RuntimeClasses are
+    known and lack the one it names (kube-apiserver's RuntimeClass admission refuses a pod that
+    names a RuntimeClass that does not exist, so setting it would break the pod). None: apply
+    it (another shortcut, the class exists, or nothing is known: see docs/policies.md)."""
+    name, value = shortcut
+    if name != "setRuntimeClassName" or known is None or value in known:
+        return None
+    have = ", ".join(sorted(known)) or "none"
+    return (f"setRuntimeClassName {json.dumps(value)} not applied: the cluster has no "
+            f"RuntimeClass {value!r} (it has: {have}), and a pod naming one that does not "
+            "exist is refused")
 
 
 def audit_key(policy: str, suffix: str = "") -> str:
@@ -195,8 +224,16 @@ class EvaluationExpired(Exception):
 class _Run:
     """Mutable state of one evaluation (results, denials, ...), frozen into a Verdict at the end."""
 
-    def __init__(self, expired: Callable[[], bool] | None = None) -> None:
+    def __init__(self, expired: Callable[[], bool] | None = None,
+                 session: authz.Session | None = None,
+                 runtime_classes: frozenset[str] | None = None) -> None:
         self.expired = expired
+        # The request's authorizer session and its errored-decision count when the current
+        # policy's pass began: a rule that fails after an errored authorizer decision is an
+        # evaluation error (failurePolicy decides), not a plain violation.
+        self.session = session
+        self.mark = 0
+        self.runtime_classes = runtime_classes  # the cluster's RuntimeClasses; None: unknown
         self.results: list[RuleResult] = []
         self.denials: list[Violation] = []
         self.warnings: list[Violation] = []
@@ -225,10 +262,24 @@ class _Run:
             return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
+    def begin(self) -> None:
+        """A policy's pass begins: authorizer errors before it are not its own."""
+        if self.session is not None:
+            self.mark = self.session.errored
+
+    def authorizer_error(self) -> str | None:
+        """The error of an errored authorizer decision the current pass saw, if any."""
+        if self.session is not None and self.session.errored > self.mark:
+            return self.session.last_error
+        return None
+
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
                 error: bool = False, reason: str = "Forbidden",
                 point: EvaluationPoint) -> None:
-        """Record a violated (or failed-to-evaluate) rule and act on it."""
+        """Record a violated (or failed-to-evaluate) rule and act on it; a violation after an
+        errored authorizer decision of the same pass is recorded as an error naming it."""
+        if not error and (cause := self.authorizer_error()) is not None:
+            message, error = f"{message} (authorizer check errored: {cause})", True
         actions = policy.actions if not error else (
             (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL else ())
         outcome = RuleOutcome.ERROR if error else RuleOutcome.FAIL
@@ -306,6 +357,28 @@ class Engine:
         self.mode = mode
         self.compiled = compile_policies(policies.policies, environment, mode)
         self._combined = CombinedPrograms(environment) if mode == EvaluationMode.FAST else None
+        # Per compiled policy: whether its resource rules can be decided from the request's
+        # shape alone (no resourceNames), and whether they then decide applicability whole (no
+        # selector, namespace list, subject or exception): what the selection cache relies on.
+        self._shape_only = tuple(
+            (shape_only := rules_name_free(c.policy.match),
+             shape_only and selects_by_rules_alone(c.policy.match) and not c.policy.exceptions)
+            for c in self.compiled)
+        self._selections: dict[tuple[Any, ...], tuple[tuple[CompiledPolicy, bool], ...]] = {}
+        # The results of a fused pass in which every validation passed: the same objects each
+        # time (results are frozen), so the plain case builds none.
+        self._passes = {
+            c.index: tuple(RuleResult(c.policy.name, rule.name, rule.path, RuleOutcome.PASS)
+                           for rule in c.fused.validations)
+            for c in self.compiled if c.fused is not None}
+        # The value of such a pass in a combined program (one ``true`` per validation), for
+        # policies without auditAnnotations: compared whole, it needs no reading.
+        self._pass_values = {
+            c.index: [True] * len(c.fused.validations)
+            for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
+        self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
+        """Whether some policy mentions ``authorizer`` (its checks may call the injected
+        authorizer: the webhook then evaluates off its event loop)."""
 
     @property
     def fused_policies(self) -> frozenset[str]:
@@ -348,6 +421,7 @@ class Engine:
         quota: Mapping[str, Any] | None = None,
         expired: Callable[[], bool] | None = None,
         explain: bool = False,
+        authorizer: Authorizer | None = None,
     ) -> Verdict:
         """Evaluate every policy on one request.
 
@@ -362,6 +436,9 @@ class Engine:
                 clock itself).
             explain: also give a ``skip`` result (rule ``match``) for each policy whose match
                 leaves the request out, so every policy has a result (policy test suites).
+            authorizer: what CEL ``authorizer`` checks ask (for ``review.user``); None: every
+                check is an errored decision. A rule that fails after an errored decision of
+                its policy's pass is an ``error`` result: the policy's failurePolicy decides.
 
         Returns:
             The :class:`Verdict`. Never raises for policy or input problems.
@@ -369,7 +446,20 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
-        run = _Run(expired)
+        if not self.uses_authorizer:
+            return self._evaluate(review, point, mutate, validate, quota,
+                                  _Run(expired, runtime_classes=review.runtime_classes),
+                                  explain, None)
+        session = authz.Session(authorizer if authorizer is not None else _NO_AUTHORIZER,
+                                _subject(review))
+        with authz.bound(session, _request_resource(review)) as value:
+            return self._evaluate(review, point, mutate, validate, quota,
+                                  _Run(expired, session, review.runtime_classes), explain, value)
+
+    def _evaluate(self, review: ReviewInput, point: EvaluationPoint, mutate: bool,
+                  validate: bool, quota: Mapping[str, Any] | None, run: _Run, explain: bool,
+                  authorizer: Any) -> Verdict:
+        expired = run.expired
         original = review.object
         current: Mapping[str, Any] | None = original
         applicable = self._applicable(review, point, run, explain)
@@ -379,41 +469,63 @@ class Engine:
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
-            "namespaceObject": review.namespace_object, "quota": quota or {}, "authorizer": None,
+            "namespaceObject": review.namespace_object, "quota": quota or {},
+            "authorizer": authorizer,
         }
         data = self._data(base, current, review.subject)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
-            for compiled in applicable:
-                if not compiled.policy.mutations:
-                    continue
-                if expired is not None and expired():
-                    raise EvaluationExpired
-                if stale:
-                    data, stale = self._data(base, current, current), False
-                try:
-                    changed = self._mutation_pass(compiled, current, data, run, point)
-                except EvaluationExpired:
-                    raise
-                except Exception as exc:  # one policy's bug must not crash admission
-                    run.failure(compiled.policy, "internal", "",
-                                f"internal error: {_describe(exc)}", error=True, point=point)
-                    continue
-                if changed is not current:
-                    current, stale = changed, True
+            # reinvocationPolicy IfNeeded (MutatingAdmissionPolicy): a policy that ran before
+            # another one changed the object runs once more after the pass, in order, as the
+            # API server's policy reinvocation context decides (mutating/dispatcher.go)
+            invoked: list[int] = []
+            again: set[int] = set()
+            mutating = [c for c in applicable if c.policy.mutations]
+            for reinvoked, candidates in ((False, mutating), (True, None)):
+                for compiled in candidates if candidates is not None else \
+                        [c for c in mutating if c.index in again]:
+                    if expired is not None and expired():
+                        raise EvaluationExpired
+                    if stale:
+                        data, stale = self._data(base, current, current), False
+                    run.begin()
+                    try:
+                        changed = self._mutation_pass(compiled, current, data, run, point)
+                    except EvaluationExpired:
+                        raise
+                    except Exception as exc:  # one policy's bug must not crash admission
+                        run.failure(compiled.policy, "internal", "",
+                                    f"internal error: {_describe(exc)}", error=True,
+                                    point=point)
+                        continue
+                    if changed is not current:
+                        current, stale = changed, True
+                        if not reinvoked:
+                            again.update(invoked)
+                    if compiled.policy.reinvocation == "IfNeeded":
+                        invoked.append(compiled.index)
         if validate:
             if stale:
                 data = self._data(base, current, current)
+            run.begin()
             values = self._evaluate_combined(applicable, data)
+            if run.authorizer_error() is not None:
+                values = {}  # each policy then runs on its own, its errors its own
             for compiled in applicable:
                 policy = compiled.policy
                 if not (policy.validations or policy.audit_annotations or policy.param_missing):
                     continue
                 if expired is not None and expired():
                     raise EvaluationExpired
+                run.begin()
+                value = values.get(compiled.index, _NOT_EVALUATED)
+                if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
+                    # The plain pass, already evaluated: its elements are the fused program's
+                    # literal ``true``s (see policies.engine.fused), so equality is exact.
+                    run.results.extend(self._passes[compiled.index])
+                    continue
                 try:
-                    if self._validate_fused(compiled, data, run, point,
-                                            values.get(compiled.index, _NOT_EVALUATED)):
+                    if self._validate_fused(compiled, data, run, point, value):
                         continue
                     activation = self._ready(compiled.written, data, run, point)
                     if activation is not None:
@@ -427,7 +539,7 @@ class Engine:
         return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
-            final_object=current,
+            final_object=current, facts=data.facts,
         )
 
     def _mutation_pass(self, compiled: CompiledPolicy, current: Mapping[str, Any] | None,
@@ -439,8 +551,14 @@ class Engine:
         as written (nothing of the first try is kept), so the error names the variable that
         failed and each variable keeps its own iteration budget, as the API server does.
         """
+        if compiled.policy.param_missing is not None:  # the binding has no params to run with
+            if compiled.policy.param_missing != PARAMS_ALLOW:
+                run.failure(compiled.policy, "paramRef", "spec.paramRef",
+                            compiled.policy.param_missing, error=True, point=point)
+            return current
         if compiled.inlined is not compiled.written:
-            trial = _Run(run.expired)
+            trial = _Run(run.expired, run.session, run.runtime_classes)
+            trial.mark = run.mark
             changed = self._mutate_form(compiled.inlined, current, data, trial, point)
             if not trial.errors:
                 run.adopt(trial)
@@ -489,15 +607,16 @@ class Engine:
             return False
         if outcome is None:
             return False
-        if outcome.condition is not None:
+        if outcome.passed:
+            run.results.extend(self._passes[compiled.index])
+        elif outcome.condition is not None:
             run.add(_skipped(policy, outcome.condition))
             return True
-        for rule, message in zip(fused.validations, outcome.validations, strict=True):
-            self._record(policy, rule, message, run, point)
+        else:
+            for rule, message in zip(fused.validations, outcome.validations, strict=True):
+                self._record(policy, rule, message, run, point)
         for rule, value in zip(fused.audit_annotations, outcome.annotations, strict=True):
-            # null omits it (VAP semantics)
-            if value is not None and point != EvaluationPoint.AUDIT:
-                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+            _annotate(policy, rule, value, run, point)
         return True
 
     @staticmethod
@@ -540,7 +659,12 @@ class Engine:
         (:func:`policies.policy.matching.applicability`); exemptions are ``exempt`` results, and
         with ``explain`` the policies the match leaves out are ``skip`` results too."""
         result = []
-        for compiled in self.compiled:
+        candidates = ((c, False) for c in self.compiled) if explain else \
+            self._selection(review, point)
+        for compiled, decided in candidates:
+            if decided:  # its resource rules selected the request and are all it has
+                result.append(compiled)
+                continue
             policy = compiled.policy
             reason = applicability(policy, review, point=point)
             if reason is None:
@@ -553,13 +677,38 @@ class Engine:
                                    reason.message))
         return result
 
+    def _selection(self, review: ReviewInput,
+                   point: EvaluationPoint) -> tuple[tuple[CompiledPolicy, bool], ...]:
+        """The policies that may apply to a request of this shape (group, version, resource,
+        subresource, operation), in order, each with whether its resource rules decided that
+        whole; computed once per shape (:func:`policies.policy.matching.rules_select`). Safe
+        to share between threads: entries are only ever set whole, or all cleared."""
+        operation = effective_operation(review, point)
+        resource = review.resource
+        key = (resource.group, resource.version, resource.resource, review.subresource,
+               operation)
+        selection = self._selections.get(key)
+        if selection is None:
+            selection = tuple(
+                (compiled, decided) for compiled, (shape_only, decided)
+                in zip(self.compiled, self._shape_only, strict=True)
+                if not shape_only or rules_select(compiled.policy.match, review, operation))
+            if len(self._selections) >= SELECTION_CACHE_LIMIT:
+                self._selections.clear()
+            self._selections[key] = selection
+        return selection
+
     @staticmethod
     def _condition_holds(policy: Policy, condition: Rule, activation: RequestActivation,
                          run: _Run, point: EvaluationPoint) -> bool:
         value = _value(policy, condition, "matchCondition", activation, run, point)
         if value is True:
             return True
-        if value is False:
+        if value is False and (cause := run.authorizer_error()) is not None:
+            run.failure(policy, condition.name, condition.path,
+                        f"matchCondition {condition.name!r} is false after an errored "
+                        f"authorizer check: {cause}", error=True, point=point)
+        elif value is False:
             run.add(_skipped(policy, condition))
         elif value is not _FAILED:
             run.failure(policy, condition.name, condition.path,
@@ -584,13 +733,27 @@ class Engine:
                 if mutation.condition is not None and \
                         activation.evaluate(mutation.condition) is not True:
                     continue
-                if mutation.expression is not None:
-                    operations = validate_operations(activation.evaluate(mutation.expression))
+                if mutation.patch_type == "ApplyConfiguration":
+                    assert mutation.expression is not None
+                    configuration = typed_value(activation.evaluate(mutation.expression))
+                    updated = apply_configuration(working, configuration)
+                    changed = updated != working
+                    change = shortened(f"apply {json.dumps(configuration, sort_keys=True)}",
+                                       300)
+                elif mutation.expression is not None:
+                    value = activation.evaluate(mutation.expression)
+                    operations = validate_operations(
+                        untyped(value) if mutation.patch_type else value)
                     updated = apply_operations(working, operations)
                     changed = updated != working
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:
                     assert mutation.shortcut is not None
+                    missing = _missing_runtime_class(mutation.shortcut, run.runtime_classes)
+                    if missing is not None:
+                        run.add(RuleResult(policy.name, mutation.name, mutation.path,
+                                           RuleOutcome.SKIP, missing))
+                        continue
                     # Once owned, ``working`` is the private dict made below or by a patch.
                     updated = working if owned and isinstance(working, dict) else \
                         copy.deepcopy(dict(working))
@@ -599,8 +762,9 @@ class Engine:
                 check_identity(updated, current)
             except (CelEvaluationError, MutationError) as exc:
                 message = exc.message if isinstance(exc, CelEvaluationError) else str(exc)
-                run.failure(policy, mutation.name, mutation.path,
-                            f"mutation {mutation.name!r} failed: {message}", error=True,
+                if not mutation.patch_type:  # a native policy's: the API server's text alone
+                    message = f"mutation {mutation.name!r} failed: {message}"
+                run.failure(policy, mutation.name, mutation.path, message, error=True,
                             point=point)
                 return current
             if changed:
@@ -614,12 +778,11 @@ class Engine:
 
     def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,
                   point: EvaluationPoint) -> None:
-        if policy.param_missing == ValidationAction.DENY:
-            run.failure(policy, "paramRef", "spec.paramRef",
-                        "no params found for this binding (parameterNotFoundAction: Deny)",
-                        error=True, point=point)
-            return
         if policy.param_missing is not None:
+            if policy.param_missing != PARAMS_ALLOW and \
+                    policy.kind != "MutatingAdmissionPolicy":  # its mutation pass reported it
+                run.failure(policy, "paramRef", "spec.paramRef", policy.param_missing,
+                            error=True, point=point)
             return  # parameterNotFoundAction: Allow
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
@@ -635,10 +798,8 @@ class Engine:
         for rule in policy.audit_annotations:
             run.check_deadline()
             value = _value(policy, rule, "auditAnnotation", activation, run, point)
-            if value is None or value is _FAILED:
-                continue  # a null value omits the annotation (VAP semantics)
-            if point != EvaluationPoint.AUDIT:
-                run.audit[audit_key(policy.name, rule.name)] = _bounded(str(value))
+            if value is not _FAILED:
+                _annotate(policy, rule, value, run, point)
 
     def _message(self, rule: Rule, activation: RequestActivation) -> str:
         """The failed validation's message (:mod:`policies.engine.messages`); when its
@@ -658,6 +819,32 @@ class Engine:
 
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
+_NO_AUTHORIZER: Any = Unavailable("this evaluation was given no authorizer")
+
+
+def uses_authorizer(policy: Policy) -> bool:
+    """Whether an expression of ``policy`` names ``authorizer`` (a conservative text scan)."""
+    expressions = [r.expression for r in (*policy.match_conditions, *policy.variables,
+                                          *policy.validations, *policy.audit_annotations)]
+    expressions += [r.message_expression for r in policy.validations if r.message_expression]
+    expressions += [e for m in policy.mutations for e in (m.expression, m.condition) if e]
+    return any("authorizer" in e.expression for e in expressions)
+
+
+def _subject(review: ReviewInput) -> Subject:
+    """The request's user as authorization checks see it."""
+    user = review.user
+    extra = {str(k): tuple(str(v) for v in (vs if isinstance(vs, list | tuple) else [vs]))
+             for k, vs in user.extra.items()}
+    return Subject(user.username, user.uid, tuple(user.groups), extra)
+
+
+def _request_resource(review: ReviewInput) -> dict[str, str]:
+    """``authorizer.requestResource``: the request's group, resource, subresource, namespace
+    and name."""
+    return {"group": review.resource.group, "resource": review.resource.resource,
+            "subresource": review.subresource, "namespace": review.namespace or "",
+            "name": review.name}
 
 
 def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,
@@ -671,6 +858,24 @@ def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation,
         run.failure(policy, rule.name, rule.path, f"{what} failed to evaluate: {exc.message}",
                     error=True, point=point)
         return _FAILED
+
+
+def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
+              point: EvaluationPoint) -> None:
+    """An auditAnnotation's value, as the API server's ``validator.go`` takes it: a string is
+    stripped and published unless empty, null omits the annotation, any other type is an error
+    (under the failurePolicy)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return
+    if not isinstance(value, str):
+        kind = "int" if type(value) is int else type(value).__name__
+        run.failure(policy, rule.name, rule.path,
+                    f"valueExpression '{rule.expression.expression}' resulted in unsupported "
+                    f"return type: {kind}. Return type must be either string or null.",
+                    error=True, point=point)
+        return
+    if point != EvaluationPoint.AUDIT:
+        run.audit[audit_key(policy.name, rule.name)] = _bounded(value.strip())
 
 
 def _params_path(policy: Policy) -> str:

@@ -75,6 +75,8 @@ class FusedValidation:
         count = len(self.validations)
         if type(value) is not list or len(value) != count + len(self.audit_annotations):
             return None
+        if not self.audit_annotations and all(result is True for result in value):
+            return PASSED
         messages: list[str | None] = []
         for rule, result in zip(self.validations, value, strict=False):
             if result is True:
@@ -96,12 +98,17 @@ class Outcome:
     ``condition`` is the first matchCondition that is false (nothing else is set then); else
     ``validations`` holds, per validation, None when it passed or the failure's message
     (:mod:`policies.engine.messages`), and ``annotations`` each auditAnnotation's value (None:
-    omitted).
+    omitted). :data:`PASSED` (``passed``) stands for "every validation passed" in a policy
+    without auditAnnotations; its ``validations`` are not spelled out.
     """
 
     condition: Rule | None = None
     validations: tuple[str | None, ...] = ()
     annotations: tuple[Any, ...] = ()
+    passed: bool = False  # every validation passed and there is no auditAnnotation
+
+
+PASSED = Outcome(passed=True)
 
 
 def _group(source: str) -> str:

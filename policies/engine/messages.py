@@ -2,7 +2,8 @@
 
 Owns the ValidatingAdmissionPolicy rule (Kubernetes API reference, ``Validation.message`` and
 ``messageExpression``): the message is the ``messageExpression``'s value when that is a non-empty
-string (stripped), else the static ``message``, else ``failed expression: <expression>`` with
+string (stripped) of at most 5 KiB without a line break, else the static ``message``, else
+``failed expression: <expression>`` with
 the expression as the user wrote it. The rule-by-rule path (:mod:`policies.engine.evaluation`)
 and the reader of fused programs (:mod:`policies.engine.fused`) both build messages here, so the
 two cannot drift apart.
@@ -22,11 +23,18 @@ def static_message(rule: Rule) -> str:
     return rule.message or f"failed expression: {rule.expression.expression.strip()}"
 
 
+MAX_MESSAGE_BYTES = 5 * 1024
+"""The longest messageExpression value used (``celconfig.MaxEvaluatedMessageExpressionSizeBytes``,
+k8s.io/apiserver/pkg/apis/cel/config.go), in bytes of UTF-8 after stripping."""
+
+
 def expression_message(value: object) -> str | None:
     """A messageExpression's value as the message (the string stripped), or None when the
-    value is not a non-empty string: :func:`static_message` is then the message."""
-    if type(value) is str and value.strip():
-        return value.strip()
+    value is not a non-empty string of at most :data:`MAX_MESSAGE_BYTES` without a line break
+    (the API server's ``validator.go`` falls back then): :func:`static_message` is the message."""
+    if type(value) is str and (message := value.strip()) and "\n" not in message \
+            and len(message.encode()) <= MAX_MESSAGE_BYTES:
+        return message
     return None
 
 
@@ -34,5 +42,11 @@ def expression_problem(value: object) -> str:
     """Why a messageExpression's value (one :func:`expression_message` refused) was not used,
     for the message's ``(...)`` note."""
     if isinstance(value, str):
-        return "messageExpression returned an empty string"
+        message = value.strip()
+        if not message:
+            return "messageExpression returned an empty string"
+        if "\n" in message:
+            return "messageExpression returned a message with a line break"
+        return f"messageExpression returned {len(message.encode())} bytes, more than " \
+            f"{MAX_MESSAGE_BYTES}"
     return f"messageExpression returned {type(value).__name__}, not a string"

@@ -488,6 +488,7 @@ class _Placement:
     excluded_mig: bool = False
     shared: bool = False
     replicas: int | None = None
+    products: frozenset[str] = frozenset()  # the nvidia.com/gpu.product values it is pinned to
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -756,7 +757,8 @@ def _resource_equivalents(
         parsed = mig.profile_from_resource(resource)
         if parsed is not None:
             per_device = _mig_equivalents(parsed[0], placement.model, out)
-        replicas = settings.replicas_for(resource) or placement.replicas
+        replicas = settings.replicas_for(resource) or placement.replicas \
+            or settings.replicas_on(placement.products)
         if replicas is None:
             out.unknown.append(
                 f"{container.path}: {resource} is a shared replica and the replica count is "
@@ -767,7 +769,8 @@ def _resource_equivalents(
     if resource == "nvidia.com/gpu":
         if placement.shared:
             out.shared = True
-            replicas = placement.replicas or settings.replicas_for(resource)
+            replicas = placement.replicas or settings.replicas_for(resource) \
+                or settings.replicas_on(placement.products)
             if replicas is None:
                 out.unknown.append(
                     f"{container.path}: nvidia.com/gpu on a node pinned to GPU sharing is a "
@@ -877,7 +880,7 @@ def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Pla
         value = parse_count(next(iter(pinned))) if pinned and len(pinned) == 1 else None
         if value is not None:
             replicas = value if value > 1 else replicas
-    return _Placement(model, mig_profile, excluded, shared, replicas)
+    return _Placement(model, mig_profile, excluded, shared, replicas, frozenset(products or ()))
 
 
 def _kai(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -161,7 +161,10 @@ class NodeFacts:
     ``warnings`` lists label / resource inconsistencies and unusable values; ``invalid`` repeats
     the unusable values alone (a field of the wrong type, a quantity that is not a count from 0
     to MAX_COUNT), each ``field path: problem; ignored``: what the auditor reports as input
-    errors.
+    errors. ``unrecognized`` lists, sorted, the accelerator-looking resource names of
+    ``status.capacity`` / ``allocatable`` the GPU registry does not know (``ResourceKind.
+    UNRECOGNIZED``, as :attr:`policies.facts.gpu.GPUFacts.unrecognized` for pods): counted as no
+    GPU, and every report says so.
     """
 
     name: str
@@ -183,6 +186,7 @@ class NodeFacts:
     hami_truncated: bool
     warnings: tuple[str, ...]
     invalid: tuple[str, ...] = ()
+    unrecognized: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``node`` object of ``gpuguard gpus -o json`` (documented in docs/gpu-facts.md)."""
@@ -207,6 +211,7 @@ class NodeFacts:
                 "truncated": self.hami_truncated,
             },
             "warnings": list(self.warnings),
+            "unrecognized": list(self.unrecognized),
         }
 
 
@@ -307,8 +312,8 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
     labels = _string_labels(_map(metadata, "labels", "metadata.labels", invalid), invalid)
     annotations = _map(metadata, "annotations", "metadata.annotations", invalid)
     status = _map(node, "status", "status", invalid)
-    capacity = _offer(_map(status, "capacity", "status.capacity", invalid), settings, invalid,
-                      "capacity")
+    raw_capacity = _map(status, "capacity", "status.capacity", invalid)
+    capacity = _offer(raw_capacity, settings, invalid, "capacity")
     # Kubernetes defaults allocatable to capacity; a capacity value is reported once.
     raw_allocatable = _map(status, "allocatable", "status.allocatable", invalid)
     allocatable = _offer(raw_allocatable, settings, invalid, "allocatable") if raw_allocatable \
@@ -387,7 +392,23 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
         hami_truncated=truncated,
         warnings=(*invalid, *warnings),
         invalid=tuple(invalid),
+        unrecognized=tuple(sorted(
+            {str(name) for name in (*raw_capacity, *raw_allocatable)
+             if classify(str(name), settings) is ResourceKind.UNRECOGNIZED})),
     )
+
+
+def node_replicas(nodes: Iterable[NodeFacts]) -> tuple[tuple[str, int], ...]:
+    """``(nvidia.com/gpu.product, replicas)`` of time-slicing / MPS nodes (``nvidia.com/gpu.
+    replicas`` above 1), for :attr:`policies.facts.resource_names.GPUSettings.node_replicas`:
+    how a pod pinned to that product by nodeSelector is valued. A product whose nodes disagree
+    on the count is left out (its pods stay "replica count unknown")."""
+    seen: dict[str, set[int]] = {}
+    for node in nodes:
+        if node.product and node.replicas and node.replicas > 1:
+            seen.setdefault(node.product, set()).add(node.replicas)
+    return tuple(sorted((product, next(iter(counts))) for product, counts in seen.items()
+                        if len(counts) == 1))
 
 
 def _physical_gpus(

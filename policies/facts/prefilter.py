@@ -14,9 +14,13 @@ webhooks that saw every pod). A pod or pod template is sent when it has any of:
 - a KAI / Run:ai (``policies.facts.gpu.KAI_*``) or HAMi placement annotation;
 
 and a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``. Workload kinds are searched
-at the pod-template locations of :data:`TEMPLATE_LOCATIONS`, which mirror
-:mod:`policies.facts.workloads`. The test is a superset of what the GPU facts count (it looks at
-names, not values: ``nvidia.com/gpu: 0`` or ``NVIDIA_VISIBLE_DEVICES=void`` are sent too), so
+at the locations of the one workload registry (:mod:`policies.facts.workload_kinds`): pod
+templates (:data:`TEMPLATE_LOCATIONS`), bare PodSpecs (:data:`POD_SPEC_LOCATIONS`: the tests
+above but annotations, which a PodSpec has none of) and resource blocks
+(:data:`RESOURCE_LOCATIONS`: ``limits`` / ``requests`` or a bare ResourceList naming a GPU
+resource), as :mod:`policies.facts.workloads` reads them. The test is a superset of what the
+GPU facts count (it looks at names, not values: ``nvidia.com/gpu: 0`` or
+``NVIDIA_VISIBLE_DEVICES=void`` are sent too), so
 nothing a policy could deny is skipped; ``tests/core/test_prefilter.py`` checks both against the
 facts.
 
@@ -69,6 +73,12 @@ CONTAINER_FIELDS: Final = _CONTAINER_TYPES
 TEMPLATE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     **{(k.group, k.plural): k.templates for k in WORKLOAD_KINDS},
     ("", EPHEMERAL_CONTAINERS): ("",),  # the object is the whole Pod
+}
+POD_SPEC_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (k.group, k.plural): k.pod_specs for k in WORKLOAD_KINDS if k.pod_specs
+}
+RESOURCE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (k.group, k.plural): k.resources for k in WORKLOAD_KINDS if k.resources
 }
 DEVICE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     (k.group, k.plural): k.devices for k in WORKLOAD_KINDS if k.devices
@@ -163,20 +173,42 @@ def container_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
     ))
 
 
-def pod_template_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
-    """CEL that is true when the Pod or pod template (``{metadata, spec}``) in ``var`` can touch
-    GPUs: its annotations, DRA claims, device hostPaths, then each container of each type."""
-    spec = _chain(var, ["spec"])
+def _pod_spec_tests(spec: str, settings: GPUSettings) -> tuple[str, ...]:
+    """The tests of a PodSpec reached by the optional chain ``spec``: DRA claims, device
+    hostPaths, then each container of each type."""
     containers = " + ".join(f"{spec}.?{f}.orValue([])" for f in CONTAINER_FIELDS)
     body = container_test("c", settings).replace("\n", "\n  ")
-    return "\n|| ".join((
-        f"{_chain(var, ['metadata', 'annotations'])}.orValue({{}}).exists(a, "
-        f"a in {_list(GPU_ANNOTATIONS)})",
+    return (
         f"{spec}.?resourceClaims.orValue([]).size() > 0",
         f"{spec}.?volumes.orValue([]).exists(v, "
         f"v.?hostPath.?path.orValue('').matches({_quote(device_path_regex())}))",
         f"({containers}).exists(c,\n    {body})",
+    )
+
+
+def pod_template_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the Pod or pod template (``{metadata, spec}``) in ``var`` can touch
+    GPUs: its annotations, DRA claims, device hostPaths, then each container of each type."""
+    return "\n|| ".join((
+        f"{_chain(var, ['metadata', 'annotations'])}.orValue({{}}).exists(a, "
+        f"a in {_list(GPU_ANNOTATIONS)})",
+        *_pod_spec_tests(_chain(var, ["spec"]), settings),
     ))
+
+
+def pod_spec_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the bare PodSpec in ``var`` (a KServe component) can touch GPUs:
+    :func:`pod_template_test` without the annotations."""
+    return "\n|| ".join(_pod_spec_tests(var, settings))
+
+
+def resources_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
+    """CEL that is true when the resource block in ``var`` names a GPU resource: in its
+    ``limits`` or ``requests`` (ResourceRequirements), or as a key (a bare ResourceList)."""
+    test = gpu_resource_test("r", settings)
+    return (f"{var}.?limits.orValue({{}}).exists(r, {test})\n"
+            f"|| {var}.?requests.orValue({{}}).exists(r, {test})\n"
+            f"|| {var}.exists(r, {test})")
 
 
 def _location_list(var: str, locations: Iterable[str]) -> str:
@@ -230,21 +262,36 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
         A bool expression over ``object`` (``oldObject`` when ``object`` is null, as on DELETE).
 
     Raises:
-        ValueError: a resource whose pod-template locations are not known (it would never match).
+        ValueError: a resource whose pod-template locations are not known (it would never match),
+            or one the registry marks ``derived`` (judged through the workload it stands for).
     """
     resources = list(dict.fromkeys(resources))
+    derived = [f"{k.group}/{k.plural}" for k in WORKLOAD_KINDS if k.derived
+               and (k.group, k.plural) in resources]
+    if derived:
+        raise ValueError(f"{', '.join(derived)}: made by a scheduler for a workload that is "
+                         "judged itself; a webhook rule for it would judge the job twice")
     unknown = [f"{g or 'core'}/{r}" for g, r in resources if (g, r) not in TEMPLATE_LOCATIONS]
     if unknown:
         raise ValueError(f"no pod-template locations known for {', '.join(unknown)}: add them "
                          "to policies.facts.prefilter.TEMPLATE_LOCATIONS (as "
                          "policies.facts.workloads reads them)")
     templates = _locations(TEMPLATE_LOCATIONS, resources)
+    pod_specs = _locations(POD_SPEC_LOCATIONS, resources)
+    blocks = _locations(RESOURCE_LOCATIONS, resources)
     devices = _locations(DEVICE_LOCATIONS, resources)
-    pod = pod_template_test("t", settings).replace("\n", "\n  ")
+    tests = []
     if templates == [""]:
-        tests = [pod_template_test("o", settings).replace("\n", "\n  ")]
-    else:
-        tests = [f"({_location_list('o', templates)}).exists(t,\n  {pod})".replace("\n", "\n  ")]
+        tests.append(pod_template_test("o", settings).replace("\n", "\n  "))
+    elif templates:
+        pod = pod_template_test("t", settings).replace("\n", "\n  ")
+        tests.append(f"({_location_list('o', templates)}).exists(t,\n  {pod})"
+                     .replace("\n", "\n  "))
+    for locations, var, test in ((pod_specs, "p", pod_spec_test), (blocks, "b", resources_test)):
+        if locations:
+            body = test(var, settings).replace("\n", "\n  ")
+            tests.append(f"({_location_list('o', locations)}).exists({var},\n  {body})"
+                         .replace("\n", "\n  "))
     if devices:
         tests.append(f"({_location_list('o', devices)}).exists(d, "
                      "d.?gpus.orValue([]).size() > 0 || d.?hostDevices.orValue([]).size() > 0)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
@@ -148,10 +149,16 @@ _VENDOR_DOMAINS = {
 # Domains whose extended resources are all accelerators (nothing else is published under them):
 # any name there that gpuguard does not know is unrecognized, whatever its words. Not nvidia.com:
 # NVIDIA's network operator publishes NICs there (nvidia.com/mlnxnics, rdma_shared_device_a).
+# Also the AI-accelerator makers whose Kubernetes device plugins publish names without a hint
+# word: Qualcomm Cloud AI 100 (qualcomm.com/qaic), Tenstorrent (tenstorrent.com/n300, n150, p150),
+# FuriosaAI (furiosa.ai/rngd, warboy), Rebellions (rebellions.ai/ATOM, REBEL), Graphcore
+# (graphcore.ai/ipu), Sophgo (sophgo.com/tpu) — each project's device-plugin README. gpuguard does
+# not value them (what a device is worth against a GPU is not published): listed, never zero.
 _ACCELERATOR_DOMAINS = ("huawei.com/", "cambricon.com/", "hygon.com/",
                         "metax-tech.com/", "iluvatar.ai/", "iluvatar.com/", "mthreads.com/",
                         "enflame.com/", "kunlunxin.com/", "habana.ai/", "npu.intel.com/",
-                        "gpu.intel.com/")
+                        "gpu.intel.com/", "qualcomm.com/", "tenstorrent.com/", "furiosa.ai/",
+                        "rebellions.ai/", "graphcore.ai/", "sophgo.com/")
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 """KEP-5004: any DeviceClass can be asked for as ``deviceclass.resource.kubernetes.io/<class>``."""
 OBSOLETE_RESOURCES = {
@@ -171,7 +178,9 @@ _NVIDIA_DEVICE_PREFIXES = tuple(f"nvidia.com/{p}" for p in (
 # DRA DeviceClass names that are GPUs (the driver's domain: gpu.nvidia.com, mig.nvidia.com,
 # gpu.amd.com, gpu.intel.com, gpu.example.com) and those of NVIDIA's driver that are not
 # (IMEX channels of a ComputeDomain).
-GPU_DEVICE_CLASS_HINTS = ("gpu", "mig")
+# Huawei's Ascend DRA driver names its class npu.huawei.com (Ascend/mind-cluster,
+# component/ascend-dynamic-resource-allocation): one device is one NPU, as huawei.com/npu is.
+GPU_DEVICE_CLASS_HINTS = ("gpu", "mig", "npu")
 NON_GPU_DEVICE_CLASSES = ("compute-domain-daemon.nvidia.com",
                           "compute-domain-default-channel.nvidia.com")
 
@@ -181,7 +190,8 @@ def device_class_is_gpu(device_class: str) -> bool | None:
 
     Sources: NVIDIA DRA driver DeviceClasses (``gpu.nvidia.com``, ``mig.nvidia.com``,
     ``vfio.gpu.nvidia.com``; ``compute-domain-*.nvidia.com`` are IMEX channels), AMD / Intel
-    ``gpu.<vendor>.com``, dra-example-driver ``gpu.example.com``.
+    ``gpu.<vendor>.com``, dra-example-driver ``gpu.example.com``, Huawei Ascend ``npu.huawei.com``
+    (an NPU counts as one device, as ``huawei.com/npu`` does).
     """
     if device_class in NON_GPU_DEVICE_CLASSES:
         return False
@@ -204,6 +214,10 @@ class GPUSettings:
         hami_memory: HAMi's GPU memory resource (MiB per GPU); the chart's ``resourceMem``.
         hami_memory_percentage: HAMi's memory-percentage resource (``resourceMemPercentage``).
         hami_cores: HAMi's compute-percentage resource (``resourceCores``).
+        node_replicas: ``(nvidia.com/gpu.product, replicas)`` pairs learnt from the Nodes of the
+            same input (their ``nvidia.com/gpu.replicas`` label, :func:`policies.facts.nodes.
+            node_replicas`): the replica count of a shared request pinned to that product when
+            neither the pod nor ``shared_replicas`` gives one.
     """
 
     extra_whole_resources: tuple[str, ...] = ()
@@ -211,6 +225,7 @@ class GPUSettings:
     hami_memory: str = "nvidia.com/gpumem"
     hami_memory_percentage: str = "nvidia.com/gpumem-percentage"
     hami_cores: str = "nvidia.com/gpucores"
+    node_replicas: tuple[tuple[str, int], ...] = ()
 
     def replicas_for(self, resource: str) -> int | None:
         """Time-slicing / MPS replicas per device for ``resource``, or None when not configured."""
@@ -218,6 +233,13 @@ class GPUSettings:
             if name == resource:
                 return replicas
         return None
+
+    def replicas_on(self, products: Iterable[str]) -> int | None:
+        """The replicas per device of the Nodes labelled with ``products`` (``node_replicas``),
+        when every one of them is known and they agree; else None."""
+        known = dict(self.node_replicas)
+        values = {known.get(product) for product in products}
+        return next(iter(values)) if len(values) == 1 and None not in values else None
 
 
 DEFAULT_SETTINGS = GPUSettings()

@@ -12,9 +12,9 @@ Must not do I/O, read the clock (callers pass ``now``) or evaluate policies.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
@@ -38,6 +38,17 @@ def namespace_stub(name: str, labels: Mapping[str, Any] | None = None,
     if annotations is not None:
         metadata["annotations"] = dict(annotations)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def runtime_class_names(objects: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The names of the RuntimeClass objects (``node.k8s.io``) among ``objects``, for
+    :attr:`ReviewInput.runtime_classes`; None when there is none (nothing is known: an input
+    without RuntimeClasses says nothing of the cluster's)."""
+    names = {str(mapping_at(obj, "metadata").get("name") or "") for obj in objects
+             if obj.get("kind") == "RuntimeClass"
+             and str(obj.get("apiVersion", "")).startswith("node.k8s.io/")}
+    names.discard("")
+    return frozenset(names) if names else None
 
 
 class ReviewError(ValueError):
@@ -87,6 +98,10 @@ class ReviewInput:
         request: the AdmissionRequest map exposed to CEL as ``request``.
         namespace_object: the Namespace object when known (labels for namespaceSelector).
         now: the time the request is evaluated at (exception expiry).
+        runtime_classes: the names of the cluster's RuntimeClasses (node.k8s.io/v1) when known
+            (the webhook's RuntimeClass watch, RuntimeClass objects given to ``check``); None
+            when unknown. A ``setRuntimeClassName`` mutation naming a class outside a known set
+            is not applied.
     """
 
     operation: str
@@ -102,6 +117,7 @@ class ReviewInput:
     request: Mapping[str, Any]
     namespace_object: Mapping[str, Any] | None = None
     now: datetime.datetime = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    runtime_classes: frozenset[str] | None = None
 
     @property
     def subject(self) -> Mapping[str, Any] | None:
@@ -169,6 +185,12 @@ def _gvk(value: Any, where: str) -> tuple[str, str, str]:
             str(value.get("kind") or ""))
 
 
+def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``value`` is a JSON object: a dict (what JSON and YAML give, checked first: the
+    ABC check is several times slower) or another Mapping."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def from_request(
     request: Any,
     *,
@@ -184,7 +206,7 @@ def from_request(
         ReviewError: ``request`` is not an object, ``operation`` is unknown, or ``object`` /
             ``oldObject`` is present but not an object.
     """
-    if not isinstance(request, Mapping):
+    if not _is_object(request):
         raise ReviewError("request: expected an AdmissionRequest object")
     operation = request.get("operation")
     if operation not in OPERATIONS:
@@ -193,7 +215,7 @@ def from_request(
     objects = {}
     for key in ("object", "oldObject"):
         value = request.get(key)
-        if value is not None and not isinstance(value, Mapping):
+        if value is not None and not _is_object(value):
             raise ReviewError(f"request.{key}: expected an object or null, got "
                               f"{type(value).__name__}")
         objects[key] = value
@@ -201,10 +223,10 @@ def from_request(
         raise ReviewError(f"request.object: a {operation} carries the object, got null")
     subject = objects["object"] if objects["object"] is not None else objects["oldObject"]
     kind = _gvk(request.get("kind") or {}, "request.kind")
-    if not kind[2] and isinstance(subject, Mapping):
+    if not kind[2] and _is_object(subject):
         kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
     resource_value = request.get("resource")
-    if isinstance(resource_value, Mapping) and resource_value.get("resource"):
+    if _is_object(resource_value) and resource_value.get("resource"):
         resource = GroupVersionResource(str(resource_value.get("group") or ""),
                                         str(resource_value.get("version") or ""),
                                         str(resource_value["resource"]))
@@ -213,7 +235,7 @@ def from_request(
     info = request.get("userInfo")
     if info is None:
         info = {}
-    elif not isinstance(info, Mapping):
+    elif not _is_object(info):
         raise ReviewError(f"request.userInfo: expected an object, got {type(info).__name__}")
     for key, expected in (("username", str), ("uid", str), ("groups", list)):
         if info.get(key) is not None and not isinstance(info[key], expected):
@@ -225,7 +247,7 @@ def from_request(
         groups=tuple(str(g) for g in groups),
         extra=mapping_at(info, "extra"),
     )
-    metadata = mapping_at(subject, "metadata") if isinstance(subject, Mapping) else {}
+    metadata = mapping_at(subject, "metadata") if _is_object(subject) else {}
     namespace = request.get("namespace") or metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")

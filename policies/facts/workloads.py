@@ -4,10 +4,13 @@ Owns the knowledge of where each workload kind keeps its pod template(s) and how
 template becomes: core kinds (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob),
 Kubeflow training jobs and Trainer TrainJob (``spec.trainer.resourcesPerNode`` times ``numNodes``),
 KubeRay, LeaderWorkerSet and DisaggregatedSet (``spec.roles[].spec``, each an LWS spec), Volcano
-Job, JobSet, KServe InferenceService / LLMInferenceService (``spec.template`` is a PodSpec) and
-KFServing KFService, KubeVirt, and a generic search for unknown kinds. Also counts the pods that
-share each DRA ResourceClaim (:func:`dra_index_of`). The rules are listed in
-``docs/gpu-facts.md``; field names follow each project's API reference.
+Job and PodGroup (``spec.minResources``), JobSet, KServe InferenceService / LLMInferenceService
+(bare PodSpecs) and KFServing KFService, Kueue Workload (``spec.podSets[]``), KubeVirt, and a
+structural search of any other object for PodTemplateSpecs, bare PodSpecs and resource blocks
+(``generic``: the kind is not modelled). The locations of each kind are those of the registry,
+:mod:`policies.facts.workload_kinds`. Also counts the pods that share each DRA ResourceClaim
+(:func:`dra_index_of`). The rules are listed in ``docs/gpu-facts.md``; field names follow each
+project's API reference.
 
 Must not decide GPU semantics (that is :mod:`policies.facts.gpu`) or read files.
 """
@@ -21,7 +24,7 @@ from typing import Any, TypedDict
 from policies.facts.dra import DraIndex, claim_devices, dra_objects
 from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.facts.quantity import MAX_COUNT
-from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
+from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
 from policies.json_fields import as_mapping
 from policies.sources import shortened
 
@@ -37,6 +40,14 @@ KUBEFLOW_REPLICA_SPECS = {
 _REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet", "ReplicationController")
 _RAY = {"RayCluster": (), "RayService": ("rayClusterConfig",), "RayJob": ("rayClusterSpec",)}
 
+TEMPLATE = "template"
+"""``PodTemplate.shape`` of a PodTemplateSpec (``{metadata, spec}``)."""
+POD_SPEC = "podSpec"
+"""``PodTemplate.shape`` of a bare PodSpec: no metadata of its own."""
+RESOURCES = "resources"
+"""``PodTemplate.shape`` of a resource block standing for one pod's containers: nothing a pod
+template shortcut could change."""
+
 
 @dataclass(frozen=True)
 class PodTemplate:
@@ -49,6 +60,8 @@ class PodTemplate:
         replicas: pods made from it; None for one per node (DaemonSet).
         min_replicas / max_replicas: autoscaling bounds where the kind has them (KubeRay).
         metadata / spec: the template's metadata and PodSpec.
+        shape: :data:`TEMPLATE`, :data:`POD_SPEC` or :data:`RESOURCES` (what lies at ``path``:
+            ``spec`` is then a PodSpec made of one container holding the block).
     """
 
     path: str
@@ -59,6 +72,7 @@ class PodTemplate:
     max_replicas: int | None
     metadata: Mapping[str, Any]
     spec: Mapping[str, Any]
+    shape: str = TEMPLATE
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,17 @@ class Workload:
     templates: tuple[PodTemplate, ...]
     invalid: tuple[str, ...] = ()
     vm_domain_path: str | None = None  # KubeVirt: GPUs come from domain.devices, not a PodSpec
+
+    @property
+    def not_modelled(self) -> str | None:
+        """For a ``generic`` workload, the word every report gives: the kind is not one gpuguard
+        models, and where the search found what it counted; None for a known kind."""
+        if not self.generic:
+            return None
+        group = self.api_version.rpartition("/")[0] or "core"
+        paths = ", ".join(t.path or "(the object)" for t in self.templates)
+        return (f"{self.kind or '(no kind)'} ({group}): kind not modelled; judged from what a "
+                f"search found at {paths}")
 
     @property
     def replicas(self) -> int | None:
@@ -102,6 +127,7 @@ class WorkloadFacts:
             "namespace": w.namespace,
             "name": w.name,
             "generic": w.generic,
+            "not_modelled": w.not_modelled,
             "replicas": w.replicas,
             "per_pod": self.per_template[0].to_dict() if len(self.per_template) == 1 else None,
             "templates": [
@@ -277,9 +303,9 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         trainer = reader.map(spec, "trainer", "spec")
         nodes = reader.read(trainer, "numNodes", "spec.trainer", 1)
         return [_resources_template(reader.map(trainer, "resourcesPerNode", "spec.trainer"),
-                                    "spec.trainer", "trainer", nodes)]
+                                    "spec.trainer.resourcesPerNode", "trainer", nodes)]
     if kind == "KFService" and api_version.startswith("serving.kubeflow.org/"):
-        return _serving_templates(spec, reader, ("default", "canary"))
+        return _serving_templates(spec, reader, ("default", "canary"), nested=True)
     if kind == "InferenceService" and api_version.startswith("serving.kserve.io/"):
         return _serving_templates(spec, reader, ("predictor", "transformer", "explainer"))
     if kind == "LLMInferenceService" and api_version.startswith("serving.kserve.io/"):
@@ -287,9 +313,32 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
         # a lower bound, the group size follows spec.parallelism, which is not read.
         replicas = reader.read(spec, "replicas", "spec", 1)
         templates = [PodTemplate(f"spec.{key}", f"spec.{key}", key, replicas, None, None, {},
-                                 reader.map(spec, key, "spec"))
+                                 reader.map(spec, key, "spec"), POD_SPEC)
                      for key in ("template", "worker") if key in spec]
+        prefill = reader.map(spec, "prefill", "spec")  # the disaggregated prefill pool
+        count = reader.read(prefill, "replicas", "spec.prefill", 1)
+        templates += [PodTemplate(f"spec.prefill.{key}", f"spec.prefill.{key}", f"prefill-{key}",
+                                  count, None, None, {},
+                                  reader.map(prefill, key, "spec.prefill"), POD_SPEC)
+                      for key in ("template", "worker") if key in prefill]
         return templates
+    if kind == "Workload" and api_version.startswith("kueue.x-k8s.io/"):
+        return [
+            _template(
+                reader,
+                as_mapping(pod_set).get("template"),
+                f"spec.podSets[{i}].template",
+                str(as_mapping(pod_set).get("name", i)),
+                reader.read(as_mapping(pod_set), "count", f"spec.podSets[{i}]", 1),
+            )
+            for i, pod_set in enumerate(reader.list(spec, "podSets", "spec"))
+        ]
+    if kind == "PodGroup" and api_version.startswith("scheduling.volcano.sh/"):
+        # minResources is the whole gang's minimum, one ResourceList: counted as one pod asking
+        # for all of it (the gang's pods are counted through their Volcano Job).
+        minimum = reader.map(spec, "minResources", "spec")
+        return [_resources_template({"requests": minimum}, "spec.minResources", "minResources",
+                                    1)] if minimum else []
     if kind == "JobSet" and api_version.startswith("jobset.x-k8s.io/"):
         templates = []
         for i, group in enumerate(reader.list(spec, "replicatedJobs", "spec")):
@@ -385,16 +434,25 @@ def _resources_template(
 ) -> PodTemplate:
     """A pod template for a kind that gives one node's resources, not a PodSpec (Kubeflow
     Trainer ``resourcesPerNode``, KFServing ``spec.default.<framework>.resources``): one
-    container named after ``role`` with those resources; paths read ``<path>.containers[0]``."""
+    container named after ``role`` with those resources. ``path`` is the block's; the facts'
+    paths read ``<owner>.containers[0]``, ``<owner>`` the field holding the block."""
     container = {"name": role, "resources": resources}
-    return PodTemplate(path, path, role, replicas, None, None, {}, {"containers": [container]})
+    spec_path = path.rpartition(".")[0]  # messages name the block's owner, as before
+    return PodTemplate(path, spec_path, role, replicas, None, None, {},
+                       {"containers": [container]}, RESOURCES)
+
+
+_KFSERVING_COMPONENTS = ("predictor", "transformer", "explainer")
 
 
 def _serving_templates(
-    spec: Mapping[str, Any], reader: _Replicas, components: tuple[str, ...]
+    spec: Mapping[str, Any], reader: _Replicas, components: tuple[str, ...], *,
+    nested: bool = False,
 ) -> list[PodTemplate]:
-    """KServe InferenceService components: a PodSpec inline (``containers``), or a model /
-    framework block with ``resources``; pods ``minReplicas`` (default 1)."""
+    """KServe InferenceService components: a PodSpec inline (``containers``), a multi-node
+    ``workerSpec`` PodSpec (counted one pod per replica: a lower bound), and each model /
+    framework block with ``resources``; pods ``minReplicas`` (default 1). ``nested``: KFServing
+    v1alpha2, whose endpoints (``default``, ``canary``) hold the components."""
     templates = []
     for component in components:
         part = as_mapping(spec.get(component))
@@ -404,27 +462,74 @@ def _serving_templates(
         replicas = reader.read(part, "minReplicas", path, 1)
         if isinstance(part.get("containers"), list):
             templates.append(PodTemplate(path, path, component, replicas, None, None,
-                                         {}, part))
-            continue
+                                         {}, part, POD_SPEC))
         for key, block in part.items():
-            if isinstance(block, Mapping) and "resources" in block:
-                templates.append(_resources_template(block.get("resources"), f"{path}.{key}",
+            if not isinstance(block, Mapping):
+                continue
+            if key == "workerSpec":
+                templates.append(PodTemplate(f"{path}.{key}", f"{path}.{key}", f"{component}/"
+                                             "worker", replicas, None, None, {}, block, POD_SPEC))
+            elif "resources" in block:
+                templates.append(_resources_template(block.get("resources"),
+                                                     f"{path}.{key}.resources",
                                                      f"{component}/{key}", replicas))
+            elif nested and key in _KFSERVING_COMPONENTS:
+                templates += [_resources_template(inner.get("resources"),
+                                                  f"{path}.{key}.{name}.resources",
+                                                  f"{component}/{key}/{name}", replicas)
+                              for name, inner in block.items()
+                              if isinstance(inner, Mapping) and "resources" in inner]
     return templates
 
 
+_NOT_SEARCHED = frozenset({"metadata", "labels", "annotations", "nodeSelector", "status"})
+_COUNT_FIELDS = ("replicas", "count", "numNodes", "minReplicas")
+
+
+def _gpu_names(block: Any) -> bool:
+    """Whether a ResourceList names a resource the GPU registry does not call ``OTHER``."""
+    return isinstance(block, Mapping) and any(
+        isinstance(name, str) and classify(name) is not ResourceKind.OTHER for name in block)
+
+
+def _count(owner: Mapping[str, Any], path: str, reader: _Replicas) -> int | None:
+    """The first count-like sibling field of what the search found (default 1)."""
+    for key in _COUNT_FIELDS:
+        if key in owner:
+            return reader.read(owner, key, path, 1)
+    return 1
+
+
 def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
-    """Find pod templates in an unknown kind: ``template.spec.containers``, sibling replicas."""
+    """Find what makes pods in a kind gpuguard does not model, with its path: PodTemplateSpecs
+    (``template.spec.containers``), bare PodSpecs (``containers``), and resource blocks that
+    name an accelerator — ResourceRequirements (``{limits, requests}``, as Trainer's
+    ``resourcesPerNode``) or a ResourceList under a ``*resources`` key (as PodGroup's
+    ``minResources``). Pods per find: a sibling ``replicas`` / ``count`` / ``numNodes`` /
+    ``minReplicas``, else 1. Metadata, labels, node selectors and status are not searched."""
     if isinstance(value, Mapping):
         template = as_mapping(value.get("template"))
         if isinstance(as_mapping(template.get("spec")).get("containers"), list):
-            count = reader.read(value, "replicas", path, 1)
             sub = f"{path}.template" if path else "template"
             role = str(value.get("name", value.get("tf_replica_type", "")))
-            yield _template(reader, template, sub, role, count)
+            yield _template(reader, template, sub, role, _count(value, path, reader))
+            return
+        if isinstance(value.get("containers"), list):
+            yield PodTemplate(path, path, str(value.get("name", "")), 1, None, None, {}, value,
+                              POD_SPEC)
             return
         for key, child in value.items():
-            yield from _search_templates(child, f"{path}.{key}" if path else str(key), reader)
+            if key in _NOT_SEARCHED:
+                continue
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(child, Mapping) and (
+                    _gpu_names(child.get("limits")) or _gpu_names(child.get("requests"))):
+                yield _resources_template(child, where, str(key), _count(value, path, reader))
+            elif str(key).lower().endswith("resources") and _gpu_names(child):
+                yield _resources_template({"requests": child}, where, str(key),
+                                          _count(value, path, reader))
+            else:
+                yield from _search_templates(child, where, reader)
     elif isinstance(value, list):
         for index, child in enumerate(value):
             yield from _search_templates(child, f"{path}[{index}]", reader)
@@ -476,11 +581,12 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
     templates = _known_templates(obj, reader)
     generic = templates is None
     if templates is None:
-        templates = list(_search_templates(obj.get("spec"), "spec", reader))
-        if not templates and isinstance(as_mapping(obj.get("spec")).get("containers"), list):
+        if isinstance(as_mapping(obj.get("spec")).get("containers"), list):  # a Pod-like object
             templates = [
                 PodTemplate("", "spec", "", 1, None, None, metadata, as_mapping(obj.get("spec")))
             ]
+        else:  # under spec only: what kubectl would apply, not a document that quotes one
+            templates = list(_search_templates(obj.get("spec"), "spec", reader))
         if not templates:
             return None
     return Workload(

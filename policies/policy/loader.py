@@ -24,7 +24,7 @@ import difflib
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import jsonschema
 
@@ -33,6 +33,8 @@ from policies.cel.gpu import GPU_FIELDS
 from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpression
 from policies.facts.workload_kinds import DEFAULT_RESOURCES
 from policies.json_fields import mapping_at
+from policies.policy.apply import TYPE_KEY
+from policies.policy.apply import kinds as apply_kinds
 from policies.policy.model import (
     Exception_,
     LabelSelector,
@@ -159,16 +161,42 @@ class _Builder:
                         known = ", ".join(sorted(params or {})) or "none"
                         self.error(path, f"params.{key} is not in spec.params (keys: {known})")
 
-    def rules(self, items: Any, path: str, key: str = "expression") -> tuple[Rule, ...]:
+    def typed(self, compiled: CompiledExpression | None, path: str, expected: Sequence[str],
+              *, native: bool) -> CompiledExpression | None:
+        """``compiled`` when its type is one of ``expected`` (:func:`result_type_error`);
+        else the error is reported and None returned."""
+        if compiled is None:
+            return None
+        problem = result_type_error(compiled, expected, native=native)
+        if problem is not None:
+            self.error(path, problem)
+            return None
+        return compiled
+
+    def rules(self, items: Any, path: str, key: str = "expression", *,
+              native: bool = False) -> tuple[Rule, ...]:
+        """The compiled rules of a list (validations, matchConditions, variables, audit
+        annotations), with the API server's checks of their types and messages."""
+        expected = {"expression": ("bool",), "valueExpression": ("string", "null_type")}
         rules = []
         for i, item in enumerate(items if isinstance(items, list) else []):
             item = item if isinstance(item, Mapping) else {}
             where = f"{path}[{i}]"
             compiled = self.compile(item.get(key), f"{where}.{key}")
+            if not path.endswith("variables"):
+                compiled = self.typed(compiled, f"{where}.{key}", expected[key], native=native)
             message_expression = None
             if "messageExpression" in item:
-                message_expression = self.compile(item["messageExpression"],
-                                                  f"{where}.messageExpression")
+                message_expression = self.typed(
+                    self.compile(item["messageExpression"], f"{where}.messageExpression"),
+                    f"{where}.messageExpression", ("string",), native=native)
+            message = item.get("message")
+            # the API server's creation checks; a GPUPolicy message may hold a line break (the
+            # webhook writes it as a space in a warning)
+            if native and isinstance(message, str) and "\n" in message:
+                self.error(f"{where}.message", "must not contain line breaks")
+            elif native and isinstance(message, str) and not message.strip():
+                self.error(f"{where}.message", "must be non-empty if specified")
             if compiled is not None:
                 rules.append(Rule(
                     name=str(item.get("name") or item.get("key")
@@ -182,6 +210,42 @@ class _Builder:
             for name in {n for n in names if names.count(n) > 1}:
                 self.error(path, f"name {name!r} is used more than once")
         return tuple(rules)
+
+
+# Variables whose type Kubernetes declares but gpuguard's environment has as ``dyn``
+# (``request`` and ``namespaceObject`` are typed objects there, ``variables.<name>`` has its
+# expression's type, ``authorizer`` its library's) or that Kubernetes does not have at all: an
+# expression reading one may be ``dyn`` here and typed in the API server.
+_TYPED_ELSEWHERE: Final = ("request", "namespaceObject", "variables", "authorizer", "gpu",
+                           "quota")
+
+
+def cel_go_type(name: str) -> str:
+    """A type as gpuguard's runtime names it (``map<string, int>``, ``null``) in cel-go's words,
+    which the API server's messages use (``map(string, int)``, ``null_type``)."""
+    return "null_type" if name == "null" else name.replace("<", "(").replace(">", ")")
+
+
+def result_type_error(compiled: CompiledExpression, expected: Sequence[str], *,
+                      native: bool) -> str | None:
+    """The API server's return-type refusal for an expression that must have one of the
+    ``expected`` types (cel-go names: ``bool``, ``string``, ``null_type``), or None.
+
+    Kubernetes compares types exactly (``plugin/cel/compile.go``: ``must evaluate to bool but
+    got dyn``). gpuguard's ``dyn`` is refused only for ``native`` policies whose expression
+    reads none of :data:`_TYPED_ELSEWHERE` (there the API server may know a concrete type);
+    a concrete type other than those expected is refused for every policy (it could only fail
+    at admission).
+    """
+    got = cel_go_type(compiled.output_type)
+    if got in expected:
+        return None
+    if got == "dyn" and (not native or any(
+            cel_scanner.uses(compiled.expression, name) for name in _TYPED_ELSEWHERE)):
+        return None
+    if len(expected) == 1:
+        return f"must evaluate to {expected[0]} but got {got}"
+    return f"must evaluate to one of [{' '.join(expected)}] but got {got}"
 
 
 def _selector(value: Any) -> LabelSelector:
@@ -205,7 +269,8 @@ def _gpupolicy_match(match: Mapping[str, Any]) -> Match:
     operations = tuple(match.get("operations") or ("CREATE", "UPDATE"))
     subjects = mapping_at(match, "subjects")
     return Match(
-        rules=(ResourceRule(resources=resources, operations=operations),),
+        rules=(ResourceRule(resources=resources, operations=operations,
+                            unmodelled_workloads="pods" in resources),),
         namespace_selector=_selector(match.get("namespaceSelector")),
         object_selector=_selector(match.get("objectSelector")),
         namespaces=tuple(match.get("namespaces") or ()),
@@ -409,18 +474,67 @@ def rewrite_jsonpatch_literals(expression: str) -> str:
 
     The runtime cannot construct the ``JSONPatch`` type, but a map with the same fields carries the
     same operation. Field names are quoted only at the top level of each literal and outside
-    string literals; everything else is copied as written.
+    string literals; everything else is copied as written. ``Object{...}`` literals are rewritten
+    too (:func:`rewrite_typed_literals`).
     """
-    edits = [(start, start + len("JSONPatch"), "")
-             for start in cel_scanner.typed_literal_openings(expression, "JSONPatch")]
-    edits += [(start, end, f'"{expression[start:end]}"')
-              for start, end in cel_scanner.map_literal_fields(expression, "JSONPatch")]
+    return rewrite_typed_literals(expression)
+
+
+def rewrite_typed_literals(expression: str) -> str:
+    """``JSONPatch{...}`` and ``Object{...}`` / ``Object.spec.x{...}`` literals as CEL maps.
+
+    The runtime cannot declare Kubernetes' patch types (``JSONPatch``, and ``Object`` with its
+    dotted field-path type names). A ``JSONPatch`` literal becomes the map of its fields; an
+    ``Object`` literal the map of its fields plus the key
+    :data:`~policies.policy.apply.TYPE_KEY` holding its type name, which
+    :func:`policies.policy.apply.typed_value` checks (the API server's "type names match field
+    path names" check) and removes before the value is used.
+    """
+    edits = []
+    for root in ("JSONPatch", "Object"):
+        for literal in cel_scanner.typed_literals(expression, root):
+            edits.append((literal.start, literal.end, ""))
+            edits += [(start, end, f'"{expression[start:end]}"') for start, end in literal.fields]
+            if root == "Object":
+                brace = expression.index("{", literal.end)
+                empty = expression[brace + 1:].lstrip().startswith("}")
+                edits.append((brace + 1, brace + 1,
+                              f'"{TYPE_KEY}": "{literal.type_name}"' + ("" if empty else ", ")))
     out, position = [], 0
     for start, end, text in sorted(edits):
         out.append(expression[position:start] + text)
         position = end
     out.append(expression[position:])
     return "".join(out)
+
+
+def _patch_type_error(patch_type: str, written: str, compiled: CompiledExpression) -> str | None:
+    """The API server's return-type refusal of a mutation expression (``must evaluate to
+    Object`` / ``list(JSONPatch)``), decided from the expression as written: the typed literals
+    are maps in gpuguard's runtime, so the type is read from the source where the checker
+    cannot tell it (an ``Object``: the expression is one ``Object{...}`` literal, or its value
+    is a map built by other means and is checked at admission; a ``list(JSONPatch)``: the source
+    writes ``JSONPatch{`` literals or reads ``variables``)."""
+    got = cel_go_type(compiled.output_type)
+    text = cel_scanner.code_only(written).strip()
+    if patch_type == "ApplyConfiguration":
+        literals = cel_scanner.typed_literals(written, "Object")
+        whole = [lit for lit in literals if written[:lit.start].strip() == ""]
+        if whole and whole[0].type_name != "Object":
+            return f"must evaluate to Object but got {whole[0].type_name}"
+        if whole or (got.startswith("map") and literals):
+            return None
+        if got == "dyn" and any(cel_scanner.uses(written, n) for n in _TYPED_ELSEWHERE):
+            return None
+        return f"must evaluate to Object but got {got}"
+    if not got.startswith("list"):
+        if got == "dyn" and any(cel_scanner.uses(written, n) for n in _TYPED_ELSEWHERE):
+            return None
+        shown = "JSONPatch" if text.startswith("JSONPatch") else got
+        return f"must evaluate to list(JSONPatch) but got {shown}"
+    if cel_scanner.typed_literals(written, "JSONPatch") or cel_scanner.uses(written, "variables"):
+        return None
+    return f"must evaluate to list(JSONPatch) but got {got}"
 
 
 def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mapping[str, Any]]:
@@ -431,31 +545,88 @@ def _param_objects(documents: Sequence[Document], param_kind: Any) -> list[Mappi
             and d.body.get("kind") == param_kind.get("kind")]
 
 
-def _bound_params(
-    binding: Document, candidates: list[Mapping[str, Any]], warnings: list[str],
-) -> list[tuple[Any, str | None]]:
-    """(params, missing-action) pairs for one binding's paramRef (one per selected object)."""
+NO_PARAMS_DENY: Final = ("failed to configure binding: no params found for policy binding with "
+                         "`Deny` parameterNotFoundAction")
+"""The API server's error when a binding's paramRef selects nothing and its action is Deny
+(``policy/generic/policy_dispatcher.go``, ``CollectParams``); it follows the failurePolicy."""
+_NAMESPACED_PARAM_KINDS: Final = frozenset({"v1/ConfigMap", "v1/Secret"})
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """One evaluation instance of a binding: its params (or why there are none) and the
+    requests it is for (``namespaced``: True = namespaced requests only, False = cluster-scoped
+    only; ``namespaces`` / ``exclude``: the request's namespace)."""
+
+    params: Any = None
+    missing: str | None = None
+    namespaced: bool | None = None
+    namespaces: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
+def _param_scope_namespaced(param_kind: Any, candidates: list[Mapping[str, Any]]) -> bool:
+    """Whether the paramKind is namespaced: a built-in one gpuguard knows, or one whose objects
+    in the input have a namespace (a custom resource's scope is in its CRD)."""
+    kind = f"{param_kind.get('apiVersion')}/{param_kind.get('kind')}" \
+        if isinstance(param_kind, Mapping) else ""
+    return kind in _NAMESPACED_PARAM_KINDS or any(
+        mapping_at(c, "metadata").get("namespace") for c in candidates)
+
+
+def _bound_params(binding: Document, param_kind: Any, candidates: list[Mapping[str, Any]],
+                  warnings: list[str]) -> list[_Bound]:
+    """The instances of one binding, as ``CollectParams`` chooses params per request: a
+    namespaced paramKind is looked up in ``paramRef.namespace``, else in the request's own
+    namespace (a cluster-scoped request is then a configuration error); a name or a selector
+    picks the objects (one instance per object); none found is ``parameterNotFoundAction``
+    (Deny: :data:`NO_PARAMS_DENY`, under the failurePolicy; Allow: the binding does nothing)."""
     ref = (binding.body.get("spec") or {}).get("paramRef")
-    if not isinstance(ref, Mapping):
-        return [(None, None)]
+    if not isinstance(ref, Mapping) or not isinstance(param_kind, Mapping):
+        return [_Bound()]
     action = str(ref.get("parameterNotFoundAction") or ValidationAction.DENY)
-    found: list[tuple[Any, str | None]] = []
-    for candidate in candidates:
-        meta = mapping_at(candidate, "metadata")
-        if ref.get("namespace") and meta.get("namespace") != ref["namespace"]:
-            continue
-        if ref.get("name") and meta.get("name") != ref["name"]:
-            continue
-        if "selector" in ref and not _selector(ref["selector"]).matches(meta.get("labels") or {}):
-            continue
-        found.append((candidate, None))
-    if not found:
-        what = ref.get("name") or "selector"
-        warnings.append(f"{binding.location}: spec.paramRef: no param object {what!r} of the "
-                        f"policy's paramKind in the input; parameterNotFoundAction {action} "
-                        "applies")
-        return [(None, action)]
-    return found
+    missing = NO_PARAMS_DENY if action == ValidationAction.DENY else "Allow"
+    namespaced = _param_scope_namespaced(param_kind, candidates)
+    given = str(ref.get("namespace") or "")
+    if given and not namespaced:
+        return [_Bound(missing="failed to configure binding: paramRef.namespace must not be "
+                               "provided for a cluster-scoped `paramKind`")]
+
+    def picks(namespace: str | None) -> list[Mapping[str, Any]]:
+        found = []
+        for candidate in candidates:
+            meta = mapping_at(candidate, "metadata")
+            if namespace is not None and meta.get("namespace") != namespace:
+                continue
+            if ref.get("name") and meta.get("name") != ref["name"]:
+                continue
+            if "selector" in ref and \
+                    not _selector(ref["selector"]).matches(meta.get("labels") or {}):
+                continue
+            found.append(candidate)
+        return found
+
+    what = ref.get("name") or "selector"
+    if not namespaced or given:
+        found = picks(given if namespaced else None)
+        if not found:
+            warnings.append(f"{binding.location}: spec.paramRef: no param object {what!r} of "
+                            "the policy's paramKind in the input; parameterNotFoundAction "
+                            f"{action} applies")
+            return [_Bound(missing=missing)]
+        return [_Bound(params=c) for c in found]
+    # namespaced paramKind, no paramRef.namespace: the request's namespace decides
+    by_namespace: dict[str, list[Mapping[str, Any]]] = {}
+    for candidate in picks(None):
+        by_namespace.setdefault(str(mapping_at(candidate, "metadata").get("namespace")),
+                                []).append(candidate)
+    instances = [_Bound(params=c, namespaced=True, namespaces=(ns,))
+                 for ns, found in by_namespace.items() for c in found]
+    instances.append(_Bound(missing=missing, namespaced=True, exclude=tuple(by_namespace)))
+    instances.append(_Bound(missing="failed to configure binding: cannot use namespaced "
+                                    "paramRef in policy binding that matches cluster-scoped "
+                                    "resources", namespaced=False))
+    return instances
 
 
 @functools.cache
@@ -494,16 +665,24 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
     for i, mutation in enumerate(spec.get("mutations") or () if kind.startswith("Mutating")
                                  else ()):
         where = f"spec.mutations[{i}]"
-        if mutation.get("patchType") != "JSONPatch":
-            builder.error(f"{where}.patchType", f"{mutation.get('patchType')!r} is not "
-                          "supported (gpuguard evaluates JSONPatch mutations only)")
+        patch_type = str(mutation.get("patchType"))
+        field = "jsonPatch" if patch_type == "JSONPatch" else "applyConfiguration"
+        if not isinstance(mutation.get(field), Mapping):
+            builder.error(f"{where}.{field}", f"required for patchType {patch_type}")
             continue
-        source = (mutation.get("jsonPatch") or {}).get("expression")
-        compiled = builder.compile(rewrite_jsonpatch_literals(str(source or "")),
-                                   f"{where}.jsonPatch.expression", written=str(source or ""))
-        if compiled is not None:
-            mutations.append(Mutation(f"mutations[{i}]", f"{where}.jsonPatch.expression",
-                                      expression=compiled))
+        source = str(mapping_at(mutation, field).get("expression") or "")
+        path = f"{where}.{field}.expression"
+        compiled = builder.compile(rewrite_typed_literals(source), path, written=source)
+        if compiled is None:
+            continue
+        if patch_type == "ApplyConfiguration":
+            apply_kinds()  # read the merge facts now, not on the first request
+        problem = _patch_type_error(patch_type, source, compiled)
+        if problem is not None:
+            builder.error(path, problem)
+            continue
+        mutations.append(Mutation(f"mutations[{i}]", path, expression=compiled,
+                                  patch_type=patch_type))
     annotations = mapping_at(metadata, "annotations")
     policy = Policy(
         name=str(metadata.get("name", "")),
@@ -513,12 +692,14 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         match=_native_match(spec.get("matchConstraints")),
         failure_policy=parsed(FailurePolicy, spec.get("failurePolicy"), FailurePolicy.FAIL),
         actions=(ValidationAction.DENY,),
-        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions"),
-        variables=builder.rules(spec.get("variables"), "spec.variables"),
-        validations=builder.rules(spec.get("validations"), "spec.validations"),
+        match_conditions=builder.rules(spec.get("matchConditions"), "spec.matchConditions",
+                                       native=True),
+        variables=builder.rules(spec.get("variables"), "spec.variables", native=True),
+        validations=builder.rules(spec.get("validations"), "spec.validations", native=True),
         mutations=tuple(mutations),
         audit_annotations=builder.rules(spec.get("auditAnnotations"), "spec.auditAnnotations",
-                                        "valueExpression"),
+                                        "valueExpression", native=True),
+        reinvocation=str(spec.get("reinvocationPolicy") or "Never"),
     )
     builder.check_references(None, _declared(spec), native=True)
     return policy if len(builder.errors) == before else None
@@ -531,20 +712,22 @@ def _actions(value: Any) -> tuple[ValidationAction, ...]:
     return tuple(parsed(ValidationAction, action, ValidationAction.DENY) for action in value)
 
 
-def _bind(template: Policy, binding: Document, params: Any, missing: str | None) -> Policy:
+def _bind(template: Policy, binding: Document, bound: _Bound) -> Policy:
     """One evaluation instance of a native policy: its binding's name, match and actions."""
     spec = binding.body.get("spec") or {}
     name = str((binding.body.get("metadata") or {}).get("name", ""))
     actions = _actions(spec.get("validationActions"))
+    match = _combine(template.match, _native_match(spec.get("matchResources"))
+                     if spec.get("matchResources") else None)
     return replace(
         template,
         name=f"{template.name}/{name}",
-        match=_combine(template.match, _native_match(spec.get("matchResources"))
-                       if spec.get("matchResources") else None),
+        match=replace(match, namespaced=bound.namespaced, namespaces=bound.namespaces,
+                      exclude_namespaces=bound.exclude),
         actions=actions if template.kind == "ValidatingAdmissionPolicy" else
         (ValidationAction.DENY,),
-        params=params,
-        param_missing=missing,
+        params=bound.params,
+        param_missing=bound.missing,
     )
 
 
@@ -713,11 +896,15 @@ def build_policy_set(
             chosen = {id(c) for c in candidates}  # param bodies; `used` holds documents
             used.update(id(d) for d in documents if id(d.body) in chosen)
             for binding in bound:
-                selected = _bound_params(binding, candidates, warnings)
-                for params, missing in selected:
-                    instance = _bind(template, binding, params, missing)
-                    if len(selected) > 1:  # a selector picked several param objects
-                        param_name = (params.get("metadata") or {}).get("name", "?")
+                selected = _bound_params(binding, body["spec"].get("paramKind"), candidates,
+                                         warnings)
+                for choice in selected:
+                    instance = _bind(template, binding, choice)
+                    if choice.params is not None and sum(
+                            c.params is not None and c.namespaces == choice.namespaces
+                            for c in selected) > 1:
+                        # a selector picked several param objects for the same requests
+                        param_name = mapping_at(choice.params, "metadata").get("name", "?")
                         instance = replace(instance, name=f"{instance.name}/{param_name}")
                     policies.append(instance)
     for key, bound in bindings.items():
@@ -734,16 +921,21 @@ def build_policy_set(
         kinds = ", ".join(sorted({str(d.body.get("kind")) for d in ignored}))
         warnings.append(f"{len(ignored)} document(s) are not policies, bindings or their params "
                         f"(kinds: {kinds}); ignored")
-    seen: dict[str, Policy] = {}
+    seen: dict[tuple[Any, ...], Policy] = {}
     for policy in policies:
-        if policy.name in seen:
-            first = seen[policy.name].origin
+        # instances of one binding for disjoint namespaces (paramRef by the request's
+        # namespace) share the binding's name, as in the API server's messages
+        partition = (policy.name, policy.match.namespaced, policy.match.namespaces,
+                     policy.match.exclude_namespaces)
+        if partition in seen:
+            first = seen[partition].origin
             errors.append(PolicyError(policy.origin.source, policy.origin.index,
                                       policy.origin.line, "metadata.name",
                                       f"policy name {policy.name!r} is already used by "
                                       f"{first.source}: document {first.index}"))
-        seen.setdefault(policy.name, policy)
-    policies = [p for p in policies if seen[p.name] is p]
+        seen.setdefault(partition, policy)
+    policies = [p for p in policies if seen[(p.name, p.match.namespaced, p.match.namespaces,
+                                             p.match.exclude_namespaces)] is p]
     policies = _with_exceptions(policies, exempted, warnings)
     quotas = unique_quotas(quotas, errors)
     return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.facts.review import ReviewInput
+from policies.facts.workload_kinds import by_resource
+from policies.facts.workloads import find_workload
 from policies.json_fields import mapping_at
 from policies.policy.model import Exception_, Match, Policy, ResourceRule, Subject
 from policies.vocabulary import EvaluationPoint
@@ -56,7 +58,27 @@ def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> boo
         return False
     if rule.resource_names and review.name not in rule.resource_names:
         return False
-    return _resource_matches(rule.resources, resource.resource, review.subresource)
+    if _resource_matches(rule.resources, resource.resource, review.subresource):
+        return True
+    return rule.unmodelled_workloads and _unmodelled_workload(review)
+
+
+def _unmodelled_workload(review: ReviewInput) -> bool:
+    """Whether the request is for a kind the workload registry does not model, whose object a
+    structural search finds pod templates, PodSpecs or resource blocks in (a GPUPolicy that
+    leaves ``match.resources`` out judges it, so its GPUs pass no policy unseen)."""
+    resource = review.resource
+    if review.subresource or by_resource(resource.group, resource.resource) is not None \
+            or review.kind[2] in _NOT_WORKLOADS or not isinstance(review.subject, Mapping):
+        return False
+    workload = find_workload(review.subject)
+    return workload is not None and workload.generic
+
+
+# Kinds that carry resource lists without making pods: never judged as workloads.
+_NOT_WORKLOADS = frozenset({"Namespace", "Node", "ResourceQuota", "LimitRange", "GPUQuota",
+                            "GPUPolicy", "ResourceClaim", "ResourceClaimTemplate",
+                            "DeviceClass", "ResourceSlice"})
 
 
 def subject_matches(subject: Subject, review: ReviewInput) -> bool:
@@ -73,19 +95,52 @@ def subject_matches(subject: Subject, review: ReviewInput) -> bool:
     return subject.name in ("*", name) and subject.namespace in ("", "*", namespace)
 
 
-def matches(match: Match, review: ReviewInput, *,
-            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
-    """Whether ``match`` selects this request (every given part must hold)."""
-    operation = AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
+def effective_operation(review: ReviewInput, point: EvaluationPoint) -> str:
+    """The operation the resource rules are matched against: the request's, or CREATE at the
+    audit point (existing objects are judged as if created)."""
+    return AUDIT_OPERATION if point == EvaluationPoint.AUDIT else review.operation
+
+
+def rules_select(match: Match, review: ReviewInput, operation: str) -> bool:
+    """Whether the resource rules of ``match`` select the request: one of ``rules`` (and of
+    ``narrowing_rules``, when given) covers it and none of ``exclude_rules`` does. With
+    :func:`rules_name_free`, the answer depends on the request's group, version, resource,
+    subresource and ``operation`` alone (what :class:`policies.engine.evaluation.Engine` caches)."""
     if not any(rule_matches(r, review, operation) for r in match.rules):
         return False
     if match.narrowing_rules and not any(
         rule_matches(r, review, operation) for r in match.narrowing_rules
     ):
         return False
-    if any(rule_matches(r, review, operation) for r in match.exclude_rules):
+    return not any(rule_matches(r, review, operation) for r in match.exclude_rules)
+
+
+def rules_name_free(match: Match) -> bool:
+    """Whether no resource rule of ``match`` names objects (``resourceNames``), so that
+    :func:`rules_select` does not depend on the request's object name."""
+    return not any(rule.resource_names for rule in
+                   (*match.rules, *match.narrowing_rules, *match.exclude_rules))
+
+
+def selects_by_rules_alone(match: Match) -> bool:
+    """Whether ``match`` is its resource rules and nothing else (no scope, selector, namespace
+    list or subjects), so that :func:`matches` is :func:`rules_select`. Every part
+    :func:`matches` reads beyond the rules must be named here."""
+    return not (match.namespaced is not None
+                or match.namespace_selector.match_labels or match.namespace_selector.requirements
+                or match.object_selector.match_labels or match.object_selector.requirements
+                or match.namespaces or match.exclude_namespaces or match.subjects
+                or match.exclude_subjects)
+
+
+def matches(match: Match, review: ReviewInput, *,
+            point: EvaluationPoint = EvaluationPoint.ADMISSION) -> bool:
+    """Whether ``match`` selects this request (every given part must hold)."""
+    if not rules_select(match, review, effective_operation(review, point)):
         return False
     namespace = review.namespace
+    if match.namespaced is not None and bool(namespace) != match.namespaced:
+        return False
     selector = match.namespace_selector
     if selector.match_labels or selector.requirements:  # the empty selector selects all
         if review.kind[2] == "Namespace":

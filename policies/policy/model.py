@@ -82,6 +82,9 @@ class ResourceRule:
     resources: tuple[str, ...] = ("*",)
     operations: tuple[str, ...] = ("*",)
     resource_names: tuple[str, ...] = ()
+    # GPUPolicy matching pods (as its default does): also any kind the workload registry does
+    # not model, once a structural search finds what makes pods in it ("kind not modelled")
+    unmodelled_workloads: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class Match:
     exclude_namespaces: tuple[str, ...] = ()
     subjects: tuple[Subject, ...] = ()
     exclude_subjects: tuple[Subject, ...] = ()
+    namespaced: bool | None = None  # True: namespaced requests only; False: cluster-scoped only
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,9 @@ class Mutation:
 
     ``shortcut`` is ``(name, argument)`` for ``addToleration``, ``setRuntimeClassName``,
     ``setSchedulerName``, ``setLabel``, ``setAnnotation`` or ``setNodeSelector``; ``condition`` an
-    optional CEL guard.
+    optional CEL guard. ``patch_type`` is a native policy's ``patchType`` (``JSONPatch``, whose
+    value may hold ``Object`` literals, or ``ApplyConfiguration``: an ``Object`` merged into the
+    object, :mod:`policies.policy.apply`); "" for a GPUPolicy's RFC 6902 expression.
     """
 
     name: str
@@ -142,6 +148,7 @@ class Mutation:
     expression: CompiledExpression | None = None
     shortcut: tuple[str, Any] | None = None
     condition: CompiledExpression | None = None
+    patch_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,13 @@ class Policy:
         origin: where it was defined.
         failure_policy: ``Fail`` or ``Ignore``; actions: validationActions (in file order).
         params: the params object (inline GPUPolicy params or a bound param object).
-        param_missing: a binding's paramRef found nothing (with ``Deny`` action).
+        param_missing: a binding's paramRef gives no params: ``Allow`` (its
+            parameterNotFoundAction: the instance does nothing), or the API server's error that
+            fails the request under the failurePolicy
+            (:data:`~policies.policy.loader.NO_PARAMS_DENY`, a namespaced paramRef on a
+            cluster-scoped request).
+        reinvocation: ``IfNeeded`` runs the policy's mutations once more when a later policy
+            changed the object after them (``reinvocationPolicy``); ``Never`` otherwise.
     """
 
     name: str
@@ -194,6 +207,7 @@ class Policy:
     exceptions: tuple[Exception_, ...] = ()
     params: Any = None
     param_missing: str | None = None
+    reinvocation: str = "Never"  # a MutatingAdmissionPolicy's reinvocationPolicy
 
 
 @dataclass(frozen=True)
@@ -214,6 +228,7 @@ class PolicySet:
     quotas: tuple[Quota, ...] = ()  # GPUQuota documents (policies.policy.quota), in file order
     digest: str = ""
     contents: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    skipped: tuple[str, ...] = ()  # under --skip-broken: ``file: document N`` of each left out
 
     def names(self) -> tuple[str, ...]:
         """Policy names, in evaluation order."""

@@ -6,7 +6,9 @@ shortcut (``addToleration``, ``setRuntimeClassName``, ``setSchedulerName``, ``se
 sent back to the API server: ``jsonpatch.make_patch(original, final)``, so JSON Pointer escaping
 (``~0``, ``~1``), missing parents (``annotations: null``) and untouched keys are right by
 construction (DESIGN.md). Shortcuts act on every pod template of the object
-(:mod:`policies.facts.workloads`), on the templates that ask for GPUs when some do.
+(:mod:`policies.facts.workloads`), on the templates that ask for GPUs when some do: pod spec
+shortcuts on PodTemplateSpecs and bare PodSpecs, metadata ones on PodTemplateSpecs only; a
+resource block (Trainer ``resourcesPerNode``) has nothing either could change.
 
 Must not decide whether a mutation runs (that is the engine) or do I/O.
 """
@@ -22,7 +24,7 @@ import jsonpatch
 import jsonpointer
 
 from policies.cel.json_values import to_json_data
-from policies.facts.workloads import WorkloadFacts
+from policies.facts.workloads import POD_SPEC, RESOURCES, WorkloadFacts
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 
@@ -146,7 +148,10 @@ def _pod_targets(obj: dict[str, Any], facts: WorkloadFacts | None) -> list[tuple
     pairs = []
     asking = [per.requested for per in facts.per_template]
     for template, wants in zip(facts.workload.templates, asking, strict=True):
-        if any(asking) and not wants:
+        if (any(asking) and not wants) or template.shape == RESOURCES:
+            continue  # a resource block (TrainJob resourcesPerNode) has no pod spec to change
+        if template.shape == POD_SPEC:  # a bare PodSpec (KServe) has no metadata of its own
+            pairs.append((template.spec_path, ""))
             continue
         metadata = f"{template.path}.metadata" if template.path else "metadata"
         pairs.append((template.spec_path, metadata))
@@ -230,6 +235,8 @@ def apply_shortcut(
             continue
         if field is None:
             changed = _POD_SPEC_SHORTCUTS[name](spec, argument) or changed
+            continue
+        if not metadata_path:
             continue
         parent_path, _, key = metadata_path.rpartition(".")
         parent = _at(obj, parent_path)

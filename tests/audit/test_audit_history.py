@@ -159,3 +159,35 @@ PRAGMA user_version = 1;
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
         assert db.execute("SELECT policy_hash, policies FROM runs WHERE id = 2").fetchone() == (
             report["policy_set"]["hash"], '["require-queue-label"]')
+
+
+def test_history_series_feeds_the_html_trend_charts(tmp_path):
+    from audit.render import html as render_html
+    from audit.render import svg_charts
+
+    history = str(tmp_path / "history.sqlite")
+    snapshot = tmp_path / "cluster"
+    shutil.copytree(EXAMPLE, snapshot)
+    first = audit("-f", str(snapshot), "--history", history, "--metrics", str(METRICS))
+    assert len(first["history"]) == 1
+    assert svg_charts.trends(first) == []  # one run: no line to draw
+    (snapshot / "workloads" / "kai-fraction-init.yaml").unlink()
+    second = audit("-f", str(snapshot), "--history", history, "--metrics", str(METRICS))
+    points = second["history"]
+    assert [p["at"] for p in points] == [first["generated"], second["generated"]]
+    # the KAI pod held 0.5 GPU (see the test above); the figures are each run's summary
+    assert [p["allocated"] for p in points] == [
+        first["summary"]["gpu_equivalents"]["allocated"],
+        second["summary"]["gpu_equivalents"]["allocated"]]
+    assert round(points[0]["allocated"] - points[1]["allocated"], 6) == 0.5
+    assert points[1]["idle"] == second["summary"]["gpu_equivalents"]["idle_allocated"]
+    assert points[1]["findings"] == {s: second["summary"]["findings"][s]
+                                     for s in ("deny", "warn", "audit", "error")}
+    page = render_html.render(second)
+    assert 'aria-label="GPU-equivalents over time"' in page
+    assert 'aria-label="Findings over time"' in page
+    allocation = svg_charts.trends(second)[0]
+    # three series, two points each: allocatable, allocated, idle
+    assert allocation.count("<polyline") == 3
+    assert all(len(line.split('points="')[1].split('"')[0].split()) == 2
+               for line in allocation.split("<polyline")[1:])

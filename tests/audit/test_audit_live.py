@@ -166,8 +166,9 @@ def test_cli_audits_the_cluster_and_writes_policy_reports(objects, file_report, 
                                                  "team-research", "team-vision"]
     # team-llm: 5 GPU workloads. max-gpus-per-pod: 4 pass, LWS fails (Deny -> fail);
     # shared-gpu-notice: 4 pass, vllm-cross-vgpu warns; queue-label-audit: 5 fail (Audit).
-    assert first[("PolicyReport", "team-llm", "gpuguard-audit")]["summary"] == \
-        {"pass": 8, "fail": 6, "warn": 1, "error": 0, "skip": 0}
+    llm = first[("PolicyReport", "team-llm", "gpuguard-audit")]
+    assert llm["summary"] == {"pass": 0, "fail": 6, "warn": 1, "error": 0, "skip": 0}
+    assert llm["metadata"]["annotations"] == {"gpuguard.io/passed-rules": "8"}
     creates = [w for w in writes if w[0] == "POST"]
     replaces = [w for w in writes if w[0] == "PUT"]
     assert len(creates) == len(replaces) == 6

@@ -132,8 +132,10 @@ def test_policy_reports_validate(report):
     research = next(o for o in objects if o["metadata"].get("namespace") == "team-research")
     # team-research, 8 GPU workloads: max-gpus-per-pod exempts all 8 (skip); shared-gpu-notice
     # warns on 4 (KAI pod, raycluster, hami pod, notebooks), 4 pass; queue-label-audit fails 3
-    # (Audit -> fail, severity low), 5 pass -> pass 9.
-    assert research["summary"] == {"pass": 9, "fail": 3, "warn": 4, "error": 0, "skip": 8}
+    # (Audit -> fail, severity low), 5 pass -> 9 passed rules. The summary counts the results
+    # (no pass results: the audit counts passes, it does not know which); the 9 are an annotation.
+    assert research["summary"] == {"pass": 0, "fail": 3, "warn": 4, "error": 0, "skip": 8}
+    assert research["metadata"]["annotations"] == {"gpuguard.io/passed-rules": "9"}
     results = research["results"]
     assert sum(r["result"] == "skip" for r in results) == 8
     assert {(r["result"], r["severity"]) for r in results} == {
@@ -142,6 +144,35 @@ def test_policy_reports_validate(report):
     stranded = [r for r in cluster["results"] if r["rule"] == "stranded-gpus"]
     assert len(stranded) == 5
     assert {r["resources"][0]["name"] for r in stranded} >= {"gpu-node-a100-05"}
+
+
+def test_every_report_summary_counts_its_own_results(report):
+    for obj in policy_reports.build(report):
+        outcomes = [r["result"] for r in obj["results"]]
+        assert obj["summary"] == {k: outcomes.count(k)
+                                  for k in ("pass", "fail", "warn", "error", "skip")}, (
+            obj["kind"], obj["metadata"].get("namespace"))
+    cluster = policy_reports.build(report)[-1]
+    healthy = sum(1 for n in report["nodes"] if not n.get("stranded") and not n["warnings"])
+    assert cluster["metadata"]["annotations"] == {
+        "gpuguard.io/nodes-without-problems": str(healthy)}
+
+
+@pytest.mark.parametrize("where", ["stdout", "out"])
+def test_policy_report_yaml_has_no_anchors(where, tmp_path):
+    # Every result shares one timestamp dict: PyYAML's safe_dump wrote it as &id001 / *id001.
+    if where == "stdout":
+        code, text, _ = audit("-f", str(EXAMPLE), "--policies", str(POLICIES), "-o",
+                              "policyreport", "--jobs", "0")
+    else:
+        code, _, _ = audit("-f", str(EXAMPLE), "--policies", str(POLICIES), "--out",
+                           str(tmp_path), "--jobs", "0")
+        text = (tmp_path / "policyreports.yaml").read_text()
+    assert code == 0
+    assert not re.search(r"[&*]id\d+", text)
+    reports = list(yaml.safe_load_all(text))
+    stamps = [r["timestamp"] for o in reports for r in o["results"]]
+    assert len(stamps) > 10 and all(stamp == stamps[0] for stamp in stamps)
 
 
 def test_policy_reports_stay_under_the_size_limit(report):

@@ -2,8 +2,9 @@
 ``-o table|json|yaml`` with JSON and YAML the same versioned document, YAML without anchors,
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
-Not yet common (docs/cli-conventions.md): ``match-conditions -o`` names an output file;
-``-o junit|sarif`` for ``audit`` findings, ``-o junit`` for ``check``.
+``-o junit|sarif`` for ``audit`` findings through the writers of ``test`` and ``check``; ``-f`` and
+``-`` for ``lint`` and ``test``. Not yet common (docs/cli-conventions.md): ``match-conditions -o``
+names an output file; ``-o junit`` for ``check``.
 """
 
 from __future__ import annotations
@@ -231,3 +232,48 @@ spec:
     (warning,) = json.loads(warned[1])["runs"][0]["results"]
     assert (warned[0], warning["ruleId"], warning["level"]) == (0, "toy/no-gpu", "warning")
     assert warning["message"]["text"] == "Deployment team-llm/mistral-7b: asks for a GPU"
+
+
+def test_audit_findings_as_junit_and_sarif_for_ci():
+    import xml.etree.ElementTree as ET
+
+    argv = ("audit", "-f", str(EXAMPLE), "--jobs", "0")
+    report = json.loads(_run(*argv, "-o", "json")[1])
+    code, junit = _run(*argv, "-o", "junit")
+    root = ET.fromstring(junit.encode())
+    assert (code, root.get("name")) == (0, "gpuguard audit")
+    evaluated = [w for w in report["workloads"] if w["evaluated"]]
+    assert int(root.get("tests")) == len(evaluated)
+    # A workload fails when it has a deny or audit finding; the case lists its findings.
+    failing = {(f["workload"]["namespace"], f["workload"]["kind"], f["workload"]["name"])
+               for f in report["findings"] if f["severity"] in ("deny", "audit")}
+    assert int(root.get("failures")) == len(failing) > 0
+    sandbox = next(s for s in root if s.get("name") == "sandbox")
+    failure = sandbox.find("testcase[@name='Pod/debug-shell']/failure")
+    assert failure.get("message").startswith(
+        "deny no-unrequested-gpu-access/no-unrequested-access: container 'shell'")
+    code, sarif = _run(*argv, "-o", "sarif")
+    (run,) = json.loads(sarif)["runs"]
+    findings = [f for f in report["findings"] if f["severity"] != "info"]
+    assert (code, len(run["results"])) == (0, len(findings))
+    levels = {"deny": "error", "error": "error", "warn": "warning", "audit": "note"}
+    assert sorted(r["level"] for r in run["results"]) == sorted(levels[f["severity"]]
+                                                               for f in findings)
+    assert all("locations" not in r for r in run["results"])  # a snapshot, not files
+
+
+@pytest.mark.parametrize("command", ["lint", "test"])
+def test_lint_and_test_take_f_and_stdin(command, monkeypatch):
+    path = (ROOT / "policies" / "library" / "gpu-requesters.yaml") if command == "lint" else \
+        (ROOT / "tests" / "policies" / "gpu-requesters.yaml")
+    as_path = _run(command, str(path), "-o", "json")
+    as_f = _run(command, "-f", str(path), "-o", "json")
+    assert as_path == as_f and as_path[0] == 0
+    if command == "lint":  # a suite names its policies relative to its own file
+        monkeypatch.setattr("sys.stdin", io.StringIO(path.read_text()))
+        from_stdin = _run(command, "-f", "-", "-o", "json")
+        assert from_stdin == as_path
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli.main([command]) == 2
+    assert f"gpuguard {command}: error: no input: give PATH... or -f PATH" in err.getvalue()

@@ -627,7 +627,10 @@ def admitted_form(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # After the status's own prefix: 'pods "x" is forbidden: ' (403) or '... is invalid: ' (422).
-_DENIED = re.compile(r"ValidatingAdmissionPolicy '(?P<policy>[^']*)' with binding "
+# A VAP's validation denies as "ValidatingAdmissionPolicy 'p' with binding 'b' denied request";
+# a MAP's failure and a binding's configuration error as "policy 'p' with binding 'b' denied
+# request" (policy/generic/policy_dispatcher.go, PolicyError).
+_DENIED = re.compile(r"(?:ValidatingAdmissionPolicy|policy) '(?P<policy>[^']*)' with binding "
                      r"'(?P<binding>[^']*)' denied request: (?P<message>.*)$", re.S)
 _WARNED = re.compile(r"^Validation failed for ValidatingAdmissionPolicy '(?P<policy>[^']*)' "
                      r"with binding '(?P<binding>[^']*)': (?P<message>.*)$", re.S)

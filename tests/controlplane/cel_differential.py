@@ -32,7 +32,9 @@ from typing import Any
 
 import yaml
 
+from policies.authorization import Attributes, Decision, Subject, Verdict
 from policies.cel.gpu import GPU_LIBRARY
+from policies.cel.library import authz
 from policies.cel.runtime import CelCompileError, CelEnvironment, CelEvaluationError
 from tests.controlplane.celoracle import Outcome, canonical_gpuguard
 
@@ -68,14 +70,57 @@ def gpuguard_outcome(request: Mapping[str, Any]) -> Outcome:
     except CelCompileError as exc:
         return Outcome("compile", message=exc.message)
     data = dict(request.get("vars", {}))
-    try:
-        value = ENVIRONMENT.activation(data, variables).evaluate(compiled)
-    except CelEvaluationError as exc:
-        return Outcome("error", message=exc.message)
+    vars_request = data.get("request") if isinstance(data.get("request"), Mapping) else {}
+    session = authz.Session(StaticAuthorizer(request.get("authorizer") or {}),
+                            _subject(vars_request))
+    with authz.bound(session, _resource(vars_request)) as authorizer:
+        data["authorizer"] = authorizer
+        try:
+            value = ENVIRONMENT.activation(data, variables).evaluate(compiled)
+        except CelEvaluationError as exc:
+            return Outcome("error", message=exc.message)
     if compiled.output_type.startswith("type") and isinstance(value, str):
         value = value.partition("<")[0]  # a type's name: 'list<dyn>' is CEL's list
     return Outcome("value", canonical_gpuguard(value, _opaque_string),
                    type_name=compiled.output_type)
+
+
+@dataclass(frozen=True)
+class StaticAuthorizer:
+    """The oracle's ``staticAuthorizer`` (tests/controlplane/kube/celoracle/main.go) on the
+    gpuguard side, so that both answer a request's ``authorizer`` spec alike: the first rule
+    whose set fields (``verb group resource subresource namespace name path``; ``""`` or
+    ``*``: any) match decides, else the spec's ``decision`` (none: no opinion)."""
+
+    spec: Mapping[str, Any]
+
+    def authorize(self, attributes: Attributes) -> Decision:
+        got = {"verb": attributes.verb, "group": attributes.api_group,
+               "resource": attributes.resource, "subresource": attributes.subresource,
+               "namespace": attributes.namespace, "name": attributes.name,
+               "path": attributes.path}
+        for rule in self.spec.get("rules") or ():
+            if all(rule.get(k, "") in ("", "*", v) for k, v in got.items()):
+                return Decision(_verdict(rule.get("decision", "")), rule.get("reason", ""))
+        return Decision(_verdict(self.spec.get("decision", "")), self.spec.get("reason", ""))
+
+
+def _verdict(name: str) -> Verdict:
+    return {"allow": Verdict.ALLOW, "deny": Verdict.DENY}.get(name.lower(), Verdict.NO_OPINION)
+
+
+def _subject(request: Mapping[str, Any]) -> Subject:
+    user = request.get("userInfo") if isinstance(request.get("userInfo"), Mapping) else {}
+    return Subject(str(user.get("username", "")), str(user.get("uid", "")),
+                   tuple(user.get("groups") or ()))
+
+
+def _resource(request: Mapping[str, Any]) -> dict[str, str]:
+    resource = request.get("resource") if isinstance(request.get("resource"), Mapping) else {}
+    return {"group": str(resource.get("group", "")),
+            "resource": str(resource.get("resource", "")),
+            "subresource": str(request.get("subResource", "")),
+            "namespace": str(request.get("namespace", "")), "name": str(request.get("name", ""))}
 
 
 def same_value(a: Any, b: Any) -> bool:

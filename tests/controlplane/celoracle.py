@@ -217,6 +217,12 @@ OPAQUE_NAMES = {
     "kubernetes.Quantity": "quantity", "net.IP": "ip", "net.CIDR": "cidr",
     "kubernetes.URL": "url", "kubernetes.Semver": "semver",
     "kubernetes.NamedFormat": "format",
+    # policies/cel/library/authz.py
+    "kubernetes.authorization.Authorizer": "authz",
+    "kubernetes.authorization.PathCheck": "authz_path",
+    "kubernetes.authorization.GroupCheck": "authz_group",
+    "kubernetes.authorization.ResourceCheck": "authz_resource",
+    "kubernetes.authorization.Decision": "authz_decision",
 }
 
 

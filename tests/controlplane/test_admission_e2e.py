@@ -56,18 +56,25 @@ ADMIN = ("gpuguard-test-admin", ("system:masters", "system:authenticated"))
 MALLORY = ("mallory", ("system:authenticated",))  # what kubectl --as mallory sends
 
 
+# The cluster's RBAC objects (written by the ``cluster`` fixture): gpu-requesters' authorizer
+# checks are SubjectAccessReviews at the webhook and these objects for ``gpuguard check``.
+RBAC_SNAPSHOT: list[Path] = []
+
+
 def checked(manifest: dict[str, Any], user: tuple[str, tuple[str, ...]] = ADMIN
             ) -> dict[str, Any]:
-    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server."""
+    """``gpuguard check`` of one manifest as ``user`` (name, groups) sends it to the API server,
+    with the cluster's RBAC objects as ``--snapshot``."""
     groups = [arg for group in user[1] for arg in ("--group", group)]
     done = gpuguard("check", "-f", "-", *POLICY_ARGS, "--user", user[0], *groups, "-o", "json",
-                    input=json.dumps(manifest))
+                    "--snapshot", str(RBAC_SNAPSHOT[0]), input=json.dumps(manifest))
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)["results"][0]
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane: ControlPlane) -> ControlPlane:
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+            ) -> ControlPlane:
     """The session control plane with what the webhook's policies expect of a cluster."""
     setup = [
         # the library's mutation sets runtimeClassName nvidia; the RuntimeClass admission plugin
@@ -75,11 +82,17 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
          "handler": "nvidia"},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuguard-system"}},
-        # a user RBAC lets do anything, and whom gpu-requesters does not list
+        # a user RBAC lets do anything with pods and workloads, but not use GPUs
+        # (gpus.gpuguard.io, which gpu-requesters checks): cluster-admin would include it
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-workloads-admin"},
+         "rules": [{"apiGroups": ["", "apps", "batch", "kubeflow.org", "ray.io",
+                                  "jobset.x-k8s.io", "kubevirt.io", "leaderworkerset.x-k8s.io"],
+                    "resources": ["*"], "verbs": ["*"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "e2e-mallory-cluster-admin"},
+         "metadata": {"name": "e2e-mallory-workloads-admin"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "cluster-admin"},
+                     "name": "e2e-workloads-admin"},
          "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                        "name": "mallory"}]},
     ]
@@ -87,6 +100,12 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
         {"apiVersion": "v1", "kind": "List", "items": setup}))
     assert applied.returncode == 0, applied.stderr
     install_crds(control_plane, DATA / "workload-crds.yaml")
+    exported = control_plane.kubectl("get", "clusterroles,clusterrolebindings,roles,rolebindings",
+                                     "-A", "-o", "yaml")
+    assert exported.returncode == 0, exported.stderr
+    snapshot = tmp_path_factory.mktemp("e2e-rbac") / "rbac.yaml"
+    snapshot.write_text(exported.stdout, encoding="utf-8")
+    RBAC_SNAPSHOT[:] = [snapshot]
     return control_plane
 
 
@@ -163,12 +182,12 @@ def test_gpu_pod_denied_with_the_policy_message(cluster, webhook, make_namespace
                and "no-privileged-gpu" in d.get("deniedBy", []) for d in webhook.decisions())
 
 
-def test_user_not_listed_in_gpu_requesters_is_denied(cluster, webhook, make_namespace) -> None:
+def test_user_whom_rbac_does_not_let_use_gpus_is_denied(cluster, webhook, make_namespace) -> None:
     namespace = make_namespace("requester")
     pod = gpu_pod("cuda", namespace)
     done = cluster.kubectl("--as", "mallory", "create", "-f", "-", input=json.dumps(pod))
     assert done.returncode == 1  # RBAC let mallory in; the webhook, seeing userInfo, did not
-    assert f"{DENIED_BY}gpu-requesters: user 'mallory' (groups: system:authenticated)" \
+    assert f"{DENIED_BY}gpu-requesters: user 'mallory' may not use GPUs not pinned to a product" \
         in done.stderr, done.stderr
 
 
@@ -190,6 +209,39 @@ def test_mutated_pod_is_stored_with_the_patch_applied(cluster, webhook, make_nam
                  if d.get("endpoint") == "mutate" and d.get("name") == "cuda"
                  and d.get("namespace") == namespace]
     assert mutations and mutations[-1].get("patchOperations") == 2
+
+
+def _dry_run_spec(cluster: ControlPlane, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The spec the API server would store for ``pod`` (server dry run), None when refused."""
+    done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                           input=json.dumps(pod))
+    return json.loads(done.stdout)["spec"] if done.returncode == 0 else None
+
+
+def test_no_runtime_class_name_where_the_cluster_lacks_the_runtime_class(cluster, webhook,
+                                                                         make_namespace) -> None:
+    # GKE has no RuntimeClass nvidia. Before, the library's mutation set runtimeClassName:
+    # nvidia on every NVIDIA GPU pod and the RuntimeClass admission plugin refused the pod
+    # ('pod rejected: RuntimeClass "nvidia" not found'). The webhook's RuntimeClass watch sees
+    # the class go and come back; the waits are for the API server's answer to change.
+    pod = gpu_pod("no-rc", make_namespace("runtimeclass"))
+    assert _dry_run_spec(cluster, pod)["runtimeClassName"] == "nvidia"  # type: ignore[index]
+    deleted = cluster.kubectl("delete", "runtimeclass", "nvidia")
+    assert deleted.returncode == 0, deleted.stderr
+    try:
+        spec = wait_until(lambda: (s := _dry_run_spec(cluster, pod)) is not None
+                          and "runtimeClassName" not in s and s,
+                          "a GPU pod admitted without runtimeClassName", logs=cluster.logs)
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+            spec["tolerations"]  # the other mutation still applies
+    finally:
+        restored = cluster.kubectl("create", "-f", "-", input=json.dumps(
+            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+             "metadata": {"name": "nvidia"}, "handler": "nvidia"}))
+        assert restored.returncode == 0, restored.stderr
+        wait_until(lambda: ((_dry_run_spec(cluster, pod) or {}).get("runtimeClassName")
+                            == "nvidia"), "the mutation back with the RuntimeClass",
+                   logs=cluster.logs)
 
 
 def test_warnings_reach_kubectl_and_the_client(cluster, webhook, make_namespace, core) -> None:
@@ -293,6 +345,9 @@ WORKLOADS = [
     REPO / "tests" / "data" / "manifests" / "lws__vllm-gpu-leaderworkerset.yaml",
     DATA / "workloads" / "jobset-jax-tpu.yaml",
     DATA / "workloads" / "vm-gpu.yaml",
+    # a resource block (TrainJob resourcesPerNode) and a bare PodSpec (InferenceService)
+    DATA / "workloads" / "trainjob-flux-gpus.yaml",
+    DATA / "workloads" / "inferenceservice-gpu.yaml",
     DATA / "workloads" / "vmi-gpu.yaml",
 ]
 
@@ -311,7 +366,9 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [lws["leaderTemplate"], lws["workerTemplate"]]
     if kind in ("Deployment", "Job"):
         return [spec["template"]]
-    return []
+    if kind == "InferenceService":  # the predictor is a PodSpec: mutated in place
+        return [{"spec": spec["predictor"]}]
+    return []  # TrainJob: resourcesPerNode has no pod spec to mutate
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)

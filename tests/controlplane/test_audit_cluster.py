@@ -110,7 +110,10 @@ def example_cluster(control_plane_bin: Path, tmp_path_factory: pytest.TempPathFa
                       apiserver_args=["--disable-admission-plugins=TaintNodesByCondition"]
                       ) as cluster:
         install_crds(cluster, DATA / "workload-crds.yaml")
-        install_crds(cluster, DATA / "policyreport-crds.yaml")
+        # The PolicyReport CRDs gpuguard ships: the API server checks the written reports
+        # against their schema.
+        for crd in sorted((REPO / "deploy" / "crds" / "policyreports").glob("*.wgpolicyk8s.io.yaml")):
+            install_crds(cluster, crd)
         loaded, skipped, refused = load(cluster, _documents())
         own = {o["metadata"]["name"] for o in loaded if o["kind"] == "Namespace"}
         listed = json.loads(cluster.kubectl("get", "namespaces", "-o", "json").stdout)["items"]

@@ -175,3 +175,51 @@ def test_each_known_generated_difference_still_differs(oracle: CelOracle, patter
     assert pattern.explains(example), (
         f"{example.describe()}\n    listed as {pattern.category} ({pattern.reason}): if "
         "gpuguard now agrees, remove the entry from known-differences.yaml")
+
+
+AUTHORIZER_SPEC = {"decision": "noOpinion", "reason": "no rule", "rules": [
+    {"verb": "use", "group": "gpuguard.io", "resource": "gpus", "namespace": "ml",
+     "name": "NVIDIA-H100-80GB-HBM3", "decision": "allow", "reason": "RBAC: allowed by x"},
+    {"verb": "create", "resource": "pods", "subresource": "", "decision": "allow",
+     "reason": "pods ok"},
+    {"verb": "get", "path": "/healthz", "decision": "deny", "reason": "no health"}]}
+AUTHORIZER_EXPRESSIONS = [
+    "authorizer.group('gpuguard.io').resource('gpus').namespace('ml')"
+    ".name('NVIDIA-H100-80GB-HBM3').check('use').allowed()",
+    "authorizer.group('gpuguard.io').resource('gpus').namespace('ml').name('x').check('use')"
+    ".reason()",
+    "authorizer.group('gpuguard.io').resource('gpus').namespace('ml')"
+    ".name('NVIDIA-H100-80GB-HBM3').check('use').reason()",
+    "authorizer.requestResource.check('create').allowed()",
+    "authorizer.requestResource.subresource('status').check('create').allowed()",
+    "authorizer.path('/healthz').check('get').allowed()",
+    "authorizer.path('/healthz').check('get').reason()",
+    "authorizer.path('/healthz').check('get').errored()",
+    "authorizer.path('/healthz').check('get').error()",
+    "authorizer.serviceAccount('ml', 'runner').group('').resource('pods').check('create')"
+    ".allowed()",
+    "authorizer.path('')",
+    "authorizer.group('').resource('  ')",
+    "authorizer.serviceAccount('ml', 'Runner')",
+    "authorizer.serviceAccount('m_l', 'runner')",
+    "type(authorizer.group('').resource('pods').check('get')) == "
+    "type(authorizer.path('/x').check('get'))",
+]
+
+
+def test_authorizer_decisions_agree_with_kubernetes(oracle: CelOracle) -> None:
+    """authz.go's semantics through an authorizer both sides answer alike (the oracle's
+    staticAuthorizer, cel_differential.StaticAuthorizer): decisions, reasons, the request's own
+    resource, service accounts and the argument errors."""
+    request = {"resource": {"group": "", "version": "v1", "resource": "pods"},
+               "namespace": "ml", "name": "train", "userInfo": {"username": "alice"}}
+    requests = [{"expression": e, "vars": {"request": request}, "authorizer": AUTHORIZER_SPEC}
+                for e in AUTHORIZER_EXPRESSIONS]
+    differences = []
+    for req, kubernetes in zip(requests, oracle.outcomes(requests), strict=True):
+        ours = gpuguard_outcome(req)
+        category = classify(ours, kubernetes)
+        if category is not None:
+            differences.append(f"{category}: {req['expression']}\n  gpuguard {ours}\n  "
+                               f"kubernetes {kubernetes}")
+    assert not differences, "\n".join(differences)

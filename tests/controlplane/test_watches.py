@@ -1,4 +1,5 @@
-"""The namespace and pod watches (kube/namespaces.py, kube/pod_cache.py) on a real API server.
+"""The namespace, pod and RuntimeClass watches (kube/namespaces.py, kube/pod_cache.py,
+kube/runtime_classes.py) on a real API server.
 
 Two API servers: the session's (watch cache on, as clusters run) for list + watch + events, and a
 module one started with ``--watch-cache=false`` for expiry: there a watch goes to etcd, so after
@@ -20,6 +21,7 @@ import pytest
 
 from kube.namespaces import NamespaceWatch
 from kube.pod_cache import PodCache
+from kube.runtime_classes import RuntimeClassWatch
 from policies.facts.review import NAMESPACE_NAME_LABEL as NAME_LABEL
 from policies.policy.quota import parse_quota
 from tests.controlplane.cluster import ControlPlane, wait_until
@@ -74,6 +76,35 @@ def test_namespace_watch_follows_creates_label_changes_and_deletes(control_plane
         wait_until(lambda: "uid" not in watch.get("watched-team")["metadata"],
                    "the deletion (back to a stub)", logs=control_plane.logs)
         assert watch.lists == 1  # all of it from one list and one watch
+    finally:
+        watch.stop()
+        api_client.close()
+
+
+def test_runtime_class_watch_follows_creates_and_deletes(control_plane: ControlPlane) -> None:
+    # What the webhook checks a setRuntimeClassName mutation against: None until the first
+    # list, then the cluster's RuntimeClass names as they are created and deleted.
+    api_client = control_plane.api_client()
+    watch = RuntimeClassWatch(api_client, watch_timeout_s=30)
+    assert watch.names() is None
+    watch.start()
+    try:
+        wait_until(lambda: watch.status()[0], "the first RuntimeClass list",
+                   logs=control_plane.logs)
+        assert "nvidia-watched" not in (watch.names() or ())
+        created = control_plane.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia-watched"}, "handler": "nvidia"}))
+        assert created.returncode == 0, created.stderr
+        wait_until(lambda: "nvidia-watched" in (watch.names() or ()),
+                   "the new RuntimeClass in the cache", logs=control_plane.logs)
+        deleted = control_plane.kubectl("delete", "runtimeclass", "nvidia-watched")
+        assert deleted.returncode == 0, deleted.stderr
+        wait_until(lambda: (names := watch.names()) is not None and "nvidia-watched" not in names,
+                   "the deletion", logs=control_plane.logs)
+        listed = json.loads(control_plane.kubectl("get", "runtimeclasses", "-o", "json").stdout)
+        # the cache is what the API server holds (other tests of the session may add classes)
+        assert watch.names() == {r["metadata"]["name"] for r in listed["items"]}
     finally:
         watch.stop()
         api_client.close()

@@ -166,3 +166,14 @@ def test_nvidia_network_resources_stay_out() -> None:
     assert classify("nvidia.com/mlnxnics") is ResourceKind.OTHER
     assert classify("nvidia.com/rdma_shared_device_a") is ResourceKind.OTHER
     assert classify("nvidia.com/priority") is ResourceKind.QUALIFIER
+
+
+@pytest.mark.parametrize("name", ["qualcomm.com/qaic", "tenstorrent.com/n300", "furiosa.ai/rngd",
+                                  "rebellions.ai/ATOM", "graphcore.ai/ipu"])
+def test_accelerators_named_without_a_hint_word_are_listed_not_zero(name: str) -> None:
+    """Real device-plugin names with no gpu/npu/tpu word (a trial found them valued 0 and not
+    listed): unrecognized, with the field path, never silently zero."""
+    assert classify(name) is ResourceKind.UNRECOGNIZED
+    facts = _one({name: 1})
+    assert facts.unrecognized == (name,)
+    assert any(f"spec.containers[0].resources.limits[{name}]" in w for w in facts.warnings)

@@ -54,9 +54,9 @@ def test_rename_replaces_plain_selections_outside_strings():
 
 def test_typed_object_literal_fields():
     source = "JSONPatch{op: 'add', path: '/a', value: {b: 1}} + t.JSONPatch{x: 1}"
-    spans = list(scan.map_literal_fields(source, "JSONPatch"))
-    assert [source[a:b] for a, b in spans] == ["op", "path", "value"]
-    assert scan.typed_literal_openings(source, "JSONPatch") == (0,)
+    [literal] = scan.typed_literals(source, "JSONPatch")
+    assert [source[a:b] for a, b in literal.fields] == ["op", "path", "value"]
+    assert literal.start == 0
 
 
 @given(st.text(max_size=200))
@@ -87,3 +87,12 @@ def test_aggregate_literals_reads_literal_elements_only():
     # m[0] indexes; T{...} is a typed object literal; format's argument list is exempt
     assert kinds == [["int", "double", "uint", "int", "string", "bytes", "bool", "null"],
                      ["string", "string"], ["int", "string"]]
+
+
+def test_typed_literals_with_dotted_type_names():
+    source = "Object{spec: Object.spec{x: 1}, y: a.Object{}, s: 'Object{z: 1}'} // Object{c: 1}"
+    found = scan.typed_literals(source, "Object")
+    assert [(t.type_name, source[t.start:t.end]) for t in found] == [
+        ("Object", "Object"), ("Object.spec", "Object.spec")]
+    assert [source[a:b] for a, b in found[0].fields] == ["spec", "y", "s"]
+    assert [source[a:b] for a, b in found[1].fields] == ["x"]

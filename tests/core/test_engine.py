@@ -418,17 +418,6 @@ def test_mutating_policy_without_reinvocation_policy_is_refused_as_the_api_serve
         ("spec", "'reinvocationPolicy' is required")]
 
 
-def test_apply_configuration_is_reported_unsupported():
-    text = NATIVE_MAP.replace("patchType: JSONPatch", "patchType: ApplyConfiguration")
-    from policies.sources import Document
-
-    documents = [Document("p.yaml", i, None, b, None) for i, b, _ in parse_text("p.yaml", text)]
-    _, errors = build_policy_set(documents, ENV)
-    assert [str(e) for e in errors] == [
-        "p.yaml: document 0: spec.mutations[0].patchType: 'ApplyConfiguration' is not supported "
-        "(gpuguard evaluates JSONPatch mutations only)"]
-
-
 @pytest.mark.parametrize(("source", "rewritten"), [
     ('[JSONPatch{op: "add", path: "/a", value: {"k": "v"}}]',
      '[{"op": "add", "path": "/a", "value": {"k": "v"}}]'),

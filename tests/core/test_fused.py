@@ -14,6 +14,7 @@ from policies.vocabulary import EvaluationMode
 from tests.builders.corpus import DATA, corpus_reviews, first
 from tests.builders.environment import ADMISSION_NOW as NOW
 from tests.builders.environment import ENV
+from tests.builders.rbac import gpu_roles
 
 LIBRARY = DATA.parent.parent / "policies" / "library"
 
@@ -60,7 +61,8 @@ def test_library_verdicts_equal_rule_by_rule_on_every_corpus_input(point):
 
 EDGES = "---\n".join([
     gpu_policy("bool-message", {"validations": [{  # a messageExpression that is a bool
-        "expression": "gpu.count == 0", "messageExpression": "true"}]}),
+        # (dyn to the checker: a literal `true` is refused at load, as the API server does)
+        "expression": "gpu.count == 0", "messageExpression": "gpu.requested"}]}),
     gpu_policy("empty-message", {"validations": [{
         "expression": "gpu.count == 0", "messageExpression": "'  '", "message": "static"}]}),
     gpu_policy("not-bool", {"validations": [{"expression": "gpu.count"}]}),
@@ -203,10 +205,12 @@ def test_the_library_costs_one_evaluation_for_all_its_fused_policies(request):
     fused, plain = engines()
     review = from_request(json.loads((DATA.parent.parent / "examples" / "admission" /
                                       "gpu-pod-review.json").read_text())["request"], now=NOW)
-    expected = plain.evaluate(review, mutate=False)
-    fused.evaluate(review, mutate=False)  # compiles the program of this set of policies
+    # gpu-requesters asks the authorizer: an errored decision would send each policy on its own
+    expected = plain.evaluate(review, mutate=False, authorizer=gpu_roles())
+    # compiles the program of this set of policies
+    fused.evaluate(review, mutate=False, authorizer=gpu_roles())
     calls = request.getfixturevalue("evaluations")
-    assert fused.evaluate(review, mutate=False) == expected
+    assert fused.evaluate(review, mutate=False, authorizer=gpu_roles()) == expected
     assert not expected.allowed and len(expected.warnings) == 2
     unfused = {p.name for p in fused.policies.policies} - fused.fused_policies
     assert unfused == {"add-gpu-toleration-and-runtimeclass"}  # (mutations only)

@@ -20,6 +20,7 @@ from policies.facts.review import UserInfo, from_object, from_request, namespace
 from policies.policy.loader import load_policies
 from policies.sources import library_path, read_documents
 from tests.builders.corpus import DATA, bug_input, first
+from tests.builders.rbac import gpu_roles
 from tests.paths import ROOT
 
 LIBRARY = Path(library_path())
@@ -61,7 +62,7 @@ def _verdict(obj: dict, namespace: str = "default", user: UserInfo | None = None
     review = from_object(obj, user=user, namespace_object=_namespace(namespace, **labels))
     review = replace(review, namespace=namespace,
                      request={**review.request, "namespace": namespace})
-    return _engine().evaluate(review)
+    return _engine().evaluate(review, authorizer=gpu_roles())
 
 
 # --- the suites -------------------------------------------------------------------------------
@@ -315,10 +316,9 @@ def test_message_user_without_gpu_group() -> None:
     deployment = first("manifests/vllm__mistral-7b-nvidia-deployment.yaml")
     verdict = _verdict(deployment, user=UserInfo("mallory", groups=("system:authenticated",)))
     assert verdict.message == (
-        "gpu-requesters: user 'mallory' (groups: system:authenticated) may not create GPU "
-        "workloads: only the users, groups (gpu-a100, gpu-interns, gpu-users, system:masters, "
-        "system:nodes) and service accounts listed in params of policy gpu-requesters may. Ask "
-        "the platform team to add you to a GPU group."
+        "gpu-requesters: user 'mallory' may not use GPUs not pinned to a product "
+        "(spec.template.spec) in namespace 'default': RBAC allows no 'use' of gpus.gpuguard.io "
+        "(without resourceNames) there. Ask the platform team for a RoleBinding to a GPU role."
     )
 
 

@@ -36,7 +36,13 @@ from policies.cel.runtime import CompiledExpression, default_environment
 from policies.facts import prefilter
 from policies.facts.gpu import GPUFacts, pod_facts
 from policies.facts.resource_names import GPUSettings, ResourceKind, classify, name_patterns
-from policies.facts.workloads import find_workload, workload_facts
+from policies.facts.workloads import (
+    POD_SPEC,
+    RESOURCES,
+    TEMPLATE,
+    find_workload,
+    workload_facts,
+)
 from policies.sources import read_documents
 from tests.paths import ROOT
 
@@ -416,6 +422,7 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
     """One object per workload resource of the webhook rules, every pod template a CPU one, in
     the shape each project's API reference gives (policies.facts.workloads reads the same fields)."""
     t = cpu_template
+    cpu = CPU_CONTAINER["resources"]
     ray = {"headGroupSpec": {"template": t()},
            "workerGroupSpecs": [{"groupName": "a", "replicas": 1, "template": t()},
                                 {"groupName": "b", "replicas": 2, "template": t()}]}
@@ -434,6 +441,8 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
         ("apps", "daemonsets"): {"apiVersion": "apps/v1", "kind": "DaemonSet",
                                  "spec": {"template": t()}},
         ("batch", "jobs"): {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": t()}},
+        ("", "replicationcontrollers"): {"apiVersion": "v1", "kind": "ReplicationController",
+                                         "spec": {"replicas": 2, "template": t()}},
         ("batch", "cronjobs"): {"apiVersion": "batch/v1", "kind": "CronJob", "spec": {
             "schedule": "* * * * *", "jobTemplate": {"spec": {"template": t()}}}},
         ("kubeflow.org", "pytorchjobs"): kubeflow("PyTorchJob", "pytorchReplicaSpecs"),
@@ -464,6 +473,37 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
             "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "spec": {"tasks": [{"name": "ps", "replicas": 1, "template": t()},
                                {"name": "worker", "replicas": 2, "template": t()}]}},
+        # The kinds that keep bare PodSpecs or resource blocks (policies.facts.workload_kinds).
+        ("trainer.kubeflow.org", "trainjobs"): {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 2, "resourcesPerNode": copy.deepcopy(cpu)}}},
+        ("serving.kserve.io", "inferenceservices"): {
+            "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "spec": {"predictor": {"minReplicas": 1, **t()["spec"],
+                                   "model": {"modelFormat": {"name": "pytorch"},
+                                             "resources": copy.deepcopy(cpu)},
+                                   "workerSpec": t()["spec"]},
+                     "transformer": t()["spec"],
+                     "explainer": {"art": {"resources": copy.deepcopy(cpu)}}}},
+        ("serving.kserve.io", "llminferenceservices"): {
+            "apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
+            "spec": {"replicas": 2, "template": t()["spec"], "worker": t()["spec"],
+                     "prefill": {"replicas": 1, "template": t()["spec"],
+                                 "worker": t()["spec"]}}},
+        ("serving.kubeflow.org", "kfservices"): {
+            "apiVersion": "serving.kubeflow.org/v1alpha2", "kind": "KFService",
+            "spec": {"default": {"predictor": {"tensorflow": {
+                         "storageUri": "gs://x", "resources": copy.deepcopy(cpu)}}},
+                     "canary": {"tensorflow": {"modelUri": "gs://x",
+                                               "resources": copy.deepcopy(cpu)}}}},
+        ("disaggregatedset.x-k8s.io", "disaggregatedsets"): {
+            "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+            "spec": {"roles": [
+                {"name": "prefill", "spec": {"leaderWorkerTemplate": {
+                    "size": 2, "leaderTemplate": t(), "workerTemplate": t()}}},
+                {"name": "decode", "spec": {"replicas": 2, "leaderWorkerTemplate": {
+                    "size": 1, "workerTemplate": t()}}}]}},
     }
     for key, obj in objects.items():
         obj["metadata"] = {"name": f"{key[1]}-x", "namespace": "team-a"}
@@ -472,10 +512,13 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
 
 SKELETONS = _skeletons()
 TEMPLATE_CASES = [
-    (key, template.path)
+    (key, template.path, template.shape)
     for key, obj in sorted(SKELETONS.items())
     for template in find_workload(obj).templates  # type: ignore[union-attr]
 ]
+# Where each shape's locations are kept (policies.facts.workload_kinds, through the prefilter).
+LOCATIONS_OF_SHAPE = {TEMPLATE: prefilter.TEMPLATE_LOCATIONS, POD_SPEC: prefilter.POD_SPEC_LOCATIONS,
+                      RESOURCES: prefilter.RESOURCE_LOCATIONS}
 
 
 def _location_pattern(location: str) -> re.Pattern[str]:
@@ -502,26 +545,41 @@ def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
 
 def test_every_workload_resource_of_the_rules_has_a_skeleton() -> None:
     wanted = {key for name in ("workloads.validate.gpuguard.io", "mutate.gpuguard.io")
-              for key in RULES[name] if key[0] not in ("", "kubevirt.io")}
+              for key in RULES[name]
+              if key not in (("", "pods"), ("", "pods/ephemeralcontainers"))
+              and key[0] != "kubevirt.io"}
     assert wanted == set(SKELETONS)
 
 
-@pytest.mark.parametrize(("key", "path"), TEMPLATE_CASES,
-                         ids=[f"{k[1]}:{p}" for k, p in TEMPLATE_CASES])
-def test_a_gpu_in_any_template_of_a_workload_is_sent(key: tuple[str, str], path: str) -> None:
-    # Where policies.facts.workloads finds a pod template, the prefilter looks: the template path is
-    # one of the kind's TEMPLATE_LOCATIONS, and a GPU placed there, in an otherwise all-CPU
-    # workload, makes the API server call gpuguard.
-    locations = prefilter.TEMPLATE_LOCATIONS[key]
+@pytest.mark.parametrize(("key", "path", "shape"), TEMPLATE_CASES,
+                         ids=[f"{k[1]}:{p}" for k, p, _ in TEMPLATE_CASES])
+def test_a_gpu_in_any_template_of_a_workload_is_sent(key: tuple[str, str], path: str,
+                                                     shape: str) -> None:
+    # Where policies.facts.workloads finds a pod template (a PodTemplateSpec, a bare PodSpec or a
+    # resource block), the prefilter looks: the path is one of the kind's locations of that
+    # shape in the registry, and a GPU placed there, in an otherwise all-CPU workload, makes the
+    # API server call gpuguard.
+    locations = LOCATIONS_OF_SHAPE[shape].get(key, ())
     assert any(_location_pattern(loc).fullmatch(path) for loc in locations), (path, locations)
     cpu = SKELETONS[key]
     assert not WORKLOADS.calls(cpu) and not MUTATE.calls(cpu)
-    for signal in ("whole GPU (initContainers)", "KAI gpu-fraction", "DRA claim",
-                   "hostPath /dev/nvidia0 (containers)"):
-        obj = copy.deepcopy(cpu)
+    signals = {TEMPLATE: ("whole GPU (initContainers)", "KAI gpu-fraction", "DRA claim",
+                          "hostPath /dev/nvidia0 (containers)"),
+               POD_SPEC: ("whole GPU (initContainers)", "DRA claim",
+                          "hostPath /dev/nvidia0 (containers)", "privileged (containers)"),
+               RESOURCES: ()}[shape]
+    changes: list[tuple[str, Any]] = []
+    for signal in signals:
         template = cpu_template()
         POD_SIGNALS[signal](template)
-        _set_path(obj, path, template)
+        changes.append((signal, template if shape == TEMPLATE else template["spec"]))
+    if shape == RESOURCES:
+        changes += [(f"{name} in {side}", {side: {name: "1"}})
+                    for name in ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb")
+                    for side in ("limits", "requests")]
+    for signal, value in changes:
+        obj = copy.deepcopy(cpu)
+        _set_path(obj, path, value)
         facts = workload_facts(obj)
         assert facts is not None and seen_by_facts(facts.total), (path, signal)
         assert WORKLOADS.calls(obj) and MUTATE.calls(obj), (path, signal)

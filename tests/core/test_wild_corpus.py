@@ -98,15 +98,9 @@ DISAGREEMENTS: dict[tuple[str, str], tuple[Any, str]] = {
 # What gpuguard gets wrong on the harvest (tests/data/wild-harvest/FOUND-2026-12-02.tsv, one line
 # each there): file -> the fault. Not fixed here: the harvester only measures.
 HARVEST_FAULTS: dict[str, str] = {
-    "NVIDIA_k8s-nim-operator__config-samples-nim-llm-basic-nimservice.yaml":
-        "NIMService (GPUs in spec.resources, no PodSpec) put in ignored: 1 GPU silently dropped",
     "NVIDIA_k8s-nim-operator__config-samples-nim-serving-advanced-dra-manual-llm.yaml":
         "NIMService whose GPU is spec.draResources[].resourceClaimTemplateName put in ignored: "
         "1 DRA GPU silently dropped",
-    "SeldonIO_seldon-core__examples-models-gpu_tensorflow_deep_mnist-deep_mnist_gpu.yaml":
-        "SeldonDeployment put in ignored although spec.predictors[].componentSpecs[] is a pod "
-        "template ({spec: {containers}}) with nvidia.com/gpu: 1: the structural search only "
-        "knows a `template` key",
     "kaito-project_kaito__examples-mig-workspace-mig.yaml":
         "KAITO Workspace spec.resource.mig {profile 1g.10gb, count 1} put in ignored: a MIG "
         "slice silently dropped",
@@ -116,9 +110,6 @@ HARVEST_FAULTS: dict[str, str] = {
     "llm-d_llm-d__guides-pd-disaggregation-modelserver-gpu-vllm-base-disaggregatedset.yaml":
         "DisaggregatedSet spec.slices 2 not applied: 8 GPUs / prefill 4 / decode 1 pods instead "
         "of 16 / 8 / 2",
-    "Ascend_mind-cluster__component-ascend-dynamic-resource-allocation-demo-npu-test2.yaml":
-        "DRA class npu.huawei.com (Huawei Ascend NPU) not known: 2 NPUs counted but "
-        "GPU-equivalents unknown ('may not be a GPU', said twice) instead of 2",
 }
 
 _LEADING = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)")

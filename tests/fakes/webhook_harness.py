@@ -20,9 +20,11 @@ import yaml
 
 from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
+from policies.authorization import Authorizer
 from policies.facts.resource_names import GPUSettings
 from policies.sources import Snapshot
 from tests.builders.environment import ADMISSION_NOW as NOW
+from tests.builders.rbac import gpu_roles
 from tests.fakes.fake_timer import ManualTimer
 from tests.paths import TESTS
 from webhook.admission import Admitter, Recorder
@@ -41,10 +43,11 @@ def _library() -> policy_set.Loaded:
     return policy_set.load(None, GPUSettings())
 
 
-def loader(source: Snapshot | None) -> policy_set.Loaded:
+def loader(source: Snapshot | None, *, skip_broken: bool = False) -> policy_set.Loaded:
     """policy_set.load (of the snapshot the store read), with the built-in library loaded once
     per test run."""
-    return _library() if source is None else policy_set.load(source, GPUSettings())
+    return _library() if source is None else \
+        policy_set.load(source, GPUSettings(), skip_broken=skip_broken)
 
 
 def gpu_policy(name: str, spec: Mapping[str, Any]) -> str:
@@ -79,16 +82,20 @@ class Harness:
         quota: the GPUQuota step (:class:`webhook.quota.QuotaGate`), or None.
         timer: the deadline clock; default a :class:`ManualTimer` that never moves by itself,
             so no answer depends on the machine's speed (a test advances it to reach a deadline).
+        authorizer: what CEL ``authorizer`` checks ask; default the RBAC objects of
+            tests/data/rbac/gpu-roles.yaml (what a cluster with those roles answers the
+            SubjectAccessReviews of the library's gpu-requesters with).
     """
 
     def __init__(self, policies: Sequence[str | Path] | None, *,
                  namespaces: Mapping[str, Mapping[str, Any]] | Any | None = None,
                  settings: ServerSettings | None = None,
                  recorder: Recorder | None = None, quota: Any = None,
-                 timer: ManualTimer | None = None) -> None:
+                 timer: ManualTimer | None = None,
+                 authorizer: Authorizer | None = None, skip_broken: bool = False) -> None:
         self.settings = settings or ServerSettings(port=0, benchmark_routes=True)
         self.store = PolicyStore([str(p) for p in policies] if policies is not None else None,
-                                 loader)
+                                 functools.partial(loader, skip_broken=skip_broken))
         self.result = self.store.load()
         self.namespaces = namespaces if hasattr(namespaces, "status") else \
             StaticNamespaces(namespaces or {}, "test")
@@ -97,7 +104,8 @@ class Harness:
         self.timer = timer if timer is not None else ManualTimer()
         self.admitter = Admitter(self.store, self.namespaces, self.settings, self.metrics,
                                  self.executor, clock=lambda: NOW, recorder=recorder,
-                                 quota=quota, timer=self.timer)
+                                 quota=quota, timer=self.timer,
+                                 authorizer=authorizer if authorizer is not None else gpu_roles())
         self.health = Health(self.store, self.namespaces,
                              quota_status=getattr(quota, "status", None))
         self.health.tls_up = True

@@ -77,7 +77,10 @@ EXPECTED_OBJECTS["cert-manager"] = BASE_OBJECTS | {
 # (kube/lists.py) and gets, creates or replaces its reports (kube/policy_reports.py).
 WATCH = {"list", "watch"}
 LIST = {"list"}
-WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH}
+WEBHOOK_CLUSTER_RULES = {("", "namespaces"): WATCH, ("", "pods"): WATCH,
+                         # the CEL authorizer (kube/subject_access_reviews.py)
+                         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+                         ("node.k8s.io", "runtimeclasses"): WATCH}
 WEBHOOK_LEDGER_RULES = {("", "configmaps"): {"get", "create", "update"}}  # Role, quota namespace
 AUDIT_RULES = {
     **{(g, r): LIST for g, r in [
@@ -91,6 +94,9 @@ AUDIT_RULES = {
         ("ray.io", "rayservices"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("jobset.x-k8s.io", "jobsets"), ("batch.volcano.sh", "jobs"),
         ("kubevirt.io", "virtualmachines"), ("resource.k8s.io", "resourceclaimtemplates"),
+        ("trainer.kubeflow.org", "trainjobs"), ("serving.kserve.io", "inferenceservices"),
+        ("serving.kserve.io", "llminferenceservices"), ("serving.kubeflow.org", "kfservices"),
+        ("disaggregatedset.x-k8s.io", "disaggregatedsets"),
     ]},
     # list + delete: stale reports of namespaces with nothing left are pruned
     ("wgpolicyk8s.io", "policyreports"): {"get", "create", "update", "list", "delete"},
@@ -122,7 +128,10 @@ WORKLOAD_RESOURCES = {
 } | {("ray.io", r) for r in ("rayclusters", "rayservices", "rayjobs")} | {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("jobset.x-k8s.io", "jobsets"),
     ("batch.volcano.sh", "jobs"), ("kubevirt.io", "virtualmachines"),
-    ("kubevirt.io", "virtualmachineinstances"),
+    ("kubevirt.io", "virtualmachineinstances"), ("trainer.kubeflow.org", "trainjobs"),
+    ("serving.kserve.io", "inferenceservices"), ("serving.kserve.io", "llminferenceservices"),
+    ("serving.kubeflow.org", "kfservices"), ("disaggregatedset.x-k8s.io", "disaggregatedsets"),
+    ("", "replicationcontrollers"),
 }
 POD_RESOURCES = {("", "pods"), ("", "pods/ephemeralcontainers")}
 

@@ -5,10 +5,13 @@ import re
 
 import pytest
 
+from policies.authorization import Subject
 from policies.cel.gpu import gpu_data
+from policies.cel.library import authz
 from policies.facts.workloads import workload_facts
 from tests.builders.corpus import first
 from tests.builders.environment import ENV
+from tests.builders.rbac import gpu_roles
 from tests.paths import ROOT, TESTS
 
 DOC = ROOT / "docs" / "cel.md"
@@ -60,8 +63,12 @@ def test_the_reference_has_examples():
 def test_documented_example_evaluates_to_a_bool(expression):
     data = sample_data()
     variables = [("gpus", ENV.compile("gpu.count", field_path="variables.gpus"))]
-    activation = ENV.activation(data, variables)
-    value = activation.evaluate(ENV.compile(expression, field_path="docs/cel.md"))
+    # authorizer examples: alice's checks answered by tests/data/rbac/gpu-roles.yaml
+    session = authz.Session(gpu_roles(), Subject("alice", groups=("ml-engineers",)))
+    with authz.bound(session, {"group": "", "resource": "pods", "namespace": "team-a"}) as value:
+        data["authorizer"] = value
+        activation = ENV.activation(data, variables)
+        value = activation.evaluate(ENV.compile(expression, field_path="docs/cel.md"))
     assert isinstance(value, bool), (expression, value)
 
 

@@ -16,6 +16,8 @@ import pytest
 import pytest_asyncio
 
 from gpuguard.cli import main
+from gpuguard.serve_command import STANDALONE_AUTHORIZER
+from policies.authorization import Unavailable
 from tests.fakes.webhook_harness import JSON, Harness
 from tests.paths import ROOT
 
@@ -40,7 +42,8 @@ def example(endpoint: str, jq_filter: str) -> object:
 
 @pytest_asyncio.fixture
 async def library_client(aiohttp_client):
-    harness = Harness(None)  # the built-in library, as `gpuguard serve --dev` serves it
+    # the built-in library, as `gpuguard serve --dev` serves it: standalone, no authorizer
+    harness = Harness(None, authorizer=Unavailable(STANDALONE_AUTHORIZER))
     assert harness.result.outcome == "loaded", harness.result.errors
     yield await aiohttp_client(harness.app)
     harness.close()
@@ -74,4 +77,6 @@ def test_check_gives_the_same_verdict_offline(capsys):
     (result,) = json.loads(capsys.readouterr().out)["results"]
     shown = example("validate", VALIDATE_FILTER)
     assert isinstance(shown, dict) and result["allowed"] is shown["allowed"] is False
-    assert result["message"].split(":")[0] == "gpu-requests-equal-limits"
+    # without a --snapshot gpu-requesters cannot decide (an error under Fail) and comes first
+    assert result["message"].split(":")[0] == "gpu-requesters"
+    assert "; gpu-requests-equal-limits: " in result["message"]

@@ -365,3 +365,64 @@ async def test_the_served_set_is_named_in_readyz_metrics_and_each_decision_log_l
     assert value("gpuguard_policy_set_hash") == float(int(digest[7:19], 16))
     assert value("gpuguard_policies_loaded") == 2.0
     harness.close()
+
+
+# --- --skip-broken ---------------------------------------------------------------------------
+
+BROKEN = """\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata:
+  name: broken
+spec:
+  validations:
+  - expression: "gpu.count <="
+"""
+
+
+def test_a_broken_policy_refuses_the_whole_set_by_default(tmp_path):
+    directory = policies(tmp_path, limits=DENY.format(name="limits"), broken=BROKEN)
+    store = PolicyStore([str(directory)], LOADER)
+    result = store.load()
+    assert result.outcome == REJECTED and store.current is None
+    assert any("broken.yaml" in e and "spec.validations[0].expression" in e
+               for e in result.errors)
+
+
+@pytest.mark.asyncio
+async def test_skip_broken_serves_the_rest_and_names_the_skipped_policy(
+        aiohttp_client, tmp_path, caplog):
+    directory = policies(tmp_path, limits=DENY.format(name="limits"), broken=BROKEN)
+    harness = Harness([directory], skip_broken=True)
+    assert harness.store.current is not None
+    assert harness.store.current.names == ("limits",)
+    skipped = [f"{directory / 'broken.yaml'}: document 0"]
+    client = await aiohttp_client(harness.app)
+    check = (await (await client.get("/readyz")).json())["checks"]["policies"]
+    assert check["ok"] is True and check["skipped"] == skipped
+    caplog.set_level("INFO", logger="gpuguard.webhook.admission")
+    response = await client.post("/validate", data=json.dumps(sample_review()), headers=JSON)
+    assert (await response.json())["response"]["allowed"] is False  # limits still enforced
+    record = next(r for r in caplog.records if r.msg == "admission")
+    assert record.fields["policySet"]["skipped"] == skipped
+    assert any(w.startswith("skipped (--skip-broken): ") and "broken.yaml" in w
+               for w in harness.store.current.warnings)
+    harness.close()
+
+
+def test_skip_broken_never_skips_a_file_level_error(tmp_path):
+    """An empty file is not a policy that failed to load: it still refuses the set."""
+    directory = policies(tmp_path, limits=DENY.format(name="limits"), empty="")
+    loaded = policy_set.load([str(directory)], GPUSettings(), skip_broken=True)
+    assert [e.path for e in loaded.errors] == [""] and loaded.engine.policies.skipped == ()
+
+
+@pytest.mark.parametrize(("argv", "skip"), [([], False), (["--skip-broken"], True)])
+def test_serve_skip_broken_reaches_the_config(argv, skip):
+    from gpuguard import cli
+    from gpuguard.serve_command import build_config
+
+    parser, _ = cli.build_parser("serve")
+    args = parser.parse_args(["serve", "--cert", "c.pem", "--key", "k.pem", *argv])
+    config = build_config(args, GPUSettings(), cert_file="c.pem", key_file="k.pem")
+    assert config.skip_broken is skip

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from policies.cel.library import (
+    authz,
     cidr,
     comprehensions,
     format,
@@ -47,7 +48,7 @@ def merged(specs: Sequence[FunctionSpec]) -> tuple[FunctionSpec, ...]:
 
 
 MODULES: Final = (
-    quantity, opaque, lists, sets, regex, semver, ip, cidr, urls, format, jsonpatch
+    quantity, opaque, lists, sets, regex, semver, ip, cidr, urls, format, jsonpatch, authz
 )
 """The library modules, each with its ``DECLARATIONS``."""
 

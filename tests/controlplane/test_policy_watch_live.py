@@ -1,0 +1,148 @@
+"""The gpuguard.io policy-object watch (kube/policy_objects.py) on a real API server.
+
+On an API server started with ``--watch-cache=false`` (as in test_watches.py), so that after
+:meth:`ControlPlane.compact_etcd` a resumed watch is answered ``410 Gone`` and the watch must
+list again; and the status writes of the Lease holder (kube/policy_status.py) through the status
+subresource, with the Lease taken over from a holder that stopped renewing it.
+
+Every wait is for a condition (the watch holding what the API holds), with a deadline.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from gpuguard import policy_set
+from kube.policy_objects import PolicyObjectWatch, list_policy_objects
+from kube.policy_status import LeaseElector, StatusPublisher
+from kube.served_set import merge
+from policies.facts.resource_names import GPUSettings
+from policies.sources import Snapshot
+from tests.controlplane.cluster import ControlPlane, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture(scope="module")
+def uncached(control_plane_bin: Path) -> Iterator[ControlPlane]:
+    """A control plane whose watches go to etcd, with deploy/crds applied."""
+    with ControlPlane(control_plane_bin, apiserver_args=["--watch-cache=false"]) as cluster:
+        applied = cluster.kubectl("apply", "--server-side", "-k", str(ROOT / "deploy" / "crds"))
+        assert applied.returncode == 0, applied.stderr
+        ready = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                                "crd/gpupolicies.gpuguard.io", "crd/gpuquotas.gpuguard.io",
+                                "crd/gpupolicyexceptions.gpuguard.io")
+        assert ready.returncode == 0, ready.stderr
+        yield cluster
+
+
+def _policy(name: str, message: str = "m") -> str:
+    return json.dumps({"apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy",
+                       "metadata": {"name": name},
+                       "spec": {"validations": [{"expression": "true", "message": message}]}})
+
+
+def test_policy_watch_follows_changes_ignores_status_writes_and_relists_after_410(
+        uncached: ControlPlane, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="gpuguard.kube")
+    assert uncached.kubectl("apply", "-f", "-", input=_policy("before")).returncode == 0
+    api_client = uncached.api_client()
+    changes: list[int] = []
+    watch = PolicyObjectWatch(api_client, watch_timeout_s=1)  # resumed every second
+    watch.start(lambda: changes.append(1))
+    try:
+        wait_until(lambda: watch.synced, "the first lists", logs=uncached.logs)
+        assert [o.key for o in watch.objects()] == ["GPUPolicy/before"]
+        assert watch.status() == (True, "1 gpuguard.io objects, watching")
+        assert uncached.kubectl("apply", "-f", "-", input=_policy("before", "edited")
+                                ).returncode == 0
+        wait_until(lambda: watch.objects()[0].generation == 2, "the spec edit",
+                   logs=uncached.logs)
+        seen = len(changes)
+        patched = uncached.kubectl("patch", "gpupolicy", "before", "--subresource=status",
+                                   "--type=merge", "-p", '{"status": {"observedGeneration": 2}}')
+        assert patched.returncode == 0, patched.stderr
+        wait_until(lambda: watch.objects()[0].status_generation == 2, "the status write",
+                   logs=uncached.logs)
+        assert len(changes) == seen  # a status write changes nothing that is served
+        lists = watch.lists
+        for name in ("expiry-a", "expiry-b"):
+            assert uncached.kubectl("-n", "default", "create", "configmap", name).returncode == 0
+        uncached.compact_etcd()
+        wait_until(lambda: watch.lists > lists, "a relist after the watch expired",
+                   logs=uncached.logs)
+        assert any("expired (410 Gone); listing again" in r.getMessage() for r in caplog.records)
+        deleted = uncached.kubectl("delete", "gpupolicy", "before")
+        assert deleted.returncode == 0, deleted.stderr
+        wait_until(lambda: watch.objects() == [], "the deletion after the relist",
+                   logs=uncached.logs)
+    finally:
+        watch.stop()
+        api_client.close()
+
+
+def test_one_lease_holder_and_a_takeover_once_it_stops_renewing(uncached: ControlPlane,
+                                                               caplog) -> None:
+    assert uncached.kubectl("create", "namespace", "lease-test").returncode == 0
+    api_client = uncached.api_client()
+    now = [datetime.datetime(2026, 12, 2, 3, 0, tzinfo=datetime.UTC)]
+    try:
+        first = LeaseElector(api_client, "lease-test", "replica-a", clock=lambda: now[0])
+        second = LeaseElector(api_client, "lease-test", "replica-b", clock=lambda: now[0])
+        assert first.leading(), [getattr(r, "fields", None) for r in caplog.records]  # made
+        assert not second.leading()
+        now[0] += datetime.timedelta(seconds=10)
+        assert first.leading() and not second.leading()  # renewed
+        now[0] += datetime.timedelta(seconds=16)  # replica-a stopped renewing 16 s ago
+        assert second.leading()
+        assert not first.leading()
+        lease = json.loads(uncached.kubectl("-n", "lease-test", "get", "lease",
+                                            "gpuguard-policy-status", "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+        assert lease["spec"]["leaseTransitions"] == 1
+    finally:
+        api_client.close()
+
+
+def test_the_webhook_account_can_do_what_the_code_does_and_no_more(uncached: ControlPlane
+                                                                   ) -> None:
+    """The calls of the watch, the Lease and the status writer, made as the webhook's
+    ServiceAccount with deploy/crds/rbac.yaml and the component's Lease Role applied."""
+    uncached.kubectl("create", "namespace", "gpuguard-system")
+    applied = uncached.kubectl("apply", "-f", str(
+        ROOT / "deploy" / "components" / "cluster-policies" / "lease-rbac.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    assert uncached.kubectl("apply", "-f", "-", input=_policy("rbac-checked")).returncode == 0
+    api_client = uncached.api_client()
+    api_client.set_default_header(
+        "Impersonate-User", "system:serviceaccount:gpuguard-system:gpuguard-webhook")
+    try:
+        objects = list_policy_objects(api_client)
+        assert [o.key for o in objects] == ["GPUPolicy/rbac-checked"]
+        elector = LeaseElector(api_client, "gpuguard-system", "replica-rbac")
+        assert elector.leading() and elector.leading()  # created, then renewed (patch)
+        publisher = StatusPublisher(api_client, elector.leading)
+        result = merge(Snapshot((), ()), objects, {},
+                       lambda s: policy_set.load(s, GPUSettings()))
+        publisher.publish(objects, result, True)
+        assert publisher.writes == 1
+        stored = json.loads(uncached.kubectl("get", "gpupolicy", "rbac-checked", "-o",
+                                             "json").stdout)
+        assert [c["type"] for c in stored["status"]["conditions"]] == ["Accepted", "Ready"]
+        with pytest.raises(ApiException) as refused:  # the spec stays out of reach
+            k8s_client.CustomObjectsApi(api_client).patch_cluster_custom_object(
+                "gpuguard.io", "v1alpha1", "gpupolicies", "rbac-checked",
+                {"spec": {"failurePolicy": "Ignore"}},
+                _content_type="application/merge-patch+json")
+        assert refused.value.status == 403
+    finally:
+        api_client.close()
+        uncached.kubectl("delete", "gpupolicy", "rbac-checked")

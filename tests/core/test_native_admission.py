@@ -1,0 +1,384 @@
+"""Native MutatingAdmissionPolicy / ValidatingAdmissionPolicy as kube-apiserver 1.37 runs them.
+
+ApplyConfiguration merges (the cases of Kubernetes' own
+``staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch/smd_test.go``, with its
+expected objects and error texts), typed ``Object`` literals in both patch types, and the
+return-type and message checks the API server makes when a policy is created (texts recorded from
+``kubectl apply --dry-run=server`` against the tier's kube-apiserver 1.37.2).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from policies.facts.review import from_object
+from policies.policy.loader import build_policy_set, rewrite_typed_literals
+from policies.sources import Document, parse_text
+from tests.builders.environment import ADMISSION_NOW as NOW
+from tests.builders.environment import ENV
+from tests.core.test_engine import engine_for
+from tests.paths import TESTS
+
+RULE = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+        "resources": ["deployments"]}
+
+
+def _map(expression: str, patch_type: str = "ApplyConfiguration") -> str:
+    field = "applyConfiguration" if patch_type == "ApplyConfiguration" else "jsonPatch"
+    return yaml.safe_dump_all([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+         "metadata": {"name": "m"},
+         "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "matchConstraints": {"resourceRules": [RULE]},
+                  "mutations": [{"patchType": patch_type, field: {"expression": expression}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": "b"}, "spec": {"policyName": "m"}}])
+
+
+def _deployment(spec: dict) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "default"}, "spec": spec}
+
+
+def _pod_spec(**fields) -> dict:
+    return {"template": {"spec": fields}}
+
+
+def _errors(text: str) -> list[str]:
+    documents = [Document("p.yaml", i, None, b, None) for i, b, _ in parse_text("p.yaml", text)]
+    _, errors = build_policy_set(documents, ENV)
+    return [f"{e.path}: {e.message}" for e in errors]
+
+
+TEMPLATE_VOLUMES = """Object{spec: Object.spec{template: Object.spec.template{
+  spec: Object.spec.template.spec{volumes: [Object.spec.template.spec.volumes{%s}]}}}}"""
+
+
+@pytest.mark.parametrize(("expression", "before", "after"), [
+    pytest.param(TEMPLATE_VOLUMES % 'name: "y"',
+                 _pod_spec(volumes=[{"name": "x"}]),
+                 _pod_spec(volumes=[{"name": "x"}, {"name": "y"}]),
+                 id="add to listType=map"),
+    pytest.param(TEMPLATE_VOLUMES % 'name: "y", hostPath: '
+                 'Object.spec.template.spec.volumes.hostPath{path: "a"}',
+                 _pod_spec(volumes=[{"name": "x"}, {"name": "y"}]),
+                 _pod_spec(volumes=[{"name": "x"}, {"name": "y", "hostPath": {"path": "a"}}]),
+                 id="update listType=map entry"),
+    pytest.param("Object{spec: Object.spec{replicas: object.spec.replicas % 2 == 0 ? "
+                 "object.spec.replicas + 1 : object.spec.replicas}}",
+                 {"replicas": 2}, {"replicas": 3}, id="conditionals"),
+    pytest.param("""Object{spec: Object.spec{replicas: 1, template: Object.spec.template{
+        metadata: Object.spec.template.metadata{labels: {"app": "nginx"}},
+        spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{
+          name: "nginx", image: "nginx:1.14.2",
+          ports: [Object.spec.template.spec.containers.ports{containerPort: 80}],
+          resources: Object.spec.template.spec.containers.resources{limits: {"cpu": "128M"}}
+        }]}}}}""",
+                 {},
+                 {"replicas": 1, "template": {
+                     "metadata": {"labels": {"app": "nginx"}},
+                     "spec": {"containers": [{"name": "nginx", "image": "nginx:1.14.2",
+                                              "ports": [{"containerPort": 80}],
+                                              "resources": {"limits": {"cpu": "128M"}}}]}}},
+                 id="complex initialization"),
+    pytest.param("Object{spec: Object.spec{replicas: 3}}",
+                 {"replicas": 1, **_pod_spec(containers=[{"name": "nginx", "env": [
+                     {"name": "test", "value": "a"}, {"name": "test", "value": "b"}]}])},
+                 {"replicas": 3, **_pod_spec(containers=[{"name": "nginx", "env": [
+                     {"name": "test", "value": "a"}, {"name": "test", "value": "b"}]}])},
+                 id="duplicate env vars in original object"),
+    pytest.param("""Object{spec: Object.spec{template: Object.spec.template{
+        spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{
+          name: "nginx",
+          env: [Object.spec.template.spec.containers.env{name: "test", value: "c"}]}]}}}}""",
+                 {"replicas": 1, **_pod_spec(containers=[{"name": "nginx", "env": [
+                     {"name": "test", "value": "a"}, {"name": "test", "value": "b"},
+                     {"name": "foo", "value": "bar"}]}])},
+                 {"replicas": 1, **_pod_spec(containers=[{"name": "nginx", "env": [
+                     {"name": "test", "value": "c"}, {"name": "foo", "value": "bar"}]}])},
+                 id="modify existing env variable"),
+    pytest.param("""Object{spec: Object.spec{template: Object.spec.template{
+        spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{
+          name: "c", ports: [Object.spec.template.spec.containers.ports{containerPort: 80,
+          name: "http"}]}]}}}}""",
+                 _pod_spec(containers=[{"name": "c", "image": "i", "ports": [
+                     {"containerPort": 80, "protocol": "TCP"},
+                     {"containerPort": 80, "protocol": "UDP"}]}]),
+                 _pod_spec(containers=[{"name": "c", "image": "i", "ports": [
+                     {"containerPort": 80, "protocol": "TCP", "name": "http"},
+                     {"containerPort": 80, "protocol": "UDP"}]}]),
+                 id="ports keyed by containerPort and protocol (default TCP)"),
+])
+def test_apply_configuration_merges_as_structured_merge_diff(expression, before, after):
+    engine = engine_for(_map(expression))
+    verdict = engine.evaluate(from_object(_deployment(before), now=NOW))
+    assert verdict.allowed, verdict.message
+    assert verdict.final_object["spec"] == after
+
+
+@pytest.mark.parametrize(("expression", "error"), [
+    ("Object{spec: Object.spec{selector: Object.spec.selector{matchLabels: {'l': 'v'}}}}",
+     "error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, maps or "
+     "structs: .spec.selector"),
+    ("Object{spec: Object.specx{replicas: 1}}",
+     "type mismatch: unexpected type name 'Object.specx', expected 'Object.spec', which "
+     "matches field name path from root Object type"),
+    ("Object{spec: Object.spec{replicasx: 1}}",
+     "error applying patch: failed to convert patch object to typed object: "
+     ".spec.replicasx: field not declared in schema"),
+])
+def test_apply_configuration_errors_follow_the_failure_policy(expression, error):
+    verdict = engine_for(_map(expression)).evaluate(
+        from_object(_deployment({"replicas": 1}), now=NOW))
+    assert not verdict.allowed
+    assert verdict.message == f"m/b: {error}"  # the API server's text, no prefix
+
+
+@pytest.mark.parametrize(("expression", "patch_type", "error"), [
+    ('"I\'m a teapot!"', "ApplyConfiguration", "must evaluate to Object but got string"),
+    ("Object.spec.metadata{}", "ApplyConfiguration",
+     "must evaluate to Object but got Object.spec.metadata"),
+    ("{'spec': {'replicas': 1}}", "ApplyConfiguration",
+     "must evaluate to Object but got map(string, map(string, int))"),
+    ("object", "ApplyConfiguration", "must evaluate to Object but got dyn"),
+    ("object.spec.x", "JSONPatch", "must evaluate to list(JSONPatch) but got dyn"),
+    ("JSONPatch{op: 'add', path: '/x', value: 1}", "JSONPatch",
+     "must evaluate to list(JSONPatch) but got JSONPatch"),
+])
+def test_mutation_return_types_are_refused_at_load_as_the_api_server_does(
+        expression, patch_type, error):
+    field = "applyConfiguration" if patch_type == "ApplyConfiguration" else "jsonPatch"
+    assert _errors(_map(expression, patch_type)) == [
+        f"spec.mutations[0].{field}.expression: {error}"]
+
+
+def _vap(validation: dict | None = None, annotation: dict | None = None) -> str:
+    spec: dict = {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [RULE]}}
+    if validation:
+        spec["validations"] = [validation]
+    if annotation:
+        spec["auditAnnotations"] = [annotation]
+    return yaml.safe_dump_all([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": "v"}, "spec": spec},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "b"},
+         "spec": {"policyName": "v", "validationActions": ["Deny"]}}])
+
+
+@pytest.mark.parametrize(("validation", "annotation", "error"), [
+    ({"expression": "true", "messageExpression": "1 + 1"}, None,
+     "spec.validations[0].messageExpression: must evaluate to string but got int"),
+    ({"expression": "true", "messageExpression": "object.metadata.name"}, None,
+     "spec.validations[0].messageExpression: must evaluate to string but got dyn"),
+    ({"expression": "object.spec.paused"}, None,
+     "spec.validations[0].expression: must evaluate to bool but got dyn"),
+    ({"expression": "1"}, None, "spec.validations[0].expression: must evaluate to bool but got int"),
+    ({"expression": "true", "message": "a\nb"}, None,
+     "spec.validations[0].message: must not contain line breaks"),
+    ({"expression": "true", "message": "  "}, None,
+     "spec.validations[0].message: must be non-empty if specified"),
+    (None, {"key": "a", "valueExpression": "object.metadata.name"},
+     "spec.auditAnnotations[0].valueExpression: must evaluate to one of [string null_type] but "
+     "got dyn"),
+    (None, {"key": "a", "valueExpression": "1"},
+     "spec.auditAnnotations[0].valueExpression: must evaluate to one of [string null_type] but "
+     "got int"),
+])
+def test_validation_types_and_messages_are_refused_at_load_as_the_api_server_does(
+        validation, annotation, error):
+    assert _errors(_vap(validation, annotation)) == [error]
+
+
+def test_a_null_audit_annotation_loads_and_omits_the_annotation():
+    """kube-apiserver accepts ``valueExpression: null`` (null_type); the docs' ``cond ? 'text' :
+    null`` is refused by both (no common type of string and null), see
+    docs/compatibility.md."""
+    engine = engine_for(_vap(annotation={"key": "a", "valueExpression": "null"}))
+    verdict = engine.evaluate(from_object(_deployment({"replicas": 1}), now=NOW))
+    assert verdict.allowed and verdict.audit_annotations == {}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("'a\\nb'", "static (messageExpression returned a message with a line break)"),
+    ("'" + "x" * 5121 + "'",
+     "static (messageExpression returned 5121 bytes, more than 5120)"),
+    ("'  spaced  '", "spaced"),
+])
+def test_message_expression_with_a_line_break_or_too_long_falls_back_to_message(value, message):
+    """validator.go: a messageExpression value with a line break, or over 5 KiB, is not used;
+    the static message is."""
+    engine = engine_for(_vap({"expression": "false", "message": "static",
+                              "messageExpression": value}))
+    verdict = engine.evaluate(from_object(_deployment({"replicas": 1}), now=NOW))
+    assert verdict.message == f"v/b: {message}"
+
+
+def test_a_gpupolicy_audit_annotation_of_another_type_is_an_error():
+    """validator.go: ``resulted in unsupported return type`` — it was published as str(value)."""
+    text = yaml.safe_dump({
+        "apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicy", "metadata": {"name": "g"},
+        "spec": {"failurePolicy": "Fail", "match": {"resources": ["deployments"]},
+                 "auditAnnotations": [{"key": "r", "valueExpression": "object.spec.replicas"}]}})
+    verdict = engine_for(text).evaluate(from_object(_deployment({"replicas": 3}), now=NOW))
+    assert verdict.audit_annotations == {}
+    assert verdict.message == ("g: valueExpression 'object.spec.replicas' resulted in "
+                               "unsupported return type: int. Return type must be either string "
+                               "or null.")
+
+
+DOCS = TESTS / "data" / "native-admission" / "k8sdocs"
+
+
+def _pod(init: list | None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": "i"}]}
+    if init is not None:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "demo"},
+            "spec": spec}
+
+
+def test_docs_sidecar_json_patch_with_a_typed_object_literal_adds_the_sidecar():
+    engine = engine_for((DOCS / "sidecar-json-patch.yaml").read_text(encoding="utf-8"))
+    pod = _pod([{"name": "setup", "image": "busybox"}])
+    verdict = engine.evaluate(from_object(copy.deepcopy(pod), now=NOW))
+    assert verdict.allowed
+    assert verdict.final_object["spec"]["initContainers"] == [
+        {"name": "setup", "image": "busybox"},
+        {"name": "mesh-proxy", "image": "mesh-proxy/v1.0.0", "restartPolicy": "Always"}]
+
+
+def test_docs_sidecar_apply_configuration_is_refused_for_its_atomic_args():
+    """The documentation's example sets ``args``, an atomic list (``+listType=atomic``): the API
+    server refuses the merge, and under ``failurePolicy: Fail`` the pod."""
+    engine = engine_for((DOCS / "sidecar-apply-configuration.yaml").read_text(encoding="utf-8"))
+    verdict = engine.evaluate(from_object(_pod(None), now=NOW))
+    assert not verdict.allowed
+    assert verdict.message.endswith(
+        "may not mutate atomic arrays, maps or structs: .spec.initContainers[0].args")
+
+
+def test_typed_literal_rewrite_marks_object_types_and_leaves_strings_alone():
+    source = 'Object{spec: Object.spec{x: "Object{a: 1}", y: [Object.spec.y{}]}}'
+    assert rewrite_typed_literals(source) == (
+        '{"@type": "Object", "spec": {"@type": "Object.spec", "x": "Object{a: 1}", '
+        '"y": [{"@type": "Object.spec.y"}]}}')
+
+
+PARAMS = TESTS / "data" / "native-admission" / "params" / "by-request-namespace.yaml"
+
+
+def _gpu_deployment(namespace: str, gpus: int) -> dict:
+    container = {"name": "c", "image": "i",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    body = _deployment(_pod_spec(containers=[container]))
+    body["metadata"]["namespace"] = namespace
+    return body
+
+
+@pytest.mark.parametrize(("namespace", "gpus", "message"), [
+    ("team-a", 1, ""),
+    ("team-a", 2, "gpu-limit-per-namespace/gpu-limit-per-namespace: at most 1 GPUs per "
+                  "container in team-a"),
+    ("demo", 2, ""),
+    ("default", 1, "gpu-limit-per-namespace/gpu-limit-per-namespace: failed to configure "
+                   "binding: no params found for policy binding with `Deny` "
+                   "parameterNotFoundAction"),
+])
+def test_params_come_from_the_requests_namespace_without_paramref_namespace(
+        namespace, gpus, message):
+    engine = engine_for(PARAMS.read_text(encoding="utf-8"))
+    verdict = engine.evaluate(from_object(_gpu_deployment(namespace, gpus), now=NOW))
+    assert verdict.message == message
+
+
+def test_a_namespaced_paramref_on_a_cluster_scoped_request_is_a_configuration_error():
+    text = PARAMS.read_text(encoding="utf-8").replace(
+        'apiGroups: ["apps"]\n      apiVersions: ["v1"]\n      operations: ["CREATE"]\n'
+        '      resources: ["deployments"]',
+        'apiGroups: [""]\n      apiVersions: ["v1"]\n      operations: ["CREATE"]\n'
+        '      resources: ["namespaces"]')
+    engine = engine_for(text)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "new"}}
+    verdict = engine.evaluate(from_object(namespace, now=NOW))
+    assert verdict.message == ("gpu-limit-per-namespace/gpu-limit-per-namespace: failed to "
+                               "configure binding: cannot use namespaced paramRef in policy "
+                               "binding that matches cluster-scoped resources")
+
+
+def test_parameter_not_found_action_allow_lets_the_request_through():
+    text = PARAMS.read_text(encoding="utf-8").replace("parameterNotFoundAction: Deny",
+                                                      "parameterNotFoundAction: Allow")
+    verdict = engine_for(text).evaluate(from_object(_gpu_deployment("default", 9), now=NOW))
+    assert verdict.allowed and verdict.results == ()
+
+
+REINVOKED = TESTS / "data" / "native-admission" / "reinvocation-apply-configuration.yaml"
+
+
+def test_if_needed_policy_is_reinvoked_after_a_later_policy_changed_the_object():
+    engine = engine_for(REINVOKED.read_text(encoding="utf-8"))
+    body = _deployment(_pod_spec(containers=[
+        {"name": "c", "image": "i", "env": [{"name": "A", "value": "x"}]}]))
+    body["metadata"]["labels"] = {"app": "x"}
+    final = engine.evaluate(from_object(body, now=NOW)).final_object
+    assert final["metadata"]["labels"] == {"app": "x", "example.com/mutated-by": "b"}
+    assert final["metadata"]["annotations"] == {"example.com/labels-seen": "2"}  # not "1"
+    assert final["spec"]["template"]["spec"]["containers"] == [
+        {"name": "c", "image": "i",
+         "env": [{"name": "A", "value": "x"}, {"name": "GPUGUARD_SEEN", "value": "1"}]}]
+
+
+def test_never_policy_is_not_reinvoked():
+    text = REINVOKED.read_text(encoding="utf-8").replace("reinvocationPolicy: IfNeeded",
+                                                         "reinvocationPolicy: Never")
+    body = _deployment(_pod_spec(containers=[{"name": "c", "image": "i"}]))
+    final = engine_for(text).evaluate(from_object(body, now=NOW)).final_object
+    assert final["metadata"]["annotations"] == {"example.com/labels-seen": "0"}
+
+
+MATCH_RESOURCES = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: deny-all}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+    excludeResourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments],
+       resourceNames: [skip-me]}
+    objectSelector:
+      matchExpressions: [{key: gpu, operator: In, values: ["yes"]}]
+  validations: [{expression: "false", message: denied}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: b}
+spec:
+  policyName: deny-all
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {team: a}
+"""
+
+
+@pytest.mark.parametrize(("name", "labels", "namespace_labels", "denied"), [
+    ("d", {"gpu": "yes"}, {"team": "a"}, True),
+    ("skip-me", {"gpu": "yes"}, {"team": "a"}, False),  # excludeResourceRules by name
+    ("d", {"gpu": "no"}, {"team": "a"}, False),  # the policy's objectSelector
+    ("d", {"gpu": "yes"}, {"team": "b"}, False),  # the binding's matchResources narrows
+])
+def test_match_resources_exclude_rules_object_and_binding_selectors(
+        name, labels, namespace_labels, denied):
+    body = _deployment({"replicas": 1})
+    body["metadata"].update(name=name, labels=labels)
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "default", "labels": namespace_labels}}
+    review = from_object(body, now=NOW, namespace_object=namespace)
+    assert engine_for(MATCH_RESOURCES).evaluate(review).allowed is not denied

@@ -1,0 +1,251 @@
+"""The Helm chart deploy/helm/gpuguard: one source with the kustomize manifests of deploy/.
+
+The chart renders copies of deploy/'s manifests (deploy/helm/sync-chart.sh) with its values
+applied. Checked here, with a real helm built from the Go module proxy (tests/builders/helm_chart.py)
+and kubectl's kustomize: the copies equal their sources; ``helm lint`` passes for every value set;
+the default values render exactly the objects of deploy/base, and ci/{dev,audit-only,cert-manager}
+those of the matching overlays — so every property tests/project/test_deploy.py checks on the
+kustomizations holds for the chart; every rendered object (CRDs included) validates against the
+Kubernetes 1.30 schemas; and the values without a kustomize counterpart (ci/custom) do what
+values.yaml says. tests/controlplane/test_helm_live.py sends the same objects to a real API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import filecmp
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.builders.helm_chart import CHART, NAMESPACE, VALUE_SETS, helm, render, values_args
+from tests.paths import ROOT
+from tests.project.test_deploy import KUBE_VERSION, _kustomize, needs_kubectl
+
+DEPLOY = ROOT / "deploy"
+# Labels the chart adds to every object's metadata that kustomize does not (helm's convention).
+HELM_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
+# Kinds without a schema in kubernetes-validate: their CRDs come from cert-manager and the
+# Prometheus Operator.
+THIRD_PARTY_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    meta = obj["metadata"]
+    return obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def _without_helm_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    labels = obj["metadata"].get("labels", {})
+    for label in HELM_LABELS:
+        assert label in labels, f"{_key(obj)}: no {label} label"
+        del labels[label]
+    return obj
+
+
+# kustomize 5.5 stamps a namespace on these cluster-scoped kinds (the API server drops it); the
+# chart writes none.
+STAMPED_BY_KUSTOMIZE = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def _by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    for obj in objects:
+        if obj["kind"] in STAMPED_BY_KUSTOMIZE:
+            obj["metadata"].pop("namespace", None)
+    keyed = {_key(o): o for o in objects}
+    assert len(keyed) == len(objects), "two objects with the same apiVersion/kind/namespace/name"
+    return keyed
+
+
+def _kustomize_of(tmp_path: Path, resources: list[Path],
+                  components: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """deploy/ kustomizations combined (kustomize wants relative paths)."""
+    rel = [os.path.relpath(p, tmp_path) for p in resources]
+    comp = [os.path.relpath(p, tmp_path) for p in components]
+    (tmp_path / "kustomization.yaml").write_text(f"resources: {rel}\ncomponents: {comp}\n")
+    return _kustomize(tmp_path)
+
+
+# Each value set with a kustomize counterpart, as (resources, components) of deploy/.
+COUNTERPARTS: dict[str, tuple[list[Path], list[Path]]] = {
+    "default": ([DEPLOY / "base"], []),
+    "dev": ([DEPLOY / "overlays" / "dev"], []),
+    "audit-only": ([DEPLOY / "overlays" / "audit-only"], []),
+    "cert-manager": ([DEPLOY / "overlays" / "cert-manager"],
+                     [DEPLOY / "components" / "servicemonitor"]),
+}
+
+
+def test_the_chart_copies_equal_their_sources_in_deploy(tmp_path: Path) -> None:
+    # Run sync-chart.sh on a copy of deploy/ and compare its output with the committed chart.
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy)
+    done = subprocess.run(["bash", str(copy / "helm" / "sync-chart.sh")], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    for folder in ("files", "crds"):
+        fresh, committed = copy / "helm" / "gpuguard" / folder, CHART / folder
+        fresh_files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+        committed_files = sorted(p.relative_to(committed) for p in committed.rglob("*")
+                                 if p.is_file())
+        assert fresh_files == committed_files, (
+            f"deploy/helm/gpuguard/{folder} lists other files than deploy/: run "
+            "deploy/helm/sync-chart.sh")
+        _, differ, _ = filecmp.cmpfiles(fresh, committed, [str(p) for p in fresh_files],
+                                        shallow=False)
+        assert not differ, (f"deploy/helm/gpuguard/{folder}: {differ} differ from deploy/: run "
+                            "deploy/helm/sync-chart.sh")
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_helm_lint_passes(value_set: str) -> None:
+    done = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE, *values_args(value_set))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@needs_kubectl
+@pytest.mark.parametrize("value_set", sorted(COUNTERPARTS))
+def test_value_set_renders_the_objects_of_its_kustomization(value_set: str,
+                                                            tmp_path: Path) -> None:
+    resources, components = COUNTERPARTS[value_set]
+    expected = _by_key(_kustomize_of(tmp_path, resources, components))
+    if value_set == "cert-manager":
+        # The inventory overlay is standalone (its own Namespace, the same as the base's).
+        inventory = tmp_path / "inventory"
+        inventory.mkdir()
+        expected.update(_by_key(_kustomize_of(inventory, [DEPLOY / "overlays" /
+                                                          "inventory-daemonset"])))
+    # helm installs into a namespace it does not own (--create-namespace): not rendered by default.
+    release_namespace = expected.pop(("v1", "Namespace", "", NAMESPACE))
+    assert release_namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == \
+        "restricted"
+    got = _by_key([_without_helm_labels(o) for o in render(value_set)])
+    assert sorted(got) == sorted(expected)
+    for key, obj in expected.items():
+        # The chart labels every object part-of gpuguard; the overlays' own objects (cert-manager's
+        # Issuers and Certificates) are not under the base's labels: in kustomize only its
+        # resources are.
+        labels = got[key]["metadata"]["labels"]
+        assert labels.pop("app.kubernetes.io/part-of") == "gpuguard", key
+        obj["metadata"].get("labels", {}).pop("app.kubernetes.io/part-of", None)
+        if not labels and "labels" not in obj["metadata"]:
+            del got[key]["metadata"]["labels"]
+        assert got[key] == obj, f"{value_set}: {key} differs from deploy/'s"
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_rendered_objects_validate_against_kubernetes_schemas(value_set: str) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
+    objects = render(value_set, include_crds=True)
+    kinds = {o["kind"] for o in objects}
+    assert {"CustomResourceDefinition", "ConfigMap"} <= kinds
+    for obj in objects:
+        label = f"{value_set}: {obj['kind']} {obj['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            assert obj["kind"] in THIRD_PARTY_KINDS, label
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{label} does not validate against Kubernetes {KUBE_VERSION}: {exc}")
+
+
+def test_crds_include_the_policyreports_gpuguard_writes() -> None:
+    crds = {o["metadata"]["name"]: o for o in render("audit-only", include_crds=True)
+            if o["kind"] == "CustomResourceDefinition"}
+    assert set(crds) == {"gpupolicies.gpuguard.io", "gpuquotas.gpuguard.io",
+                         "gpupolicyexceptions.gpuguard.io", "policyreports.wgpolicyk8s.io",
+                         "clusterpolicyreports.wgpolicyk8s.io"}
+    report = crds["policyreports.wgpolicyk8s.io"]["spec"]
+    assert (report["scope"], [v["name"] for v in report["versions"]]) == ("Namespaced",
+                                                                         ["v1alpha2"])
+    assert crds["clusterpolicyreports.wgpolicyk8s.io"]["spec"]["scope"] == "Cluster"
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def test_custom_values_do_what_values_yaml_says() -> None:
+    objects = render("custom")
+    namespace = _one(objects, "Namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    deployment = _one(objects, "Deployment", "gpuguard-webhook")
+    assert deployment["spec"]["replicas"] == 3
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.internal/platform/gpuguard:0.1.0-rc1"
+    assert container["imagePullPolicy"] == "Always"
+    assert "--quota-namespace=gpuguard-ledgers" in container["args"]
+    assert container["args"][-2:] == ["--cluster-policies", "--gpu-resource=example.com/gpu"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "gpuguard-serving-tls"
+    assert volumes["policies"]["configMap"]["name"] == "gpuguard-policies-site"
+    assert _one(objects, "PodDisruptionBudget", "gpuguard-webhook")["spec"]["minAvailable"] == 2
+    # The quota ledgers' namespace moves with its Role and RoleBinding.
+    assert _one(objects, "Namespace", "gpuguard-ledgers")
+    assert _one(objects, "Role", "gpuguard-webhook-quota-ledger")["metadata"]["namespace"] == \
+        "gpuguard-ledgers"
+    # No prefilter: every pod of the matched namespaces goes to gpuguard.
+    webhooks = [w for o in objects if o["kind"].endswith("WebhookConfiguration")
+                for w in o["webhooks"]]
+    assert len(webhooks) == 3
+    for webhook in webhooks:
+        assert "matchConditions" not in webhook, webhook["name"]
+        selector = webhook["namespaceSelector"]["matchExpressions"][0]
+        assert selector["values"] == ["kube-system", "monitoring", "cert-manager", NAMESPACE]
+    policies = {w["name"]: w["failurePolicy"] for w in webhooks}
+    assert policies == {"pods.validate.gpuguard.io": "Fail",
+                        "workloads.validate.gpuguard.io": "Fail", "mutate.gpuguard.io": "Ignore"}
+    # --cluster-policies gets deploy/crds/rbac.yaml, bound to the release's account.
+    binding = _one(objects, "ClusterRoleBinding", "gpuguard-webhook-policies")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-webhook",
+                                    "namespace": NAMESPACE}]
+    cronjob = _one(objects, "CronJob", "gpuguard-audit")
+    assert cronjob["spec"]["schedule"] == "*/30 * * * *"
+    args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--write-reports" not in args and "--output=json" in args
+    assert _one(objects, "ConfigMap", "gpuguard-policies-site")["data"]
+
+
+def test_another_release_namespace_is_used_everywhere_and_never_gated() -> None:
+    objects = render("cert-manager", namespace="platform-gpu")
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        assert namespace in (None, "platform-gpu", "gpuguard-quota"), _key(obj)
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == "platform-gpu", _key(obj)
+    for obj in objects:
+        for webhook in obj.get("webhooks", []):
+            assert webhook["clientConfig"]["service"]["namespace"] == "platform-gpu"
+            assert "platform-gpu" in webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        annotations = obj["metadata"].get("annotations", {})
+        if "cert-manager.io/inject-ca-from" in annotations:
+            assert annotations["cert-manager.io/inject-ca-from"] == "platform-gpu/gpuguard-serving"
+    serving = _one(objects, "Certificate", "gpuguard-serving")
+    assert serving["spec"]["dnsNames"][0] == "gpuguard.platform-gpu.svc"
+    monitor = _one(objects, "ServiceMonitor", "gpuguard-webhook")
+    assert monitor["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == "gpuguard.platform-gpu.svc"
+    vap = _one(objects, "ValidatingAdmissionPolicy", "gpuguard-inventory-node-patch")
+    assert "system:serviceaccount:platform-gpu:gpuguard-inventory" in vap["spec"][
+        "matchConditions"][0]["expression"]
+
+
+def test_a_pem_ca_bundle_is_base64_encoded_into_every_webhook(tmp_path: Path) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    objects = render("default", extra=("--set-string", f"certificates.caBundle={pem}"))
+    bundles = {w["clientConfig"]["caBundle"] for o in objects for w in o.get("webhooks", [])}
+    assert len(bundles) == 1
+    assert base64.b64decode(bundles.pop()).decode() == pem + "\n"
+
+
+def test_an_unknown_certificates_mode_is_refused_by_name() -> None:
+    done = helm("template", "gpuguard", str(CHART), "--set", "certificates.mode=vault")
+    assert done.returncode != 0
+    assert 'certificates.mode: "vault" is neither self-managed nor cert-manager' in done.stderr
