@@ -311,6 +311,11 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
 
         sys.stdout.write(sarif_log(((s, n, e) for (s, n), e in zip(located, entries,
                                                                   strict=True)), version()))
+    elif args.output == "junit":
+        from gpuguard.junit_report import check_suites, junit_xml  # noqa: PLC0415 - -o junit only
+
+        sys.stdout.write(junit_xml(check_suites([(s, e) for (s, _), e in zip(
+            located, entries, strict=True)]), "gpuguard check"))
     elif args.output != "table":
         write(versioned("CheckResult", {"results": entries, "errors": problems}), args.output,
               sys.stdout)
@@ -345,6 +350,6 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--user", default="", help="requesting user name (userInfo.username)")
     parser.add_argument("--group", action="append", default=[],
                         help="requesting user's group (repeatable)")
-    add_output(parser, extra=("sarif",))
+    add_output(parser, extra=("sarif", "junit"))
     add_gpu_settings(parser)
     return "check", run

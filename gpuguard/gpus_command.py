@@ -88,7 +88,8 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
     notes: list[str] = []
     for obj in result["objects"]:
         namespace = f"{obj['namespace']}/" if obj.get("namespace") else ""
-        name = f"{obj['kind']}/{namespace}{obj['name'] or '(no name)'}"
+        # a nameless object is told apart by where it was read
+        name = f"{obj['kind']}/{namespace}{obj['name'] or '(no name, ' + obj['source'] + ')'}"
         if obj["kind"] == "Node":
             node = obj["node"]
             alloc = node["allocatable"]

@@ -7,6 +7,10 @@ Owns the mapping: one ``<testsuite>`` per GPUPolicyTest suite (``file`` = its so
 problem with a whole suite (unreadable, policies that do not load) is an ``<error>`` testcase named
 ``(suite)``. Characters XML 1.0 cannot hold are written as ``\uXXXX``. Must not run anything.
 
+``gpuguard check -o junit`` too (:func:`check_suites`): one suite per input file, one case per
+object; a denied object fails, one with an evaluation error errors (a denial wins), each failed
+or errored rule and quota denial one line of the case.
+
 ``gpuguard audit -o junit`` goes through the same writer (:func:`audit_suites`): one suite per
 namespace (``(cluster-scoped)`` for workloads without one), one case per evaluated workload; a
 workload with a ``deny`` or ``audit`` finding fails, one with an evaluation error errors, each
@@ -103,3 +107,21 @@ def audit_suites(report: Mapping[str, Any]) -> list[SuiteResult]:
             differences=tuple(line for severity, line in found if severity != "info")))
     return [SuiteResult(source=source, name=name, cases=tuple(found))
             for name, found in sorted(cases.items())]
+
+
+def check_suites(evaluated: Sequence[tuple[str, Mapping[str, Any]]]) -> list[SuiteResult]:
+    """``gpuguard check`` entries (``-o json``'s ``results``), each with the file it was read
+    from (``-``: stdin), as suite results for :func:`junit_xml` (see the module's text)."""
+    cases: dict[str, list[CaseResult]] = {}
+    for source, entry in evaluated:
+        what = f"{entry['kind']}/{entry['namespace'] + '/' if entry['namespace'] else ''}" \
+            f"{entry['name']}"
+        lines = [f"{r['outcome']} {r['policy']}/{r['rule']}: {r['message']}"
+                 for r in entry["results"] if r["outcome"] in ("fail", "error")]
+        lines += [f"quota: {denial}" for denial in entry["quota"]["denials"]]
+        errored = any(r["outcome"] == "error" for r in entry["results"])
+        status = FAILED if not entry["allowed"] else ERRORED if errored else PASSED
+        cases.setdefault(source, []).append(CaseResult(
+            suite=source, source=source, case=what, status=status, differences=tuple(lines)))
+    return [SuiteResult(source=source, name=source, cases=tuple(found))
+            for source, found in cases.items()]

@@ -97,7 +97,10 @@ def assemble(result: ScanResult) -> dict[str, Any]:
         "kind": KIND,
         "generated": result.generated.isoformat(),
         "source": dict(result.source),
-        "policy_set": {"hash": policy_set.digest, "policies": list(policy_set.policies)}
+        "policy_set": {"hash": policy_set.digest, "policies": list(policy_set.policies),
+                       "policy_hashes": dict(sorted(policy_set.policy_digests.items())),
+                       "rules": {name: list(rules) for name, rules in
+                                 sorted(policy_set.rules.items())}}
         if policy_set is not None else None,
         "settings": {"team_label": result.settings.team_label,
                      "idle_below": result.settings.idle_below},
@@ -289,6 +292,7 @@ def _summary(result: ScanResult, workloads: dict[ObjectKey, dict[str, Any]],
         "gpu_workloads": sum(1 for w in workloads.values() if w["gpu"]),
         "evaluated_workloads": len(result.compliance.evaluated),
         "physical_gpus": cluster["physical_gpus"],
+        "on_missing_nodes": cluster["on_missing_nodes"],
         "whole_gpus": cluster["whole_gpus"],
         "stranded_by_cause": cluster["stranded_by_cause"],
         "gpu_equivalents": {

@@ -1,18 +1,21 @@
 """Audit history in SQLite: each run appended, and what changed since the previous one.
 
 Owns the history file (``--history FILE``, stdlib :mod:`sqlite3`): one row per run (time, source,
-summary, the policy set's content hash and policy names), its findings (by a fingerprint of
-workload, policy, rule and field path, so a finding whose message wording changes stays the same
-finding) and its allocation figures (cluster, per team, per node). :func:`changes` compares a
-report with the previous run: new and fixed findings, findings gone because their policy left the
-set ("policy removed", not "fixed": a run with fewer policies fixes nothing), how the policy set
-changed, and the trend of allocation and idle GPU-equivalents for the cluster and each team.
+summary, the policy set's content hash and policy names, each policy's own content hash), its
+findings (by a fingerprint of workload, policy, rule and field path, so a finding whose message
+wording changes stays the same finding) and its allocation figures (cluster, per team, per node).
+:func:`changes` compares a report with the previous run: new and fixed findings, findings gone
+because their policy left the set ("policy removed", not "fixed": a run with fewer policies fixes
+nothing), because their rule left a kept policy ("rule removed") or because their policy's
+content changed ("policy changed": the workload may be as it was), how the policy set changed,
+and the trend of allocation and idle GPU-equivalents for the cluster and each team.
 
 The schema version is kept in the file (``PRAGMA user_version``); a file written by a newer
 version is refused rather than misread, and an older one is migrated in place when opened (schema
 1 had no policy set columns: its runs read back with ``policy_hash`` and ``policies`` None, and
-their vanished findings are judged against the current run's policy names). Must not render or
-audit.
+their vanished findings are judged against the current run's policy names; schema 2 had no
+per-policy hashes: ``policy_hashes`` None, so no finding of such a run is "policy changed").
+Must not render or audit.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -32,7 +35,8 @@ CREATE TABLE IF NOT EXISTS runs (
     source TEXT NOT NULL,
     summary TEXT NOT NULL,
     policy_hash TEXT,
-    policies TEXT
+    policies TEXT,
+    policy_hashes TEXT
 );
 CREATE TABLE IF NOT EXISTS findings (
     run INTEGER NOT NULL REFERENCES runs(id),
@@ -56,7 +60,8 @@ CREATE TABLE IF NOT EXISTS allocations (
 CREATE INDEX IF NOT EXISTS allocations_run ON allocations(run);
 """
 # Columns added after schema 1, with their types: added to an older file when it is opened.
-_ADDED_COLUMNS = {"runs": (("policy_hash", "TEXT"), ("policies", "TEXT"))}
+_ADDED_COLUMNS = {"runs": (("policy_hash", "TEXT"), ("policies", "TEXT"),
+                           ("policy_hashes", "TEXT"))}
 
 
 class HistoryError(Exception):
@@ -85,7 +90,9 @@ class Run:
     ``allocations`` maps ``(scope, name)`` — scope ``cluster``, ``team`` or ``node`` — to
     ``(allocatable, allocated, idle)`` GPU-equivalents (None when unknown). ``policy_hash``
     (``sha256:…`` of the policy files) and ``policies`` (names) are None for runs recorded
-    before the history kept them (schema 1) or without a policy set.
+    before the history kept them (schema 1) or without a policy set; ``policy_hashes`` (policy
+    name -> ``sha256:…`` of its content, :func:`policies.policy.model.policy_digest`) is None
+    for runs recorded before schema 3 or without a policy set.
     """
 
     id: int
@@ -95,6 +102,7 @@ class Run:
     allocations: Mapping[tuple[str, str | None], tuple[float | None, float | None, float | None]]
     policy_hash: str | None = None
     policies: tuple[str, ...] | None = None
+    policy_hashes: Mapping[str, str] | None = None
 
 
 class History:
@@ -129,11 +137,11 @@ class History:
 
     def latest(self) -> Run | None:
         """The most recent run, or None for an empty history."""
-        row = self._db.execute("SELECT id, at, source, policy_hash, policies FROM runs "
-                               "ORDER BY id DESC LIMIT 1").fetchone()
+        row = self._db.execute("SELECT id, at, source, policy_hash, policies, policy_hashes "
+                               "FROM runs ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             return None
-        run_id, at, source, policy_hash, policies = row
+        run_id, at, source, policy_hash, policies, policy_hashes = row
         findings = {fp: {"fingerprint": fp, "severity": sev, "policy": pol, "rule": rule,
                          "workload": wl, "team": team, "message": msg}
                     for fp, sev, pol, rule, wl, team, msg in self._db.execute(
@@ -143,7 +151,8 @@ class History:
                        in self._db.execute("SELECT scope, name, allocatable, allocated, idle "
                                            "FROM allocations WHERE run = ?", (run_id,))}
         return Run(run_id, at, source, findings, allocations, policy_hash,
-                   tuple(json.loads(policies)) if policies is not None else None)
+                   tuple(json.loads(policies)) if policies is not None else None,
+                   json.loads(policy_hashes) if policy_hashes is not None else None)
 
     def series(self, limit: int = 100) -> list[dict[str, Any]]:
         """The last ``limit`` runs, oldest first, for trend charts: ``{at, allocatable,
@@ -168,12 +177,14 @@ class History:
         with self._db:
             policy_set = report.get("policy_set") or {}
             names = policy_set.get("policies")
+            hashes = policy_set.get("policy_hashes")
             cursor = self._db.execute(
-                "INSERT INTO runs (at, source, summary, policy_hash, policies) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO runs (at, source, summary, policy_hash, policies, policy_hashes) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (report["generated"], json.dumps(report["source"], sort_keys=True),
                  json.dumps(report["summary"], sort_keys=True), policy_set.get("hash"),
-                 json.dumps(list(names)) if names is not None else None))
+                 json.dumps(list(names)) if names is not None else None,
+                 json.dumps(hashes, sort_keys=True) if hashes is not None else None))
             run_id = int(cursor.lastrowid or 0)
             self._db.executemany(
                 "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -226,20 +237,43 @@ def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] |
     """The ``changes`` section: what differs from ``previous`` (None when there is no previous
     run).
 
-    A finding of the previous run that is gone is ``fixed`` when its policy is still in this
-    run's policy set, and in ``policy_removed_findings`` when the policy is not (the set changed;
-    the workload may be as it was). Without this run's policy names (a report without
-    ``policy_set``) every vanished finding counts as fixed, as before.
+    A finding of the previous run that is gone is, in this order: in
+    ``policy_removed_findings`` when its policy is not in this run's policy set; in
+    ``rule_removed_findings`` when the policy is but no longer has the finding's rule (renamed
+    or deleted); in ``policy_changed_findings`` when the policy's content hash differs from the
+    previous run's (a relaxed limit: the workload may be as it was); else ``fixed``. Without
+    this run's policy names (a report without ``policy_set``) every vanished finding counts as
+    fixed, as before; without either run's per-policy hashes none is "policy changed". A new
+    finding carries ``policy_changed``: its policy's hash differs from the previous run's.
     """
     if previous is None:
         return None
     current = {fingerprint(f): f for f in report["findings"]}
     new = [f for fp, f in current.items() if fp not in previous.findings]
     gone = [f for fp, f in previous.findings.items() if fp not in current]
-    names = (report.get("policy_set") or {}).get("policies")
+    policy_set = report.get("policy_set") or {}
+    names = policy_set.get("policies")
     policies = set(names) if names is not None else None
-    removed = [f for f in gone if policies is not None and f["policy"] not in policies]
-    fixed = [f for f in gone if policies is None or f["policy"] in policies]
+    rules: Mapping[str, list[str]] | None = policy_set.get("rules")
+    hashes_now: Mapping[str, str] | None = policy_set.get("policy_hashes")
+    hashes_before = previous.policy_hashes
+
+    def changed(policy: str) -> bool:
+        return hashes_now is not None and hashes_before is not None and \
+            policy in hashes_before and hashes_before[policy] != hashes_now.get(policy)
+
+    removed, rule_removed, policy_changed, fixed = [], [], [], []
+    for f in gone:
+        if policies is None:
+            fixed.append(f)
+        elif f["policy"] not in policies:
+            removed.append(f)
+        elif rules is not None and f["rule"] not in rules.get(f["policy"], ()):
+            rule_removed.append(f)
+        elif changed(f["policy"]):
+            policy_changed.append(f)
+        else:
+            fixed.append(f)
     now = {(scope, name): values for scope, name, *values in _allocation_rows(report)}
     trends = []
     for scope in ("cluster", "team"):
@@ -260,9 +294,12 @@ def changes(report: Mapping[str, Any], previous: Run | None) -> dict[str, Any] |
         "previous_run": {"id": previous.id, "at": previous.at},
         "new_findings": [{"severity": f["severity"], "policy": f["policy"], "rule": f["rule"],
                           "workload": workload_text(f["workload"]), "team": f["team"],
-                          "message": f["message"]} for f in new],
+                          "message": f["message"], "policy_changed": changed(f["policy"])}
+                         for f in new],
         "fixed_findings": [{k: f[k] for k in _FIELDS} for f in fixed],
         "policy_removed_findings": [{k: f[k] for k in _FIELDS} for f in removed],
+        "rule_removed_findings": [{k: f[k] for k in _FIELDS} for f in rule_removed],
+        "policy_changed_findings": [{k: f[k] for k in _FIELDS} for f in policy_changed],
         "policy_set": _policy_set_change(report, previous),
         "trends": trends,
         "nodes_added": sorted(node_names_now - node_names_before, key=str),

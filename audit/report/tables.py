@@ -90,7 +90,7 @@ def _summary(report: Mapping[str, Any]) -> TextTable:
          f"{number(eq['allocated'])} allocated"
          + (f" ({share:.0%})" if share is not None else "")
          + f", {number(eq['free'])} free, {number(eq['stranded'])} stranded "
-         f"({_stranded_split(s, 'gpu_equivalents')})"),
+         f"({_stranded_split(s, 'gpu_equivalents')})" + _on_missing(s)),
         ("pending demand", f"{s['gpu_pods']['pending']} GPU pod(s), "
          f"{number(eq['pending'])} GPU-equivalents"),
         ("idle allocated", "no metrics" if eq["idle_allocated"] is None
@@ -109,10 +109,21 @@ def _summary(report: Mapping[str, Any]) -> TextTable:
             f"more: {', '.join(s['quotas']['near']) or 'none'}")]
           if s.get("quotas") and (s["quotas"]["over"] or s["quotas"]["near"]) else []),
         ("problems", f"{s['stranded_nodes']} node(s) with stranded GPUs, "
-         f"{s['errors']} input error(s), {len(_problem_rows(report)) - s['errors']} "
-         "warning(s)"),
+         f"{s['errors']} input error(s), {s['warnings']} warning(s)"),
     ]
     return TextTable("summary", "Summary", ("", ""), tuple(rows))
+
+
+def _on_missing(summary: Mapping[str, Any]) -> str:
+    """``; + 5 allocated on 1 node(s) missing from the snapshot`` (``on_missing_nodes``), or
+    nothing when every bound pod's node is in the snapshot."""
+    missing = summary.get("on_missing_nodes") or {}
+    if not missing.get("pods"):
+        return ""
+    unknown = f" + {missing['unknown_pods']} pod(s) of unknown size" \
+        if missing["unknown_pods"] else ""
+    return (f"; + {number(missing['gpu_equivalents'])} allocated{unknown} to {missing['pods']} "
+            f"pod(s) on {missing['nodes']} node(s) missing from the snapshot")
 
 
 def _stranded_split(summary: Mapping[str, Any], unit: str) -> str:
@@ -145,6 +156,12 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
     removed = changes.get("policy_removed_findings", [])
     rows += [("policy removed", f["severity"], f["policy"], f["workload"], f["message"])
              for f in removed]
+    rule_removed = changes.get("rule_removed_findings", [])
+    rows += [("rule removed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in rule_removed]
+    policy_changed = changes.get("policy_changed_findings", [])
+    rows += [("policy changed", f["severity"], f["policy"], f["workload"], f["message"])
+             for f in policy_changed]
     trends = [(t["scope"], str(t["name"]) if t["name"] is not None else
                ("cluster" if t["scope"] == "cluster" else "(no team)"),
                number(t["allocated_before"], "-"), number(t["allocated"], "-"),
@@ -156,7 +173,10 @@ def _changes(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
                ("change", "severity", "policy", "workload", "message"), rows, limit,
                note + f": {len(changes['new_findings'])} new, "
                f"{len(changes['fixed_findings'])} fixed"
-               + (f", {len(removed)} gone with their policy" if removed else "")),
+               + (f", {len(removed)} gone with their policy" if removed else "")
+               + (f", {len(rule_removed)} gone with their rule" if rule_removed else "")
+               + (f", {len(policy_changed)} gone as their policy changed (not fixed)"
+                  if policy_changed else "")),
         _table("trends", "Allocation trend (GPU-equivalents)",
                ("scope", "name", "allocated before", "allocated", "change", "idle before",
                 "idle", "idle change"), trends, limit, note),
@@ -352,13 +372,10 @@ def _exceptions(report: Mapping[str, Any], limit: int | None) -> TextTable:
 
 
 def _problem_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Input errors, warnings and the nodes' label warnings: the rows of the problems table,
-    which the summary counts (one list, so the counts match the table)."""
-    rows = [("error", e) for e in report["errors"]] + [("warning", w)
+    """Input errors and warnings (the nodes' own warnings among them, ``Node NAME: …``): the
+    rows of the problems table, as many as ``summary.errors`` and ``summary.warnings`` count."""
+    return [("error", e) for e in report["errors"]] + [("warning", w)
                                                        for w in report["warnings"]]
-    for node in report["nodes"]:
-        rows += [("node", f"{node['name']}: {w}") for w in node["warnings"]]
-    return rows
 
 
 def _problems(report: Mapping[str, Any], limit: int | None) -> TextTable:

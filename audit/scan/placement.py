@@ -363,7 +363,7 @@ class Placement:
             nodes=gpu_nodes,
             other_nodes=len(entries) - len(gpu_nodes),
             pods_on_missing_nodes={name: usage[name].gpu_pods for name in orphans},
-            cluster=self._cluster(gpu_nodes, equivalents),
+            cluster=self._cluster(gpu_nodes, equivalents, [usage[name] for name in orphans]),
             fragmentation=self._fragmentation(gpu_nodes, equivalents),
             stranded=[{"node": n["name"], "reasons": n["stranded"]["reasons"],
                        "node_unavailable": n["stranded"]["node_unavailable"],
@@ -412,12 +412,16 @@ class Placement:
         free_whole = 0
         allocatable_whole = 0
         used_whole = 0
+        over: list[str] = []
         for resource in sorted({*node.allocatable, *node.capacity, *use.used}):
             allocatable = node.allocatable.get(resource, 0)
             used = use.used.get(resource, 0)
             unit = node.units.get(resource)
             if resource == "nvidia.com/gpu" and resource in node.whole:
                 used += use.kai_whole  # KAI fractions occupy whole GPUs they share
+            if used > allocatable and not is_split(resource):  # splits: HAMi, not slots
+                over.append(f"{resource}: {used} allocated to its running pods, {allocatable} "
+                            "allocatable")
             free = max(0, allocatable - used)
             resources[resource] = {
                 "capacity": node.capacity.get(resource, 0), "allocatable": allocatable,
@@ -481,11 +485,17 @@ class Placement:
             "gpu_pods": use.gpu_pods,
             "stranded": stranded,
             "usable": not reasons,
-            "warnings": list(facts.warnings),
+            "warnings": [*facts.warnings, *([
+                "its running pods are allocated more than it offers (" + "; ".join(over)
+                + "): the scheduler never binds beyond allocatable, so the pods or the node are "
+                "stale or altered in the snapshot; free is counted as 0"] if over else [])],
         }, NodeFigures(allocatable_eq, used_eq, free_eq)
 
-    def _cluster(self, nodes: list[dict[str, Any]],
-                 equivalents: Mapping[str, NodeFigures]) -> dict[str, Any]:
+    def _cluster(self, nodes: list[dict[str, Any]], equivalents: Mapping[str, NodeFigures],
+                 missing: Sequence[NodeUsage] = ()) -> dict[str, Any]:
+        """The ``cluster`` section. ``missing``: the usage on nodes pods are bound to that are
+        absent from the snapshot — counted apart (``on_missing_nodes``), as their allocatable is
+        unknown, so ``allocated`` never exceeds what the snapshot's nodes offer."""
         resources: dict[str, dict[str, int]] = {}
         # Fractions until a node's float figure is added (Fraction + float is a float).
         totals: dict[str, Fraction | float] = {
@@ -529,8 +539,13 @@ class Placement:
             whole["allocatable"] += node["whole_gpus"]["allocatable"]
             whole["allocated"] += node["whole_gpus"]["allocated"]
             whole["stranded" if node["stranded"] else "free"] += node["whole_gpus"]["free"]
+        on_missing = {"nodes": len(missing), "pods": sum(use.gpu_pods for use in missing),
+                      "gpu_equivalents": as_float(round(sum(use.equivalents for use in missing),
+                                                        9)),
+                      "unknown_pods": sum(use.unknown_pods for use in missing)}
         return {
             "gpu_nodes": len(nodes),
+            "on_missing_nodes": on_missing,
             "physical_gpus": {"known": physical, "nodes_unknown": physical_unknown},
             "gpu_equivalents": {k: as_float(v) for k, v in totals.items()}
             | {"nodes_unknown": unknown_nodes},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from audit.scan.compliance import ComplianceResult
@@ -23,10 +23,14 @@ from policies.policy.quota import QuotaStatus
 
 @dataclass(frozen=True)
 class PolicySetInfo:
-    """The policy set an audit judged by: its digest (None when it has none) and policy names."""
+    """The policy set an audit judged by: its digest (None when it has none), policy names, and
+    per policy its content digest (:func:`policies.policy.model.policy_digest`) and rule names
+    (:func:`policies.policy.model.rule_names`): what the history tells a changed policy by."""
 
     digest: str | None
     policies: tuple[str, ...]
+    policy_digests: Mapping[str, str] = field(default_factory=dict)
+    rules: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from audit.settings import AuditSettings
 from policies.engine.evaluation import Engine
 from policies.facts.workloads import claim_template_devices, find_workload
 from policies.json_fields import mapping_at
+from policies.policy.model import policy_digest, rule_names
 from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
 from policies.sources import Document, LoadError, printable
 
@@ -100,7 +101,7 @@ class Scanner:
         kind = body.get("kind")
         try:
             if kind == "Pod":
-                self._pod(body)
+                self._pod(body, item.location)
             elif kind == "Node":
                 node = node_capacity(body, self.settings.gpu)
                 if node.name in self.placement.nodes:
@@ -123,7 +124,7 @@ class Scanner:
             elif kind in _NOT_WORKLOADS:
                 self.ignored[str(kind)] = self.ignored.get(str(kind), 0) + 1
             else:
-                self._workload(body)
+                self._workload(body, item.location)
         except (RecursionError, ValueError, TypeError, AttributeError) as exc:
             # Malformed objects are handled field by field; this is the last line of defence.
             self.errors.append(f"{item.location}: cannot be audited: "
@@ -140,9 +141,39 @@ class Scanner:
         self.namespaces[name] = {str(k): str(v) for k, v in labels.items()}
         self.compliance.namespace(name, body)
 
-    def _pod(self, body: Mapping[str, Any]) -> None:
+    def _pod_problems(self, body: Mapping[str, Any], location: str) -> bool:
+        """Record the input errors of a Pod whose fields are not of their API types (the rule
+        and its words: :func:`policies.facts.workloads.find_workload`'s ``invalid``); True when
+        the pod cannot be audited — no name, or a retyped identity or state field
+        (``metadata``, ``spec.nodeName``, ``status``), which would otherwise read as another
+        namespace, a pending pod or a running one."""
+        if _well_typed_pod(body):
+            return False  # the common case, checked without building the workload
+        workload = find_workload(body)
+        problems = workload.invalid if workload is not None else ()
+        if not problems:
+            return False
+        metadata = mapping_at(body, "metadata")
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        who = (f"{namespace}/" if isinstance(namespace, str) and namespace else "") + (
+            name if isinstance(name, str) and name else "(no name)")
+        blocking = any(p.startswith(_IDENTITY_FIELDS) for p in problems)
+        if not blocking:
+            self.errors += [f"{location}: Pod {printable(who)}: {problem}"
+                            for problem in problems]
+            return False
+        gpus = " (it asks for GPUs)" if self.pods.template(
+            mapping_at(body, "spec"), metadata, None).gpu_requested else ""
+        self.errors.append(f"{location}: Pod {printable(who)}: " + "; ".join(problems)
+                           + f"; not audited{gpus}: these fields say which pod it is, where it "
+                           "runs or in what state")
+        return True
+
+    def _pod(self, body: Mapping[str, Any], location: str) -> None:
+        if self._pod_problems(body, location):
+            return
         usage = self.pods.read(body)
-        if usage is None:
+        if usage is None:  # unreachable: a nameless pod is an input error above
             self.ignored["Pod without name"] = self.ignored.get("Pod without name", 0) + 1
             return
         identity = hash((usage.key.namespace, usage.key.name))
@@ -168,7 +199,18 @@ class Scanner:
             self._pod_refs[(usage.key.namespace, usage.key.name)] = (tallied, usage.node)
         self.compliance.offer(usage.key, usage.owner, body)
 
-    def _workload(self, body: Mapping[str, Any]) -> None:
+    def _workload(self, body: Mapping[str, Any], location: str) -> None:
+        workload = find_workload(body)
+        identity = [p for p in (workload.invalid if workload is not None else ())
+                    if p.startswith(("kind", "metadata"))]
+        if identity:  # a retyped name or namespace: the object cannot be told apart
+            assert workload is not None
+            who = (f"{workload.namespace}/" if workload.namespace else "") + (
+                workload.name or "(no name)")
+            self.errors.append(f"{location}: {printable(workload.kind) or 'object'} "
+                               f"{printable(who)}: " + "; ".join(identity)
+                               + "; not audited: these fields say which object it is")
+            return
         key = key_of(body)
         if key is None:
             self.ignored[f"{body.get('kind')} without name"] = \
@@ -176,7 +218,6 @@ class Scanner:
             return
         owner = controller_of(body, key.namespace)
         self.ownership.record(key, owner)
-        workload = find_workload(body)
         if workload is None:
             self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
             return
@@ -238,9 +279,24 @@ class Scanner:
         errors = [*policy_errors, *self.errors]
         missing = placement.pods_on_missing_nodes
         if missing:
+            names = list(missing)
+            shown = ", ".join(printable(n) for n in names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else "")
+            on = placement.cluster["on_missing_nodes"]
+            unknown = f" (+ {on['unknown_pods']} pod(s) of unknown size)" \
+                if on["unknown_pods"] else ""
             self.warnings.append(
-                f"{sum(missing.values())} GPU pod(s) run on node(s) missing from the snapshot ("
-                + ", ".join(missing) + "); their GPUs are valued from the pods alone")
+                f"{on['pods']} GPU pod(s) run on {len(names)} node(s) missing from the snapshot "
+                f"({shown}): their {on['gpu_equivalents']:g} GPU-equivalent(s){unknown} are "
+                "valued from the pods' requests alone and counted in the teams and workloads "
+                "and as on_missing_nodes in the summary, not in the cluster's allocatable or "
+                "allocated")
+        # a node's own warnings (labels that disagree, MIG-INVALID) are warnings of the audit:
+        # one list, so the summary, stderr and the problems table count the same lines
+        # (an unusable value is an input error already, not a warning as well)
+        self.warnings += [f"Node {printable(entry['name'])}: {warning}"
+                          for entry in placement.nodes for warning in entry["warnings"]
+                          if warning not in self.placement.nodes[entry["name"]].facts.invalid]
         for kind, which in (("Pod", "the first copy counts"), ("Node", "the last copy counts"),
                             ("Namespace", "the last copy counts")):
             names = self.duplicates.get(kind, [])
@@ -267,7 +323,9 @@ class Scanner:
                 "were not counted: the fractional pods they hold GPUs for are")
         label = self.settings.team_label
         policy_set = None if self.policy_set is None else PolicySetInfo(
-            self.policy_set.digest or None, tuple(self.policy_set.names()))
+            self.policy_set.digest or None, tuple(self.policy_set.names()),
+            {p.name: policy_digest(p) for p in self.policy_set.policies},
+            {p.name: rule_names(p) for p in self.policy_set.policies})
         return ScanResult(
             settings=self.settings,
             generated=self.settings.now if self.settings.now.year > 1970
@@ -305,4 +363,33 @@ def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine:
         scanner.close()
         raise
     return scanner.finish(source or {}, policy_errors)
+
+
+# find_workload problems of these fields leave a pod unidentified or its state unknown
+_IDENTITY_FIELDS = ("kind", "metadata", "spec.nodeName", "status")
+
+
+def _well_typed_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether a Pod's fields that :func:`_IDENTITY_FIELDS` and the GPU count read have their
+    API types (a fast check; the messages come from ``find_workload`` when it fails)."""
+    metadata = pod.get("metadata")
+    spec = pod.get("spec")
+    status = pod.get("status")
+    if type(metadata) is not dict or type(spec) is not dict:
+        return False
+    name = metadata.get("name")
+    if not (type(name) is str and name) and not (type(metadata.get("generateName")) is str
+                                                  and metadata.get("generateName")):
+        return False
+    if type(name) not in (str, type(None)) or type(metadata.get("generateName")) not in (
+            str, type(None)) or type(metadata.get("namespace")) not in (str, type(None)):
+        return False
+    if type(spec.get("nodeName")) not in (str, type(None)):
+        return False
+    containers = spec.get("containers")
+    if type(containers) is not list or not containers:
+        return False
+    if status is None:
+        return True
+    return type(status) is dict and type(status.get("phase")) in (str, type(None))
 

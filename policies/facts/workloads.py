@@ -535,6 +535,28 @@ def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodT
             yield from _search_templates(child, f"{path}[{index}]", reader)
 
 
+def _pod_fields(pod: Mapping[str, Any], reader: _Replicas) -> None:
+    """Record the mistyped Pod fields that say where it runs and in what state (``spec.nodeName``,
+    ``status``, ``status.phase``: read by the audit), and a Pod without containers (the API
+    server requires one; without, the pod asks for nothing)."""
+    status = reader.map(pod, "status", "")
+    phase = status.get("phase")
+    if phase is not None and not isinstance(phase, str):
+        reader.invalid.append(f"status.phase: expected a string, got {type(phase).__name__}")
+    spec = pod.get("spec")
+    if spec is not None and not isinstance(spec, Mapping):
+        return  # "spec: expected a map" is recorded with the templates
+    spec = spec or {}
+    node = spec.get("nodeName")
+    if node is not None and not isinstance(node, str):
+        reader.invalid.append(f"spec.nodeName: expected a string, got {type(node).__name__}")
+    containers = spec.get("containers")
+    if pod.get("spec") is None or containers is None or containers == []:
+        where = "spec" if pod.get("spec") is None else "spec.containers"
+        reader.invalid.append(f"{where}: required, none given (a Pod has at least one container; "
+                              "without, it asks for no GPU)")
+
+
 def find_workload(obj: Mapping[str, Any]) -> Workload | None:
     """Locate the pod templates of one Kubernetes object.
 
@@ -556,6 +578,13 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
             reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
             value = None
         names[key] = value or None
+    if not names["name"] and not names["generateName"] and "metadata.name" not in " ".join(
+            reader.invalid):
+        # no object of the API lacks both: one that does cannot be named in any report
+        reader.invalid.append("metadata.name: required, none given (neither metadata.name nor "
+                              "metadata.generateName is a non-empty string)")
+    if kind == "Pod":
+        _pod_fields(obj, reader)
     if kind != "Pod":  # a Pod's labels and annotations are its template's: pod_facts reads them
         for key in ("labels", "annotations"):  # queue labels, KAI annotations live here too
             reader.map(metadata, key, "metadata")

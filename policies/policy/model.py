@@ -12,8 +12,11 @@ Must not parse files or evaluate anything.
 from __future__ import annotations
 
 import datetime
+import enum
+import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from policies.cel.runtime import CompiledExpression
@@ -233,3 +236,42 @@ class PolicySet:
     def names(self) -> tuple[str, ...]:
         """Policy names, in evaluation order."""
         return tuple(p.name for p in self.policies)
+
+
+def _canonical(value: Any) -> Any:
+    """Plain, order-stable data of a model value: dataclass fields but ``origin`` and those left
+    out of ``repr`` (compiled programs), a compiled expression as its text, enums by value, sets
+    sorted."""
+    if isinstance(value, CompiledExpression):
+        return value.expression
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(getattr(value, f.name)) for f in fields(value)
+                if f.repr and f.name != "origin"}
+    if isinstance(value, enum.Enum):
+        return _canonical(value.value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, default=str))
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return value
+
+
+def policy_digest(policy: Policy) -> str:
+    """``sha256:<hex>`` of what ``policy`` says — match, actions, CEL text, messages, params,
+    exceptions — but not where it was read (``origin``): the same policy moved to another file
+    or document keeps its digest, any change of its rules gives another. What the audit history
+    compares to tell a finding its policy's change removed from one its workload fixed."""
+    text = json.dumps(_canonical(policy), sort_keys=True, default=str, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def rule_names(policy: Policy) -> tuple[str, ...]:
+    """The names of the rules a finding of ``policy`` can name (validations, mutations, audit
+    annotations, match conditions, variables), in that order."""
+    return tuple(rule.name for group in (policy.validations, policy.mutations,
+                                         policy.audit_annotations, policy.match_conditions,
+                                         policy.variables) for rule in group)

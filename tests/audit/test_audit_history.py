@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from audit.report.history import History, HistoryError, changes
+from audit.report.tables import tables
 from gpuguard.cli import main
 from tests.paths import ROOT
 
@@ -79,6 +80,58 @@ def test_history_file_from_elsewhere_is_refused(tmp_path, capsys):
         db.execute("PRAGMA user_version = 99")
     assert main(["audit", "-f", str(EXAMPLE), "--history", str(newer)]) == 2
     assert "newer gpuguard" in capsys.readouterr().err
+
+
+LIMIT_POLICY = """apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: one-gpu}
+spec:
+  validationActions: [Audit]
+  matchConditions: [{name: asks-for-gpus, expression: gpu.requested}]
+  validations:
+  - name: at-most-one
+    expression: gpu.maxPerPod.count <= 1
+    message: at most one GPU per pod
+"""
+
+
+def test_a_renamed_rule_or_a_relaxed_policy_fixes_nothing(tmp_path):
+    """Before: renaming rule at-most-one inside the kept policy listed its findings under
+    fixed_findings (and the same workloads under new_findings), and relaxing ``<= 1`` to
+    ``<= 2`` called the workloads it no longer flags fixed although none had changed."""
+    history = str(tmp_path / "history.sqlite")
+    policy = tmp_path / "one-gpu.yaml"
+    policy.write_text(LIMIT_POLICY)
+    first = audit_with(history, str(policy))
+    flagged = {f["workload"]["name"] for f in first["findings"]}
+    assert len(flagged) > 2  # the example has several pods asking for 2 GPUs or more
+
+    policy.write_text(LIMIT_POLICY.replace("name: at-most-one", "name: at-most-one-v2"))
+    renamed = audit_with(history, str(policy))["changes"]
+    assert renamed["fixed_findings"] == [] and renamed["policy_changed_findings"] == []
+    assert {f["rule"] for f in renamed["rule_removed_findings"]} == {"at-most-one"}
+    assert len(renamed["rule_removed_findings"]) == len(first["findings"])
+    assert {f["rule"] for f in renamed["new_findings"]} == {"at-most-one-v2"}
+    assert all(f["policy_changed"] for f in renamed["new_findings"])
+
+    policy.write_text(LIMIT_POLICY.replace("name: at-most-one", "name: at-most-one-v2")
+                      .replace("<= 1", "<= 2"))
+    relaxed = audit_with(history, str(policy))
+    diff = relaxed["changes"]
+    still = {f["workload"]["name"] for f in relaxed["findings"]}
+    assert diff["fixed_findings"] == [] and diff["rule_removed_findings"] == []
+    assert len(diff["policy_changed_findings"]) == len(first["findings"]) - len(
+        relaxed["findings"]) > 0
+    assert {f["workload"].rsplit("/", 1)[1] for f in diff["policy_changed_findings"]} == \
+        flagged - still
+    # the terminal report says which is which
+    table = next(t for t in tables(relaxed) if t.key == "changes")
+    assert {row[0] for row in table.rows} == {"policy changed"}
+    assert table.note.endswith(f"0 new, 0 fixed, {len(diff['policy_changed_findings'])} gone "
+                               "as their policy changed (not fixed)")
+    # and the same policy again: nothing changed, nothing gone
+    again = audit_with(history, str(policy))["changes"]
+    assert again["policy_changed_findings"] == again["fixed_findings"] == []
 
 
 def test_changes_without_previous_run_is_none():
@@ -156,9 +209,11 @@ PRAGMA user_version = 1;
     assert [f["policy"] for f in diff["policy_removed_findings"]] == ["gone-policy"]
     assert diff["policy_set"]["hash_before"] is None and diff["policy_set"]["changed"] is None
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         assert db.execute("SELECT policy_hash, policies FROM runs WHERE id = 2").fetchone() == (
             report["policy_set"]["hash"], '["require-queue-label"]')
+        assert json.loads(db.execute("SELECT policy_hashes FROM runs WHERE id = 2").fetchone()[
+            0]) == report["policy_set"]["policy_hashes"]
 
 
 def test_history_series_feeds_the_html_trend_charts(tmp_path):

@@ -183,6 +183,21 @@ def test_markup_and_escape_codes_in_names_are_printed_literally(tmp_path, capsys
     assert "Pod/[/red]" in out and "\x1b" not in out and "\\x1b[2J" in out
 
 
+def test_gpus_names_a_pod_without_metadata_and_says_why_a_pod_has_no_gpus(tmp_path, capsys):
+    path = tmp_path / "pods.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: null\nspec:\n  containers: [{name: c, resources: "
+        "{limits: {nvidia.com/gpu: 1}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: s}\n"
+        "spec: null\n")
+    assert main(["gpus", "-f", str(path)]) == 0
+    notes = " ".join(capsys.readouterr().out.split())  # the console wraps long notes
+    assert notes.endswith(
+        f"- Pod/(no name, {path}: document 0): invalid: metadata.name: required, none given "
+        "(neither metadata.name nor metadata.generateName is a non-empty string) "
+        "- Pod/s: invalid: spec: required, none given (a Pod has at least one container; "
+        "without, it asks for no GPU)")
+
+
 def test_a_kind_that_is_not_a_string_is_invalid_not_a_crash():
     facts = workload_facts({"apiVersion": "v1", "kind": ["Pod"],
                             "spec": {"containers": [{"name": "c"}]}})

@@ -2,9 +2,9 @@
 ``-o table|json|yaml`` with JSON and YAML the same versioned document, YAML without anchors,
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
-``-o junit|sarif`` for ``audit`` findings through the writers of ``test`` and ``check``; ``-f`` and
-``-`` for ``lint`` and ``test``. Not yet common (docs/cli-conventions.md): ``match-conditions -o``
-names an output file; ``-o junit`` for ``check``.
+``-o junit|sarif`` for ``audit`` findings and ``-o junit`` for ``check`` through the writers of
+``test`` and ``check``; ``-f`` and ``-`` for ``lint`` and ``test``. Not yet common
+(docs/cli-conventions.md): ``match-conditions -o`` names an output file.
 """
 
 from __future__ import annotations
@@ -232,6 +232,26 @@ spec:
     (warning,) = json.loads(warned[1])["runs"][0]["results"]
     assert (warned[0], warning["ruleId"], warning["level"]) == (0, "toy/no-gpu", "warning")
     assert warning["message"]["text"] == "Deployment team-llm/mistral-7b: asks for a GPU"
+
+
+def test_check_verdicts_as_junit_for_ci():
+    """One case per object checked, per file: the denied ones fail, with their rules' lines."""
+    import xml.etree.ElementTree as ET
+
+    code, junit = _run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "junit")
+    as_json = json.loads(_run("check", "-f", str(EXAMPLE / "pods.yaml"), "-o", "json")[1])
+    root = ET.fromstring(junit.encode())
+    assert (code, root.get("name")) == (1, "gpuguard check")
+    assert int(root.get("tests")) == len(as_json["results"])
+    denied = [e for e in as_json["results"] if not e["allowed"]]
+    assert int(root.get("failures")) == len(denied) == 2
+    (suite,) = root
+    assert suite.get("file") == str(EXAMPLE / "pods.yaml")
+    for entry in denied:
+        name = f"{entry['kind']}/{entry['namespace']}/{entry['name']}"
+        failure = suite.find(f"testcase[@name='{name}']/failure")
+        assert failure is not None and "no-unrequested-gpu-access/no-unrequested-access" in \
+            failure.get("message")
 
 
 def test_audit_findings_as_junit_and_sarif_for_ci():
