@@ -206,8 +206,10 @@ def test_standard_output_that_cannot_be_written_is_the_environment_not_a_bug(arg
                               stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     command = " ".join(["gpuguard", *argv[:2]]) if argv[0] == "certs" else f"gpuguard {argv[0]}"
     assert done.returncode == EXIT_ENVIRONMENT, done.stderr
-    assert done.stderr == (f"{command}: error: cannot write standard output: No space left on "
-                           "device\n")
+    # the last line (check may note first what it cannot decide offline, e.g. authorizer checks)
+    assert done.stderr.splitlines()[-1] == (f"{command}: error: cannot write standard output: "
+                                            "No space left on device")
+    assert "internal error" not in done.stderr and "None" not in done.stderr
 
 
 @pytest.mark.parametrize(("argv", "code"), [
@@ -227,7 +229,9 @@ def test_a_closed_pipe_is_quiet_and_keeps_the_exit_code_of_any_output(argv, code
                               stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     finally:
         os.close(write)
-    assert (done.returncode, done.stderr) == (code, "")
+    assert done.returncode == code, done.stderr
+    # nothing about the pipe (check may still note what it cannot decide offline)
+    assert not [line for line in done.stderr.splitlines() if "error" in line or "pipe" in line]
 
 
 @pytest.mark.parametrize("where", ["taken port", "address not this machine's"])
