@@ -14,7 +14,7 @@ namespace through the API server under four configurations:
   gpuguard's GPU facts), evaluated by kube-apiserver itself;
 - (c) ``gpuguard serve`` with the built-in library, registered with deploy/base/webhooks.yaml
   (pointed at a loopback URL, caBundle injected by ``gpuguard certs inject --live``);
-- (d) ``gpuguard serve`` with 50 policies: the library's 10 and 40 synthetic GPUPolicies
+- (d) ``gpuguard serve`` with 50 policies: the library's (11) and synthetic GPUPolicies for the rest
   (benchmarks/webhook.py's templates);
 
 each at saturation (``--concurrency`` keep-alive connections creating pods as fast as they are
@@ -210,9 +210,11 @@ def main() -> int:
         certs = generate_certs(work / "certs")
         fifty = work / "fifty"
         fifty.mkdir()
-        for path in LIBRARY.glob("*.yaml"):
+        library = sorted(LIBRARY.glob("*.yaml"))
+        for path in library:
             shutil.copy(path, fifty / path.name)
-        (fifty / "synthetic.yaml").write_text(synthetic_policies(40), encoding="utf-8")
+        (fifty / "synthetic.yaml").write_text(synthetic_policies(50 - len(library)),
+                                              encoding="utf-8")
         logs = iter(range(100))
         configurations: dict[str, Callable[[int], contextlib.AbstractContextManager[None]]] = {
             "(a) no admission": lambda _: contextlib.nullcontext(),

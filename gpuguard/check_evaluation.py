@@ -167,11 +167,15 @@ def _quota_request(document: Document, review: ReviewInput) -> dict[str, Any]:
     return {**request, "dryRun": True}
 
 
-def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings) -> list[str]:
+def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings,
+           warnings: list[str]) -> list[str]:
     """Gpuguard's own word on the object: a kind it does not model (judged from what a
     structural search found), and accelerator-looking resources the GPU registry does not know
     (``GPUFacts.unrecognized``: no policy sees them as GPUs, so the object is judged as asking for
-    none of them). The facts are the verdict's; computed here only when no policy applied."""
+    none of them) — only those no warning of the policies names already (the library's
+    ``unrecognized-accelerator`` warns about each): that note is for a policy set that says
+    nothing about them, never a second copy of the warning. The facts are the verdict's;
+    computed here only when no policy applied."""
     facts = verdict.facts
     if facts is None and isinstance(review.object, Mapping):
         facts = workload_facts(review.object, settings=settings)
@@ -186,7 +190,8 @@ def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings) -> list
         if r.outcome == RuleOutcome.MUTATE and r.message.startswith("setRuntimeClassName ")]
     unrecognized = [f"{name}: unrecognized accelerator resource, judged as no GPU by every "
                     f"policy (--gpu-resource {name} counts it as whole devices)"
-                    for name in facts.total.unrecognized]
+                    for name in facts.total.unrecognized
+                    if not any(name in warning for warning in warnings)]
     return [*modelled, *unverified, *unrecognized]
 
 
@@ -194,6 +199,7 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
            quota: QuotaDecision | None = None) -> dict[str, Any]:
     quota = quota or QuotaDecision()
     message = "; ".join(m for m in ("; ".join(quota.denials), verdict.message) if m)
+    warnings = [*quota.warnings, *verdict.warning_texts]
     return {
         "source": document.location,
         "kind": review.kind[2], "namespace": review.namespace, "name": review.name,
@@ -202,9 +208,9 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
         "message": message,
         "quota": {"allowed": quota.allowed, "denials": list(quota.denials),
                   "warnings": list(quota.warnings), "usage": dict(quota.cel)},
-        "warnings": [*quota.warnings, *verdict.warning_texts],
+        "warnings": warnings,
         # gpuguard's own word, apart from the warnings the webhook would return
-        "notes": _notes(review, verdict, settings),
+        "notes": _notes(review, verdict, settings, warnings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],

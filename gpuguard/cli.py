@@ -3,7 +3,8 @@
 Exit codes (:mod:`gpuguard.exit_codes`; the table of ``docs/commands/README.md``): 0 success;
 1 a check found something to report (policy denial, finding at ``--fail-on``, failed test, lint
 error); 2 bad input or usage (the message names the file, document and field); 3 the environment
-lacks something (no NVML, the API server cannot be reached); 70 an internal error. No command lets
+lacks something (no NVML, the API server cannot be reached, standard output cannot be written:
+:mod:`gpuguard.terminal`); 70 an internal error. No command lets
 a traceback escape: an unexpected exception is one line on stderr naming the command, the error and
 where it was raised — the traceback only with ``--debug`` or ``GPUGUARD_DEBUG=1`` — and exit code
 70, never 1, which CI reads as findings.
@@ -22,7 +23,13 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 
-from gpuguard.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
+from gpuguard.exit_codes import (
+    EXIT_ENVIRONMENT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+)
 
 #: Environment variable that, set to a non-empty value other than 0, prints the traceback of an
 #: internal error (like ``--debug``).
@@ -155,10 +162,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # Imported here, not for --help: it loads rich.
+    from gpuguard.terminal import StandardOutputError, guarded_standard_output  # noqa: PLC0415
+
     try:
-        return handlers[args.command](args, settings)
+        with guarded_standard_output():
+            return handlers[args.command](args, settings)
+    except StandardOutputError as exc:  # a full disk, > /dev/full: the environment, not a bug
+        print(f"{_command_name(args)}: error: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except BrokenPipeError:
-        # The reader (| head) went away: not an error worth a traceback.
+        # A write that bypassed the guard (the reader, | head, went away): not worth a traceback.
         sys.stderr.close()
         return EXIT_OK
     except KeyboardInterrupt:

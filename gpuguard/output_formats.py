@@ -38,7 +38,10 @@ def add_output(parser: argparse.ArgumentParser, *, extra: Sequence[str] = (),
                 f"invalid choice: {text!r} (choose from {', '.join(map(repr, formats))})")
         return value
 
-    parser.add_argument("-o", "--output", type=choice, default="table", metavar="FORMAT",
+    # choices: what the parser lists (docs/commands/*.md are checked against it); the aliases
+    # are turned into a format by ``choice`` before argparse compares.
+    parser.add_argument("-o", "--output", type=choice, choices=formats, default="table",
+                        metavar="FORMAT",
                         help=f"what to print on stdout: {'|'.join(formats)} (default table; "
                         "json and yaml are the same document)")
 

@@ -30,6 +30,7 @@ labels, unusable kubeconfig).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import math
@@ -75,6 +76,7 @@ from kube.subject_access_reviews import (
 )
 from policies.authorization import Authorizer, Unavailable
 from policies.facts.resource_names import GPUSettings
+from policies.sources import read_documents
 from webhook import logs
 from webhook.cluster_store import ClusterPolicyStore
 from webhook.metrics import enable_multiprocess, mark_worker_dead
@@ -111,6 +113,8 @@ class ServeConfig:
             objects (:mod:`webhook.cluster_store`).
         status_lease_namespace: where the Lease picking the replica that writes those objects'
             status lives (:mod:`kube.policy_status`).
+        dev: ``--dev``'s throw-away TLS material: the worker that has it prints the curl
+            commands once it listens (the supervisor gives it to worker 0 only).
     """
 
     server: ServerSettings
@@ -126,6 +130,7 @@ class ServeConfig:
     skip_broken: bool = False
     cluster_policies: bool = False
     status_lease_namespace: str = DEV_NAMESPACE
+    dev: DevMaterial | None = None
 
 
 def default_quota_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -249,10 +254,13 @@ def serve_worker(config: ServeConfig) -> int:
                                    15, math.ceil(3 * config.server.policy_reload_s)))
         store = ClusterPolicyStore(config.policies, loader, watch,
                                    publisher=StatusPublisher(cluster.api_client, elector.leading))
+    banner = functools.partial(_print_dev_help, config.dev, config.server.host) \
+        if config.dev is not None else None
     server = Server(config.server, store, namespaces, tls,
                     certificate_check=_certificate_check(tls), quota=quota,
                     authorizer=authorizer, policy_objects=watch,
-                    runtime_classes=runtime_classes.names if runtime_classes else None)
+                    runtime_classes=runtime_classes.names if runtime_classes else None,
+                    on_listening=banner)
     if pod_cache is not None:
         pod_cache.start()
     if runtime_classes is not None:
@@ -292,7 +300,9 @@ def supervise(config: ServeConfig) -> int:
     stopping = False
 
     def start(index: int) -> Any:
-        process = context.Process(target=_worker_entry, args=(config,),
+        # --dev's curl commands: once, from the first worker, when it listens
+        worker = config if index == 0 else dataclasses.replace(config, dev=None)
+        process = context.Process(target=_worker_entry, args=(worker,),
                                   name=f"gpuguard-worker-{index}", daemon=False)
         process.start()
         LOG.info("worker started", extra={"fields": {"worker": index, "worker_pid":
@@ -355,11 +365,13 @@ class DevMaterial:
     key_file: str
 
 
-def make_dev_material(directory: str) -> DevMaterial:
-    """A fresh CA and a serving certificate (localhost, 127.0.0.1, the Service names)."""
+def make_dev_material(directory: str, host: str = "127.0.0.1") -> DevMaterial:
+    """A fresh CA and a serving certificate (localhost, 127.0.0.1, ::1, the Service names, and
+    ``host`` when it is another address: the one :func:`curl_command` then posts to)."""
     ca_pem, ca_key = generate_ca("gpuguard dev CA (throw-away)", days=1)
+    sans = ("localhost", "127.0.0.1", "::1", *(() if host in _LOOPBACK_OR_ANY else (host,)))
     cert_pem, key_pem = generate_serving_cert(ca_pem, ca_key, DEV_SERVICE, DEV_NAMESPACE, days=1,
-                                              extra_sans=("localhost", "127.0.0.1", "::1"))
+                                              extra_sans=sans)
     paths = {}
     for name, data, mode in ((CA_CERT, ca_pem, 0o644), (TLS_CERT, cert_pem, 0o644),
                              (TLS_KEY, key_pem, 0o600)):
@@ -371,11 +383,18 @@ def make_dev_material(directory: str) -> DevMaterial:
     return DevMaterial(directory, paths[CA_CERT], paths[TLS_CERT], paths[TLS_KEY])
 
 
+#: Listening addresses that ``localhost`` reaches (the dev certificate names localhost).
+_LOOPBACK_OR_ANY = frozenset({"127.0.0.1", "::1", "localhost", "0.0.0.0", "::", ""})
+
+
 def curl_command(ca_file: str, port: int, endpoint: str = "validate",
-                 review: Path = SAMPLE_REVIEW) -> str:
-    """The ``curl`` command posting the sample AdmissionReview to a ``--dev`` server."""
+                 review: Path = SAMPLE_REVIEW, *, host: str = "127.0.0.1") -> str:
+    """The ``curl`` command posting the sample AdmissionReview to a ``--dev`` server listening
+    on ``host``: ``localhost`` for a loopback or wildcard address, else ``host`` itself (in
+    brackets for IPv6), which the dev certificate then names too (:func:`make_dev_material`)."""
+    authority = "localhost" if host in _LOOPBACK_OR_ANY else f"[{host}]" if ":" in host else host
     return (f"curl --cacert {ca_file} -H 'Content-Type: application/json' "
-            f"--data-binary @{review} https://localhost:{port}/{endpoint}")
+            f"--data-binary @{review} https://{authority}:{port}/{endpoint}")
 
 
 def build_config(args: argparse.Namespace, settings: GPUSettings, *,
@@ -411,6 +430,15 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
                        or default_quota_namespace())
 
 
+def _holds_quota(policies: tuple[str, ...] | None) -> bool:
+    """Whether the policy files hold a ``GPUQuota`` document (the built-in library holds none);
+    unreadable files are the policy store's to report."""
+    if policies is None:
+        return False
+    documents, _errors = read_documents(list(policies))
+    return any(isinstance(d.body, dict) and d.body.get("kind") == "GPUQuota" for d in documents)
+
+
 def _preflight(config: ServeConfig) -> str | None:
     """Check the inputs once, in the parent; returns the first problem, or None."""
     try:
@@ -440,10 +468,13 @@ def _preflight(config: ServeConfig) -> str | None:
     elif isinstance(source, StaticNamespaces):
         LOG.info("namespace labels from a file, not from the cluster",
                  extra={"fields": {"file": config.namespace_labels}})
-    if cluster is None:
+    if cluster is None and _holds_quota(config.policies):
         LOG.warning("GPUQuota enforcement needs a cluster: no pod watch, so pods already "
                     "running are not counted; quotas count only this process's own admissions "
                     "(in-memory ledger, 60 s reservations) and per-pod limits")
+    elif cluster is None:  # said once, quietly: a GPUQuota may be added to the files later
+        LOG.info("no GPUQuota in the policy set; one added later is enforced standalone "
+                 "(in-memory ledger, no pod watch)")
     else:
         LOG.info("GPUQuota usage from the cluster pod watch", extra={"fields": {
             "ledger_namespace": config.quota_namespace}})
@@ -465,7 +496,7 @@ def run_command(args: argparse.Namespace, settings: GPUSettings) -> int:
     try:
         cert_file, key_file = args.cert, args.key
         if dev_dir is not None:
-            material = make_dev_material(dev_dir)
+            material = make_dev_material(dev_dir, args.host or "127.0.0.1")
             cert_file, key_file = material.cert_file, material.key_file
         try:
             config = build_config(args, settings, cert_file=cert_file, key_file=key_file)
@@ -476,8 +507,8 @@ def run_command(args: argparse.Namespace, settings: GPUSettings) -> int:
         if problem is not None:
             print(f"gpuguard serve: error: {problem}", file=sys.stderr)
             return EXIT_USAGE
-        if dev_dir is not None:
-            _print_dev_help(material, config.server.port)
+        if dev_dir is not None:  # its curl commands are printed once the server listens
+            config = dataclasses.replace(config, dev=material)
         if config.server.workers == 1:
             return serve_worker(config)
         return supervise(config)
@@ -486,14 +517,15 @@ def run_command(args: argparse.Namespace, settings: GPUSettings) -> int:
             shutil.rmtree(dev_dir, ignore_errors=True)
 
 
-def _print_dev_help(material: DevMaterial, port: int) -> None:
+def _print_dev_help(material: DevMaterial, host: str, port: int) -> None:
+    """``--dev``'s banner, once the server listens on ``host``:``port``."""
     review = SAMPLE_REVIEW if SAMPLE_REVIEW.is_file() else Path("REVIEW.json")
     lines = [
         f"gpuguard serve --dev: throw-away CA and serving certificate in {material.directory} "
         "(removed on exit).",
         "Post the sample GPU pod AdmissionReview:",
-        "  " + curl_command(material.ca_file, port, "validate", review),
-        "  " + curl_command(material.ca_file, port, "mutate", review),
+        "  " + curl_command(material.ca_file, port, "validate", review, host=host),
+        "  " + curl_command(material.ca_file, port, "mutate", review, host=host),
     ]
     print("\n".join(lines), flush=True)
 

@@ -52,11 +52,10 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from webhook import wire
-from webhook.metrics import Metrics
+from webhook.metrics import CLOSE_REASONS, Metrics
 
 LOG = logging.getLogger("gpuguard.webhook.connections")
-HEADER_TIMEOUT, IDLE_LIMIT, CONNECTION_LIMIT, MALFORMED = \
-    "header_timeout", "idle_limit", "connection_limit", "malformed"
+HEADER_TIMEOUT, IDLE_LIMIT, CONNECTION_LIMIT, MALFORMED = CLOSE_REASONS
 SWEEP_INTERVAL_S = 1.0
 IDLE_GRACE_S = 5.0
 TLS_READ_BYTES = 64 * 1024

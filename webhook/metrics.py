@@ -57,6 +57,11 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _multiprocess
 
+#: The ``reason`` labels of ``gpuguard_http_connections_closed_total`` (the module docstring says
+#: what each means); :mod:`webhook.connections` closes connections under these names, and the
+#: metric's HELP lists them from here.
+CLOSE_REASONS = ("header_timeout", "idle_limit", "connection_limit", "malformed")
+
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -132,8 +137,8 @@ class Metrics:
             registry=registry, multiprocess_mode="livesum")
         self.connections_closed = Counter(
             "gpuguard_http_connections_closed",
-            "Connections closed by the server itself, by reason (header_timeout, "
-            "connection_limit, malformed).", ["reason"], registry=registry)
+            f"Connections closed by the server itself, by reason ({', '.join(CLOSE_REASONS)}).",
+            ["reason"], registry=registry)
         self.memory_trims = Counter(
             "gpuguard_memory_trims",
             "Times freed heap memory was returned to the operating system after a burst of "

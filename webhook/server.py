@@ -112,6 +112,8 @@ class Server:
             started before the first load; each change wakes a policy check at once.
         runtime_classes: the cluster's RuntimeClass names (see :class:`~webhook.admission.
             Admitter`); None: never known.
+        on_listening: called with the bound port once the server listens (never when it
+            cannot start).
     """
 
     def __init__(self, settings: ServerSettings, store: PolicyStore,
@@ -120,8 +122,10 @@ class Server:
                  recorder: Recorder | None = None, quota: QuotaGate | None = None,
                  timer: Timer | None = None, authorizer: Authorizer | None = None,
                  policy_objects: PolicyObjects | None = None,
-                 runtime_classes: Callable[[], frozenset[str] | None] | None = None) -> None:
+                 runtime_classes: Callable[[], frozenset[str] | None] | None = None,
+                 on_listening: Callable[[int], None] | None = None) -> None:
         self.settings = settings
+        self.on_listening = on_listening
         self.policy_objects = policy_objects
         self._wake: asyncio.Event | None = None
         self.store = store
@@ -277,6 +281,8 @@ class Server:
             "scheme": "https" if self.tls else "http",
             "deadline_ms": self.settings.deadline_ms, "policies": self.store.describe(),
             "namespaces": getattr(self.namespaces, "source", "?")}})
+        if self.on_listening is not None:  # e.g. serve --dev's curl commands: only once serving
+            self.on_listening(self.port)
         if self.store.reloadable:
             self._tasks.append(asyncio.create_task(
                 self._every(self.settings.policy_reload_s, self.load_policies)))

@@ -179,7 +179,7 @@ def test_a_finding_whose_policy_left_the_set_is_policy_removed_not_fixed(tmp_pat
     with contextlib.redirect_stdout(out):
         main(["audit", "-f", str(EXAMPLE), "--jobs", "0", "--history", history])
     text = out.getvalue()
-    assert "the policy set changed (9 polic(ies) added, 0 removed)" in text
+    assert f"the policy set changed ({len(library) - 1} polic(ies) added, 0 removed)" in text
     assert "0 fixed" in text and "policy removed" not in text  # back to the library: all new
 
 

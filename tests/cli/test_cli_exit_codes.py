@@ -178,3 +178,109 @@ def test_a_reader_that_went_away_leaves_the_commands_own_exit_code(argv, code):
         os.close(write)
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _ca(tmp_path) -> str:
+    # A real CA through the command users run, so `certs ca-bundle` has something to print.
+    assert cli.main(["certs", "generate", "--service", "gpuguard", "-n", "gpuguard", "--out",
+                     str(tmp_path)]) == EXIT_OK
+    return str(tmp_path / "ca.crt")
+
+
+#: One command per way of writing standard output: rich tables, print(), sys.stdout.write,
+#: json/yaml streamed onto it; ``{ca}`` is replaced by a CA certificate made for the test.
+WRITERS = [
+    ["gpus", "-f", str(EXAMPLE)],
+    ["check", "-f", str(REVIEW)],
+    ["lint", "-o", "json", str(ROOT / "policies" / "library")],
+    ["crds"],
+    ["test", "-o", "json", str(ROOT / "policies" / "library")],
+    ["certs", "ca-bundle", "--ca", "{ca}"],
+]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", WRITERS, ids=lambda argv: " ".join(argv[:2]))
+def test_standard_output_that_cannot_be_written_is_the_environment_not_a_bug(argv, tmp_path):
+    # `> /dev/full`: every write fails with ENOSPC. That was exit 70 "a bug in gpuguard" (or,
+    # for certs, "error: None: No space left on device"); it is one line naming what could not
+    # be written and exit 3, like any other thing the environment lacks.
+    argv = [_ca(tmp_path) if word == "{ca}" else word for word in argv]
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run([sys.executable, "-m", "gpuguard", *argv], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    command = " ".join(["gpuguard", *argv[:2]]) if argv[0] == "certs" else f"gpuguard {argv[0]}"
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    # the last line (check may note first what it cannot decide offline, e.g. authorizer checks)
+    assert done.stderr.splitlines()[-1] == (f"{command}: error: cannot write standard output: "
+                                            "No space left on device")
+    assert "internal error" not in done.stderr and "None" not in done.stderr
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["certs", "ca-bundle", "--ca", "{ca}"], EXIT_OK),
+    (["lint", "-o", "json", str(ROOT / "policies" / "library")], EXIT_OK),
+    (["check", "-o", "json", "-f", str(ROOT / "examples" / "cluster")], EXIT_FINDINGS),
+])
+def test_a_closed_pipe_is_quiet_and_keeps_the_exit_code_of_any_output(argv, code, tmp_path):
+    # `certs ca-bundle | head -c 10` printed "error: None: Broken pipe"; JSON written in one piece
+    # to a closed pipe ended with 0 whatever the command had found. Neither says a word now, and
+    # the exit code is the command's own.
+    argv = [_ca(tmp_path) if word == "{ca}" else word for word in argv]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpuguard", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == code, done.stderr
+    # nothing about the pipe (check may still note what it cannot decide offline)
+    assert not [line for line in done.stderr.splitlines() if "error" in line or "pipe" in line]
+
+
+@pytest.mark.parametrize("where", ["taken port", "address not this machine's"])
+def test_serve_dev_prints_its_curl_commands_only_once_serving(where):
+    # `serve --dev` printed "Post the sample ... curl https://localhost:PORT" and then exited 3
+    # because it could not listen: commands for a server that never ran. 192.0.2.10 is
+    # TEST-NET-1 (RFC 5737), never an address of this machine.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = ["--port", str(port)] if where == "taken port" else \
+            ["--host", "192.0.2.10", "--port", "0"]
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", *address],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert done.stdout == ""
+    assert "cannot start the server" in done.stderr
+
+
+def test_the_dev_curl_command_names_the_address_it_listens_on():
+    from gpuguard.serve_command import curl_command
+
+    assert "https://localhost:8443/validate" in curl_command("ca.crt", 8443, host="0.0.0.0")
+    assert "https://10.1.2.3:8443/mutate" in curl_command("ca.crt", 8443, "mutate",
+                                                          host="10.1.2.3")
+    assert "https://[fd00::7]:8443/validate" in curl_command("ca.crt", 8443, host="fd00::7")
+
+
+@pytest.mark.parametrize(("policies", "warned"), [
+    ([], False),
+    (["--policies", str(ROOT / "policies" / "library"),
+      "--policies", str(ROOT / "tests" / "data" / "quota" / "example-cluster-quotas.yaml")], True),
+])
+def test_serve_warns_about_standalone_quotas_only_when_the_set_holds_a_gpuquota(policies,
+                                                                               warned):
+    # "GPUQuota enforcement needs a cluster" was printed for the built-in library, which holds
+    # no GPUQuota. (The port is taken so that the server stops right after its start-up lines.)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = subprocess.run([sys.executable, "-m", "gpuguard", "serve", "--dev", "--port",
+                               str(taken.getsockname()[1]), *policies],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_ENVIRONMENT, done.stderr
+    assert "no cluster configured" in done.stderr  # standalone, as the warning's premise
+    assert ("GPUQuota enforcement needs a cluster" in done.stderr) is warned

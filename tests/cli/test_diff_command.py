@@ -12,7 +12,10 @@ reworded message.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,7 +53,8 @@ def test_the_stricter_queue_label_policy_newly_denies_the_unqueued_pod_outside_t
     assert code == EXIT_FINDINGS, err
     assert diff["kind"] == "PolicyDiff"
     assert diff["current"]["policies"] == "built-in library"
-    assert diff["current"]["names"] == diff["candidate"]["names"]  # same names, one changed
+    # same names (the candidate's in the order of its files), one changed
+    assert sorted(diff["current"]["names"]) == sorted(diff["candidate"]["names"])
     assert diff["current"]["hash"] != diff["candidate"]["hash"]
     summary = diff["summary"]
     assert (summary["workloads_evaluated"], summary["workloads_changed"],
@@ -280,3 +284,19 @@ def test_an_unreadable_document_makes_the_comparison_fail_its_gate(capsys, tmp_p
     assert code == EXIT_USAGE
     assert diff["errors"] and "zz-conflicted.yaml" in diff["errors"][0]
     assert "the comparison is incomplete and cannot pass a gate" in err
+
+
+def test_the_first_example_of_the_page_runs_and_prints_what_it_shows(tmp_path):
+    # diff.md's example used `--candidate policies-next/`, which does not exist. Its commands
+    # now run as written (in a directory that sees the repository's files) and print its line.
+    page = (ROOT / "docs" / "commands" / "diff.md").read_text(encoding="utf-8")
+    block = page.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    commands = [line[2:] for line in block if line.startswith("$ ")]
+    shown = [line for line in block if not line.startswith("$ ")]
+    for name in ("policies", "tests", "examples"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-ec", "\n".join(commands)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == EXIT_FINDINGS, done.stderr
+    assert done.stdout.splitlines()[:len(shown)] == shown

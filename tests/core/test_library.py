@@ -96,7 +96,7 @@ def test_every_library_policy_has_a_suite() -> None:
 def test_suites_run_clean_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["test", str(SUITES)]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"10 suite\(s\), \d+ case\(s\): \d+ passed, 0 failed, 0 error\(s\)", out)
+    assert re.search(r"11 suite\(s\), \d+ case\(s\): \d+ passed, 0 failed, 0 error\(s\)", out)
 
 
 # --- the policy files -------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_library_file_lints_cleanly_and_documents_itself(path: Path) -> None:
 
 def test_gpuguard_lint_reports_no_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lint", str(LIBRARY)]) == 0
-    assert "10 policies loaded, 0 error(s), 0 warning(s)" in capsys.readouterr().out
+    assert "11 policies loaded, 0 error(s), 0 warning(s)" in capsys.readouterr().out
 
 
 def test_readme_example_suite_passes(tmp_path: Path) -> None:

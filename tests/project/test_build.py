@@ -80,6 +80,24 @@ def test_ci_runs_on_the_locked_versions():
     assert not drift, f"installed versions differ from requirements/test.txt: {drift}"
 
 
+def _pip_installs(text: str) -> list[list[str]]:
+    """The arguments of each ``.venv/bin/pip install`` in ``text``, without ``--quiet``."""
+    return [[word for word in words.split() if word not in ("--quiet", "-q")]
+            for words in re.findall(r"\.venv/bin/pip install ([^&\n]+)", text)]
+
+
+def test_the_readme_set_up_installs_what_ci_installs():
+    # The README's `pip install -e '.[test]'` left a fresh venv's setuptools (65.5) in place, and
+    # the wheel tests below (which build without isolation, offline) then failed at set-up. The
+    # lock is the one source of what a test run stands on: the README installs it as .ci/run does.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    set_up = readme.split("## Set-up", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    ci_installs = _pip_installs("\n".join(line for line in ci.splitlines()
+                                           if not line.lstrip().startswith("#")))
+    assert ci_installs and _pip_installs(set_up) == ci_installs
+
+
 def _dockerignored(path: str, patterns: list[str]) -> bool:
     """Whether Docker's build context leaves ``path`` out (the .dockerignore subset used here:
     glob patterns, ``**/``, no ``!`` exceptions)."""

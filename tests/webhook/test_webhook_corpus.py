@@ -381,6 +381,35 @@ async def test_library_tolerates_gpu_templates_once_kyverno_1340(library_client)
     assert all("tolerations" not in op["path"] for op in patch_of(answer) or [])
 
 
+@pytest.mark.asyncio
+async def test_library_warns_and_audits_an_unrecognized_accelerator(library_client, caplog):
+    # A pod asking for example.org/fancy-gpu was {"allowed": true} with no warning and nothing in
+    # the decision log: no GPU policy counts the resource, so the GPU rules passed it unseen. The
+    # library's unrecognized-accelerator policy (Warn + Audit) says so, naming the resource and
+    # the flag that declares it.
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fancy", "namespace": "ml"},
+           "spec": {"containers": [{"name": "c", "image": "busybox",
+                                    "resources": {"limits": {"example.org/fancy-gpu": "1"}}}]}}
+    body = envelope({"uid": "u-fancy", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                     "resource": {"group": "", "version": "v1", "resource": "pods"},
+                     "namespace": "ml", "operation": "CREATE", "object": pod,
+                     "userInfo": {"username": "alice"}})
+    with caplog.at_level("INFO", logger="gpuguard.webhook.admission"):
+        status, answer = await post(library_client, "validate", body)
+    response = answer["response"]
+    assert status == 200 and response["allowed"] is True
+    [warning] = response["warnings"]
+    assert warning.startswith("unrecognized-accelerator: Pod 'fancy' asks for "
+                              "example.org/fancy-gpu, which looks like an accelerator resource "
+                              "that gpuguard does not know")
+    assert "--gpu-resource example.org/fancy-gpu" in warning
+    annotation = json.loads(
+        response["auditAnnotations"]["unrecognized-accelerator.validation-failure"])
+    assert [a["rule"] for a in annotation] == ["accelerators-recognized"]
+    [line] = [r.fields for r in caplog.records if r.msg == "admission"]
+    assert (line["uid"], line["allowed"], line["warnings"]) == ("u-fancy", True, 1)
+
+
 def test_every_admission_bug_case_is_covered():
     # Each bug file with an AdmissionReview input is exercised above or in test_webhook_server
     # (HAMi-160 deadline/failurePolicy, HAMi-1572 certificate rotation, kueue-5244).

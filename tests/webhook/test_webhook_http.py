@@ -38,6 +38,7 @@ from webhook import connections, logs, memory, wire
 from webhook.app import HANDLERS_KEY, build_app
 from webhook.connections import IDLE_GRACE_S, handler_args
 from webhook.memory import MemoryReturn
+from webhook.metrics import Metrics
 from webhook.settings import MiB, ServerSettings
 
 DENY_GPUS = gpu_policy("no-gpus-here", {
@@ -726,3 +727,14 @@ def test_every_log_line_is_json_third_party_and_uncaught_included():
     assert "ValueError: boom" in entries[1]["error"]
     assert entries[4]["thread"] == "worker-1" and "ZeroDivisionError" in entries[4]["error"]
     assert logging.getLogger("gpuguard").propagate  # unconfigure put it back
+
+
+def test_the_help_of_closed_connections_names_every_reason_the_server_closes_for():
+    # The HELP of gpuguard_http_connections_closed_total left out idle_limit, a reason the
+    # server does count (the --max-idle-connections test above).
+    text = Metrics().exposition().decode()
+    help_line = next(line for line in text.splitlines()
+                     if line.startswith("# HELP gpuguard_http_connections_closed_total "))
+    for reason in (connections.HEADER_TIMEOUT, connections.IDLE_LIMIT,
+                   connections.CONNECTION_LIMIT, connections.MALFORMED):
+        assert reason in help_line, reason
