@@ -53,7 +53,9 @@ def controller(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFac
     """The controller process, with a GPU node in the cluster; yields (cluster, process,
     metrics port, Lease namespace)."""
     cluster = control_plane
-    install_crds(cluster, DATA / "policyreport-crds.yaml")
+    # the PolicyReport CRDs deploy/ ships (the test-only copy in data/ was removed)
+    for crd in sorted((ROOT / "deploy" / "crds" / "policyreports").glob("*.wgpolicyk8s.io.yaml")):
+        install_crds(cluster, crd)
     lease_namespace = "gpuguard-watch-system"
     created = cluster.kubectl("create", "namespace", lease_namespace)
     assert created.returncode == 0 or "AlreadyExists" in created.stderr, created.stderr
