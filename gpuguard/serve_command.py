@@ -12,8 +12,8 @@ kubeconfig for the webhook names a client certificate); the health and metrics e
 open. ``--dev`` makes a throw-away CA and serving certificate in a temporary
 directory and prints a ready-to-paste ``curl`` command. ``--cluster-policies`` serves the
 cluster's gpuguard.io objects with the files (:mod:`webhook.cluster_store`, fed by
-:class:`kube.policy_objects.PolicyObjectWatch`; status written by the holder of the Lease of
-:mod:`kube.policy_status`).
+:class:`kube.policy_objects.PolicyObjectWatch`; status written by the holder of the Lease
+:data:`kube.policy_status.LEASE_NAME`, elected by :class:`kube.lease.LeaseElector`).
 
 GPUQuota documents (loaded from the ``--policies`` paths with the policies, reloaded with them)
 are enforced on ``/validate``: with a cluster, usage comes from a pod watch
@@ -58,6 +58,7 @@ from gpuguard.bundled_examples import ADMISSION_REVIEW
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
 from gpuguard.settings import add_gpu_settings
 from kube.config import ClusterConfigError, detect
+from kube.lease import LeaseElector
 from kube.namespaces import (
     NamespaceFileError,
     NamespaceWatch,
@@ -66,7 +67,7 @@ from kube.namespaces import (
 )
 from kube.pod_cache import PodCache, PodUsageIndex
 from kube.policy_objects import PolicyObjectWatch
-from kube.policy_status import LeaseElector, StatusPublisher
+from kube.policy_status import LEASE_NAME, StatusPublisher
 from kube.quota_ledger import ConfigMapLedgerStore, MemoryLedgerStore, QuotaLedger
 from kube.runtime_classes import RuntimeClassWatch
 from kube.subject_access_reviews import (
@@ -249,9 +250,10 @@ def serve_worker(config: ServeConfig) -> int:
     if cluster is not None:
         watch = PolicyObjectWatch(cluster.api_client)
         # Renewed at each policy check: held for three check intervals (at least 15 s).
-        elector = LeaseElector(cluster.api_client, config.status_lease_namespace,
-                               replica_identity(), duration_s=max(
-                                   15, math.ceil(3 * config.server.policy_reload_s)))
+        elector = LeaseElector(cluster.api_client, config.status_lease_namespace, LEASE_NAME,
+                               replica_identity(), lease_duration_s=max(
+                                   15, math.ceil(3 * config.server.policy_reload_s)),
+                               clock=time.monotonic)
         store = ClusterPolicyStore(config.policies, loader, watch,
                                    publisher=StatusPublisher(cluster.api_client, elector.leading))
     banner = functools.partial(_print_dev_help, config.dev, config.server.host) \

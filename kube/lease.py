@@ -1,4 +1,8 @@
-"""Leader election through a ``coordination.k8s.io/v1`` Lease: one active audit controller.
+"""Leader election through a ``coordination.k8s.io/v1`` Lease: gpuguard's one elector.
+
+Used by the audit controller (``gpuguard audit --cluster --watch``: one active replica) and by
+the webhook's status writer (``gpuguard serve --cluster-policies``: one replica writes the
+gpuguard.io objects' status, :mod:`kube.policy_status`).
 
 Owns the protocol client-go's ``leaderelection`` package follows with a Lease lock: a candidate
 creates the Lease when there is none (``holderIdentity`` itself), renews it while it holds it
@@ -10,8 +14,14 @@ racing for an expired Lease, the API server accepts one (the other gets ``409 Co
 stays a candidate). :meth:`LeaseElector.release` clears the holder on shutdown so a standby
 takes over at once.
 
+The HTTP calls are GET, POST (create) and PUT (renew, take over, release): RBAC names a PUT
+``update`` and a PATCH ``patch``, so the Role needs ``create``, and ``get`` + ``update`` on the
+Lease's name — ``patch`` is not used (tests/controlplane checks the Roles of deploy/ against a
+real API server).
+
 The clock is injected (monotonic seconds) and :meth:`LeaseElector.try_acquire_or_renew` is one
-attempt: callers pace the attempts. Must not know what the leader does; only :mod:`kube` imports
+attempt: callers pace the attempts (:meth:`LeaseElector.leading` is the same attempt, logging
+each change of state). Must not know what the leader does; only :mod:`kube` imports
 ``kubernetes``.
 """
 
@@ -19,11 +29,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
+
+_LOG = logging.getLogger("gpuguard.kube.lease")
 
 
 def _micro_time(when: datetime.datetime) -> str:
@@ -60,6 +73,7 @@ class LeaseElector:
         self._observed_at = 0.0
         self.leader = False
         self.last_error: str | None = None
+        self._logged: tuple[bool, str | None] | None = None  # what leading() last logged
 
     def _path(self, named: bool = True) -> str:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
@@ -96,6 +110,23 @@ class LeaseElector:
             self.leader = False
             self.last_error = f"Lease {self.namespace}/{self.name}: {type(exc).__name__}: {exc}"
         return self.leader
+
+    def leading(self) -> bool:
+        """:meth:`try_acquire_or_renew`, logging when this candidate starts or stops holding
+        the Lease and each new error (an API failure is logged as a warning and answered False:
+        a candidate that cannot reach the Lease does not lead). Never raises."""
+        held = self.try_acquire_or_renew()
+        state = (held, self.last_error)
+        if state != self._logged:
+            fields = {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}
+            if self.last_error is not None:
+                _LOG.warning("the Lease cannot be read or written; not leading",
+                             extra={"fields": {**fields, "error": self.last_error}})
+            elif self._logged is None or held != self._logged[0]:
+                _LOG.info("holding the Lease" if held else "another candidate holds the Lease",
+                          extra={"fields": fields})
+            self._logged = state
+        return held
 
     def _attempt(self) -> bool:
         now = self._clock()

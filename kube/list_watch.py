@@ -3,15 +3,21 @@
 Owns the protocol the Kubernetes API reference describes for keeping a cache current: list (with
 its resourceVersion), then watch from that version; a watch that expires (HTTP 410 Gone, or an
 ``ERROR`` event with code 410) means list again; other failures are retried with exponential
-backoff. Runs in a worker thread and stops when its ``stop`` event is set.
+backoff. Runs in a worker thread and stops when its ``stop`` event is set. Also owns reading
+one open watch response as events (:func:`read_events`; :func:`watch_stream` opens it through a
+client list method), waking a worker blocked on it (:func:`shut_down`: the namespace, pod,
+RuntimeClass, gpuguard.io-object and audit-resource watches all stop through it) and handing a
+change to the caches' asyncio loop (:func:`post_to_loop`).
 
 Must not know what is cached (namespaces, pods): callers pass how to list, watch and apply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -105,11 +111,27 @@ def watch_stream(
     Yields:
         ``(type, object)`` per event line (bookmarks included).
     """
-    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415 - see run_list_watch
     response = list_call(
         watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
         timeout_seconds=timeout_s, _preload_content=False,
         _request_timeout=(10, timeout_s + 30))
+    yield from read_events(response, stop=stop, hold=hold)
+
+
+def read_events(response: Any, *, stop: threading.Event, hold: Callable[[Any], None],
+                ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The events of one open watch response (urllib3's, unread), line by line as they arrive.
+
+    Args:
+        response: the response of a ``watch=true`` request, status 2xx; closed and released
+            when the stream ends, fails or is abandoned.
+        stop: ends the stream early.
+        hold: receives ``response`` now and None when done (for :func:`shut_down`).
+
+    Yields:
+        ``(type, object)`` per event line (bookmarks included); ``object`` is ``{}`` when absent.
+    """
+    from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415 - see run_list_watch
     hold(response)
     try:
         for line in iter_resp_lines(response):
@@ -122,3 +144,31 @@ def watch_stream(
         hold(None)
         response.close()
         response.release_conn()
+
+
+def shut_down(response: Any, what: str) -> None:
+    """Shut the socket of an open watch ``response`` down (None: nothing open), which wakes the
+    worker thread's blocking read; closing the response from another thread would wait for that
+    read, which holds the stream's lock. ``what`` names the watch in the debug line logged when
+    the socket is already closed (the worker is then on its way out)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        _LOG.debug("shutting the %s watch socket down failed", what, exc_info=True)
+
+
+def post_to_loop(loop: asyncio.AbstractEventLoop | None, change: Callable[[], None],
+                 stop: threading.Event) -> None:
+    """Run ``change`` on ``loop`` (``call_soon_threadsafe``: a cache read on the loop then needs
+    no lock), or at once in this thread when ``loop`` is None. A closed loop (the server is gone)
+    sets ``stop``, ending the worker."""
+    if loop is None:
+        change()
+        return
+    try:
+        loop.call_soon_threadsafe(change)
+    except RuntimeError:  # the loop is closed
+        stop.set()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from kube.list_watch import run_list_watch, watch_stream
+from kube.list_watch import post_to_loop, run_list_watch, shut_down, watch_stream
 from policies.facts.review import NAMESPACE_NAME_LABEL, namespace_stub
 from policies.sources import LoadError, parse_text
 
@@ -239,26 +238,14 @@ class NamespaceWatch:
         the response from here would wait for that read: it holds the stream's lock).
         """
         self._stop.set()
-        response = self._response
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed: the thread is on its way out
-                _LOG.debug("shutting the namespace watch socket down failed", exc_info=True)
+        shut_down(self._response, "namespace")
         if self._thread is not None:
             self._thread.join(timeout)
 
     # --- worker thread ------------------------------------------------------------------------
 
     def _post(self, change: Callable[[], None]) -> None:
-        if self._loop is None:
-            change()
-            return
-        try:
-            self._loop.call_soon_threadsafe(change)
-        except RuntimeError:  # the loop is closed: the server is gone
-            self._stop.set()
+        post_to_loop(self._loop, change, self._stop)
 
     def _replace(self, namespaces: dict[str, dict[str, Any]], version: str) -> None:
         def apply() -> None:

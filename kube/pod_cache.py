@@ -18,21 +18,17 @@ Must not know about HTTP serving; quota semantics are :mod:`policies.policy.quot
 from __future__ import annotations
 
 import json
-import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kube.list_watch import run_list_watch, watch_stream
+from kube.list_watch import run_list_watch, shut_down, watch_stream
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.policy.quota import ZERO, Quota, Usage, pod_charge
 
 if TYPE_CHECKING:
     from kubernetes import client as k8s_client
-
-_LOG = logging.getLogger("gpuguard.kube.pod_cache")
 
 
 SUM_MAX_AGE_S = 5.0  # seconds a team / cluster sum is reused when no pod changed
@@ -233,12 +229,7 @@ class PodCache:
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the worker (shutting the open watch's socket down) and wait up to ``timeout`` s."""
         self._stop.set()
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                _LOG.debug("shutting the pod watch socket down failed", exc_info=True)
+        shut_down(self._response, "pod")
         if self._thread is not None:
             self._thread.join(timeout)
 

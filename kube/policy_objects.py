@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from kube.list_watch import run_list_watch, watch_stream
+from kube.list_watch import run_list_watch, shut_down, watch_stream
 from kube.lists import ListError, NotServed, Unreachable
 from policies.sources import SourceFile
 
@@ -277,13 +276,8 @@ class PolicyObjectWatch:
         """Stop the worker threads (their open watches' sockets are shut down, as in
         :meth:`kube.namespaces.NamespaceWatch.stop`) and wait up to ``timeout`` seconds each."""
         self._stop.set()
-        for response in list(self._responses.values()):
-            sock = getattr(getattr(response, "connection", None), "sock", None)
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    _LOG.debug("shutting a policy watch socket down failed", exc_info=True)
+        for kind, response in list(self._responses.items()):
+            shut_down(response, kind)
         for thread in self._threads:
             thread.join(timeout)
 

@@ -2,11 +2,11 @@
 
 Owns:
 
-- :class:`LeaseElector`: a ``coordination.k8s.io/v1`` Lease (``gpuguard-policy-status`` in the
-  webhook's namespace) naming the one replica that writes status. :meth:`LeaseElector.leading`
-  creates the Lease when missing, renews it when held, and takes it over once its holder has
-  not renewed it for ``leaseDurationSeconds``; every update carries the read resourceVersion,
-  so two replicas racing for it cannot both win (409 Conflict: the loser stays a follower).
+- :data:`LEASE_NAME`: the ``coordination.k8s.io/v1`` Lease (``gpuguard-policy-status`` in the
+  webhook's namespace) naming the one replica that writes status, held through
+  :class:`kube.lease.LeaseElector` (gpuguard's one elector: a holder is judged expired on the
+  candidate's own clock, never by its ``renewTime``; every write carries the read
+  resourceVersion, so two replicas racing for it cannot both win).
 - :class:`StatusPublisher`: on the leader, writes each object's ``status`` (``observedGeneration``
   and the ``Accepted`` / ``Ready`` conditions of :func:`kube.served_set.conditions`) through the
   status subresource with a JSON merge patch — only when it differs from what the object holds
@@ -48,106 +48,12 @@ def rfc3339(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class LeaseElector:
-    """Whether this replica is the status writer (see the module docstring).
-
-    Args:
-        api_client: an authenticated ``kubernetes.client.ApiClient``.
-        namespace: where the Lease lives (the webhook's namespace).
-        identity: this replica's name (the pod name), the Lease's ``holderIdentity``.
-        duration_s: ``leaseDurationSeconds``: how long a holder that stopped renewing keeps it.
-        clock: the current UTC time (tests pass a fake one).
-    """
-
-    def __init__(self, api_client: k8s_client.ApiClient, namespace: str, identity: str, *,
-                 name: str = LEASE_NAME, duration_s: int = 15,
-                 clock: Callable[[], datetime.datetime] = _utc_now) -> None:
-        self._api = k8s_client.CoordinationV1Api(api_client)
-        self.namespace, self.identity, self.name = namespace, identity, name
-        self.duration_s = duration_s
-        self._clock = clock
-
-    def leading(self) -> bool:
-        """Renew or acquire the Lease; True while this replica holds it.
-
-        API errors other than a lost race (409) are logged and answered False: a replica that
-        cannot reach the Lease does not write.
-        """
-        now = self._clock()
-        try:
-            try:
-                lease = self._api.read_namespaced_lease(self.name, self.namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                # Created without times (the client writes a whole second without the
-                # fraction MicroTime requires), then stamped with the update below.
-                lease = self._api.create_namespaced_lease(self.namespace, k8s_client.V1Lease(
-                    metadata=k8s_client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                    spec=k8s_client.V1LeaseSpec(holder_identity=self.identity,
-                                                lease_duration_seconds=self.duration_s,
-                                                lease_transitions=0)))
-                self._stamp(_version(lease), now, acquired=True, transitions=0)
-                return True
-            spec = lease.spec or k8s_client.V1LeaseSpec()
-            holder = spec.holder_identity
-            renewed = spec.renew_time
-            duration = spec.lease_duration_seconds or self.duration_s
-            expired = renewed is None or \
-                now >= renewed + datetime.timedelta(seconds=duration)
-            if holder != self.identity and not expired:
-                return False
-            transitions = spec.lease_transitions or 0
-            if holder != self.identity:
-                transitions += 1
-                _LOG.info("taking over the policy status lease", extra={"fields": {
-                    "previous_holder": holder, "identity": self.identity}})
-            self._stamp(_version(lease), now, acquired=holder != self.identity,
-                        transitions=transitions)
-            return True
-        except ApiException as exc:
-            if exc.status == 409:  # another replica renewed or took it first
-                return False
-            _LOG.warning("the policy status lease cannot be read or written; not writing "
-                         "status", extra={"fields": {"error": f"{exc.status} {exc.reason}",
-                                                     "detail": str(exc.body or "")[:500]}})
-            return False
-        except Exception as exc:  # network errors: not the leader this time
-            _LOG.warning("the policy status lease cannot be reached; not writing status",
-                         extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            return False
-
-
-    def _stamp(self, resource_version: str, now: datetime.datetime, *, acquired: bool,
-               transitions: int) -> None:
-        """Hold the Lease from ``now``: a merge patch carrying the resourceVersion read, so the
-        API server refuses it (409) when another replica wrote the Lease in between."""
-        spec: dict[str, Any] = {"holderIdentity": self.identity,
-                                "leaseDurationSeconds": self.duration_s,
-                                "renewTime": micro_time(now), "leaseTransitions": transitions}
-        if acquired:
-            spec["acquireTime"] = micro_time(now)
-        self._api.patch_namespaced_lease(
-            self.name, self.namespace,
-            {"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            _content_type="application/merge-patch+json", _request_timeout=(10, 30))
-
-
-def _version(lease: k8s_client.V1Lease) -> str:
-    return str(lease.metadata.resource_version or "") if lease.metadata is not None else ""
-
-
-def micro_time(moment: datetime.datetime) -> str:
-    """``2026-12-02T03:00:00.000000Z``: metav1.MicroTime, which requires the fraction."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class StatusPublisher:
     """Writes the objects' status when leading (see the module docstring).
 
     Args:
         api_client: an authenticated ``kubernetes.client.ApiClient``.
-        leading: whether this replica writes now (:meth:`LeaseElector.leading`).
+        leading: whether this replica writes now (:meth:`kube.lease.LeaseElector.leading`).
         clock: the current UTC time, for ``lastTransitionTime``.
         patch: writes one status (``(object, status body)``); default the status subresource.
     """

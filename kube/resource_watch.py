@@ -14,17 +14,14 @@ Must not know what the objects mean; only :mod:`kube` imports ``kubernetes``.
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s_client
-from kubernetes.watch.watch import iter_resp_lines
 
-from kube.list_watch import run_list_watch
+from kube.list_watch import read_events, run_list_watch, shut_down
 from kube.lists import Lister, ListStats, NotServed, Resource
 
 _LOG = logging.getLogger("gpuguard.kube.resource_watch")
@@ -77,13 +74,7 @@ class ResourceWatch:
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the worker (shutting the open watch's socket down); wait up to ``timeout`` s."""
         self._stop.set()
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                _LOG.debug("shutting the %s watch socket down failed", self.resource.plural,
-                           exc_info=True)
+        shut_down(self._response, self.resource.plural)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -125,23 +116,15 @@ class ResourceWatch:
                 return
             raise RuntimeError(f"{self.resource.path} watch: HTTP {response.status} "
                                f"{body[:200]!r}")
-        self._response = response
-        try:
-            for line in iter_resp_lines(response):
-                if self._stop.is_set():
-                    return
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if isinstance(obj, dict) and event.get("type") != "ERROR":
-                    obj.setdefault("apiVersion", self.resource.api_version)
-                    obj.setdefault("kind", self.resource.kind)
-                yield str(event.get("type")), obj
-        finally:
-            self._response = None
-            response.close()
-            response.release_conn()
+
+        def hold(open_response: Any) -> None:
+            self._response = open_response
+
+        for kind, obj in read_events(response, stop=self._stop, hold=hold):
+            if isinstance(obj, dict) and kind != "ERROR":
+                obj.setdefault("apiVersion", self.resource.api_version)
+                obj.setdefault("kind", self.resource.kind)
+            yield kind, obj
 
     def _run(self) -> None:
         try:

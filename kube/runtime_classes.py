@@ -20,14 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s_client
 
-from kube.list_watch import run_list_watch, watch_stream
+from kube.list_watch import post_to_loop, run_list_watch, shut_down, watch_stream
 
 _LOG = logging.getLogger("gpuguard.kube.runtime_classes")
 
@@ -78,25 +77,14 @@ class RuntimeClassWatch:
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the worker thread (its open watch's socket is shut down to wake its read)."""
         self._stop.set()
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed: the thread is on its way out
-                _LOG.debug("shutting the RuntimeClass watch socket down failed", exc_info=True)
+        shut_down(self._response, "RuntimeClass")
         if self._thread is not None:
             self._thread.join(timeout)
 
     # --- worker thread ------------------------------------------------------------------------
 
     def _post(self, change: Callable[[], None]) -> None:
-        if self._loop is None:
-            change()
-            return
-        try:
-            self._loop.call_soon_threadsafe(change)
-        except RuntimeError:  # the loop is closed: the server is gone
-            self._stop.set()
+        post_to_loop(self._loop, change, self._stop)
 
     def _list_once(self) -> str:
         response = self._api.list_runtime_class(_preload_content=False,

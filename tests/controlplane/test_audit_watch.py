@@ -25,6 +25,7 @@ from tests.controlplane.cluster import ControlPlane, Process, free_port, wait_un
 from tests.controlplane.test_admission_e2e import install_crds
 from tests.project.test_dashboards import dashboard_metric_names, webhook_metric_names
 
+ROOT = Path(__file__).resolve().parent.parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 DEADLINE_S = 90.0
 
@@ -52,7 +53,9 @@ def controller(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFac
     """The controller process, with a GPU node in the cluster; yields (cluster, process,
     metrics port, Lease namespace)."""
     cluster = control_plane
-    install_crds(cluster, DATA / "policyreport-crds.yaml")
+    # the PolicyReport CRDs deploy/ ships (the test-only copy in data/ was removed)
+    for crd in sorted((ROOT / "deploy" / "crds" / "policyreports").glob("*.wgpolicyk8s.io.yaml")):
+        install_crds(cluster, crd)
     lease_namespace = "gpuguard-watch-system"
     created = cluster.kubectl("create", "namespace", lease_namespace)
     assert created.returncode == 0 or "AlreadyExists" in created.stderr, created.stderr
@@ -216,6 +219,37 @@ def test_lease_one_holder_and_takeover_only_after_expiry(
         assert got["spec"]["leaseTransitions"] == 1
         b.release()
         assert a.try_acquire_or_renew()  # released: no wait for expiry
+    finally:
+        api.close()
+
+
+def test_the_controller_account_can_hold_its_lease(control_plane: ControlPlane) -> None:
+    """The elector's calls (GET, POST, PUT to renew and to release) made as the controller's
+    ServiceAccount with deploy/components/audit-controller/rbac.yaml applied: RBAC names a PUT
+    ``update``, so a Role granting ``patch`` instead would 403 every renewal."""
+    control_plane.kubectl("create", "namespace", "gpuguard-system")  # may exist already
+    applied = control_plane.kubectl("apply", "-f", str(
+        ROOT / "deploy" / "components" / "audit-controller" / "rbac.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    api = control_plane.api_client()
+    api.set_default_header("Impersonate-User",
+                           "system:serviceaccount:gpuguard-system:gpuguard-audit-controller")
+    clock = _Clock()
+    wall = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+    elector = LeaseElector(api, "gpuguard-system", "gpuguard-audit", "controller-0",
+                           clock=clock, wall=lambda: wall + datetime.timedelta(seconds=clock.now))
+    other = LeaseElector(api, "gpuguard-system", "other", "controller-0", clock=clock)
+    try:
+        assert elector.try_acquire_or_renew(), elector.last_error  # created
+        clock.now = 5.0
+        assert elector.try_acquire_or_renew(), elector.last_error  # renewed with PUT
+        elector.release()
+        assert elector.last_error is None
+        got = json.loads(control_plane.kubectl("get", "lease", "gpuguard-audit", "-n",
+                                               "gpuguard-system", "-o", "json").stdout)
+        assert not got["spec"].get("holderIdentity")  # released
+        assert not other.try_acquire_or_renew()  # only its own Lease's name
+        assert other.last_error is not None and "403" in other.last_error
     finally:
         api.close()
 

@@ -243,9 +243,11 @@ def test_the_webhook_account_reads_the_objects_and_writes_only_their_status(
     assert can("patch", "gpupolicies.gpuguard.io", "--subresource=status")
     assert not can("patch", "gpupolicies.gpuguard.io")
     assert not can("create", "gpupolicyexceptions.gpuguard.io", "-n", "default")
-    assert can("patch", "leases/gpuguard-policy-status", "-n", "gpuguard-system")
-    assert not can("patch", "leases/other", "-n", "gpuguard-system")
-    assert not can("patch", "leases/gpuguard-policy-status", "-n", "default")
+    # kube/lease.py renews with PUT (RBAC's update) and never PATCHes the Lease
+    assert can("update", "leases/gpuguard-policy-status", "-n", "gpuguard-system")
+    assert not can("patch", "leases/gpuguard-policy-status", "-n", "gpuguard-system")
+    assert not can("update", "leases/other", "-n", "gpuguard-system")
+    assert not can("update", "leases/gpuguard-policy-status", "-n", "default")
 
 
 def test_audit_judges_by_the_cluster_policies_and_names_a_refused_one(

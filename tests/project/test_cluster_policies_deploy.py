@@ -2,7 +2,7 @@
 
 Rendered with ``kubectl kustomize`` over deploy/base (skipped when kubectl is not installed, as
 tests/project/test_deploy.py does) and validated against the Kubernetes schemas; then the grants:
-the Lease only, and the get / patch of it only by name. The webhook's reading of the CRDs and
+the Lease only, and the get / update (PUT, kube/lease.py) of it only by name. The webhook's reading of the CRDs and
 writing of their status only is deploy/crds/rbac.yaml, checked against a real API server in
 tests/controlplane/test_cluster_policies_live.py.
 """
@@ -58,7 +58,7 @@ def test_the_lease_role_grants_the_status_lease_only(rendered) -> None:
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "resourceNames": ["gpuguard-policy-status"], "verbs": ["get", "patch"]}]
+         "resourceNames": ["gpuguard-policy-status"], "verbs": ["get", "update"]}]
     (binding,) = [o for o in rendered if o["kind"] == "RoleBinding"
                   and o["metadata"]["name"] == "gpuguard-policy-status"]
     assert binding["roleRef"]["name"] == "gpuguard-policy-status"
