@@ -30,4 +30,6 @@ for f in serviceaccount rbac daemonset restrict-node-patch; do
 done
 cp "$deploy/components/servicemonitor/servicemonitor.yaml" "$chart/files/servicemonitor/"
 cp "$deploy/crds/rbac.yaml" "$chart/files/crds/rbac.yaml"
+mkdir -p "$chart/files/cluster-policies"
+cp "$deploy/components/cluster-policies/lease-rbac.yaml" "$chart/files/cluster-policies/"
 cp "$deploy"/crds/*.gpuguard.io.yaml "$deploy"/crds/policyreports/*.wgpolicyk8s.io.yaml "$chart/crds/"

@@ -207,6 +207,14 @@ def test_custom_values_do_what_values_yaml_says() -> None:
     binding = _one(objects, "ClusterRoleBinding", "gpuguard-webhook-policies")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuguard-webhook",
                                     "namespace": NAMESPACE}]
+    # ... and what components/cluster-policies adds: the status Lease's Role and the pod's name.
+    lease = _one(objects, "Role", "gpuguard-policy-status")
+    assert lease["metadata"]["namespace"] == NAMESPACE
+    assert {"get", "update"} <= {v for r in lease["rules"] for v in r["verbs"]}
+    assert _one(objects, "RoleBinding", "gpuguard-policy-status")["subjects"][0]["name"] == \
+        "gpuguard-webhook"
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in \
+        container["env"]
     cronjob = _one(objects, "CronJob", "gpuguard-audit")
     assert cronjob["spec"]["schedule"] == "*/30 * * * *"
     args = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
