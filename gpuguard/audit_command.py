@@ -220,7 +220,7 @@ def _print(report: dict[str, Any], output: str) -> None:
         from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
         from gpuguard.sarif_report import audit_entries, sarif_log  # noqa: PLC0415
 
-        sys.stdout.write(sarif_log(audit_entries(report), version()))
+        sys.stdout.write(sarif_log(audit_entries(report), version(), report.get("errors") or ()))
     else:
         console = table_console(180)
         render_terminal.render(report, console)

@@ -310,12 +310,13 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         from gpuguard.sarif_report import sarif_log  # noqa: PLC0415
 
         sys.stdout.write(sarif_log(((s, n, e) for (s, n), e in zip(located, entries,
-                                                                  strict=True)), version()))
+                                                                  strict=True)), version(),
+                                   problems))
     elif args.output == "junit":
         from gpuguard.junit_report import check_suites, junit_xml  # noqa: PLC0415 - -o junit only
 
         sys.stdout.write(junit_xml(check_suites([(s, e) for (s, _), e in zip(
-            located, entries, strict=True)]), "gpuguard check"))
+            located, entries, strict=True)], problems), "gpuguard check"))
     elif args.output != "table":
         write(versioned("CheckResult", {"results": entries, "errors": problems}), args.output,
               sys.stdout)

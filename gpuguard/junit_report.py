@@ -81,7 +81,8 @@ def _workload(ref: Mapping[str, Any]) -> str:
 
 def audit_suites(report: Mapping[str, Any]) -> list[SuiteResult]:
     """The audit report (``gpuguard audit -o json``'s AuditReport) as suite results for
-    :func:`junit_xml`: per namespace, one case per evaluated workload (see the module's text)."""
+    :func:`junit_xml`: per namespace, one case per evaluated workload (see the module's text);
+    the report's input ``errors`` are error cases of the suite :data:`INPUT_SUITE`."""
     lines: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
     for finding in report["findings"]:
         ref = finding["workload"]
@@ -105,13 +106,27 @@ def audit_suites(report: Mapping[str, Any]) -> list[SuiteResult]:
         cases.setdefault(suite, []).append(CaseResult(
             suite=suite, source=source, case=_workload(workload), status=status,
             differences=tuple(line for severity, line in found if severity != "info")))
-    return [SuiteResult(source=source, name=name, cases=tuple(found))
-            for name, found in sorted(cases.items())]
+    return [*(SuiteResult(source=source, name=name, cases=tuple(found))
+              for name, found in sorted(cases.items())),
+            *_input_errors(report.get("errors") or (), source)]
 
 
-def check_suites(evaluated: Sequence[tuple[str, Mapping[str, Any]]]) -> list[SuiteResult]:
+INPUT_SUITE = "(input)"
+"""The suite whose ``(suite)`` error cases are the input errors of ``check`` and ``audit`` (a file
+that holds no object, a document that is not one): a CI system must show them, not a green run of
+what could be read."""
+
+
+def _input_errors(errors: Sequence[str], source: str) -> list[SuiteResult]:
+    return [SuiteResult(source=source, name=INPUT_SUITE, errors=tuple(errors))] if errors else []
+
+
+def check_suites(evaluated: Sequence[tuple[str, Mapping[str, Any]]],
+                 errors: Sequence[str] = ()) -> list[SuiteResult]:
     """``gpuguard check`` entries (``-o json``'s ``results``), each with the file it was read
-    from (``-``: stdin), as suite results for :func:`junit_xml` (see the module's text)."""
+    from (``-``: stdin), as suite results for :func:`junit_xml` (see the module's text); its
+    input ``errors`` (``-o json``'s ``errors``) are error cases of the suite
+    :data:`INPUT_SUITE`."""
     cases: dict[str, list[CaseResult]] = {}
     for source, entry in evaluated:
         what = f"{entry['kind']}/{entry['namespace'] + '/' if entry['namespace'] else ''}" \
@@ -123,5 +138,5 @@ def check_suites(evaluated: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Sui
         status = FAILED if not entry["allowed"] else ERRORED if errored else PASSED
         cases.setdefault(source, []).append(CaseResult(
             suite=source, source=source, case=what, status=status, differences=tuple(lines)))
-    return [SuiteResult(source=source, name=source, cases=tuple(found))
-            for source, found in cases.items()]
+    return [*(SuiteResult(source=source, name=source, cases=tuple(found))
+              for source, found in cases.items()), *_input_errors(errors, "-")]

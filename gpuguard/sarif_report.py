@@ -31,9 +31,11 @@ def _level(result: Mapping[str, Any]) -> str:
 
 
 def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
-              version: str) -> str:
+              version: str, errors: Iterable[str] = ()) -> str:
     """The SARIF log (JSON text) of ``evaluated``: (file as given, 1-based line or None, the
-    ``check -o json`` entry of one object) triples; ``version`` is gpuguard's."""
+    ``check -o json`` entry of one object) triples; ``version`` is gpuguard's. Input ``errors``
+    (what could not be read) make the run's invocation ``executionSuccessful: false`` with one
+    error notification each, so a code-scanning tool does not show an incomplete scan as clean."""
     rules: dict[str, int] = {}
     results = []
     for source, line, entry in evaluated:
@@ -58,6 +60,11 @@ def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
             "rules": [{"id": rule, "name": rule,
                        "shortDescription": {"text": f"GPU policy rule {rule}"}}
                       for rule in rules]}},
+                  "invocations": [{
+                      "executionSuccessful": not (problems := list(errors)),
+                      "toolExecutionNotifications": [
+                          {"level": "error", "message": {"text": problem}}
+                          for problem in problems]}],
                   "results": results}],
     }
     return json.dumps(log, indent=2) + "\n"

@@ -254,6 +254,36 @@ def test_check_verdicts_as_junit_for_ci():
             failure.get("message")
 
 
+def test_input_errors_are_in_the_junit_and_sarif_reports_not_a_green_run(tmp_path):
+    """A file that holds no object (check) or a pod with a retyped field (audit): the exit code
+    is 2 and the CI artifact says so too — an error case in JUnit, an unsuccessful invocation in
+    SARIF — instead of a report of what could be read, which a dashboard shows as green."""
+    import xml.etree.ElementTree as ET
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "pod.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": 7},
+        "spec": {"containers": [{"name": "c", "image": "cuda",
+                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}))
+    for argv in (("check", "-f", str(empty)), ("audit", "-f", str(snapshot), "--jobs", "0")):
+        code, junit = _run(*argv, "-o", "junit")
+        root = ET.fromstring(junit.encode())
+        assert (code, int(root.get("errors"))) == (2, 1), argv
+        assert root.find("testsuite[@name='(input)']/testcase/error") is not None, argv
+        code, sarif = _run(*argv, "-o", "sarif")
+        (invocation,) = json.loads(sarif)["runs"][0]["invocations"]
+        assert code == 2 and invocation["executionSuccessful"] is False, argv
+        assert len(invocation["toolExecutionNotifications"]) == 1, argv
+    # A clean run says so.
+    (invocation,) = json.loads(_run("check", "-f", POD, "-o", "sarif")[1])["runs"][0][
+        "invocations"]
+    assert invocation == {"executionSuccessful": True, "toolExecutionNotifications": []}
+
+
 def test_audit_findings_as_junit_and_sarif_for_ci():
     import xml.etree.ElementTree as ET
 
