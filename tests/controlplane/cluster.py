@@ -60,6 +60,11 @@ _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTT
 T = TypeVar("T")
 
 
+GPUGUARD_CRDS = ("gpupolicies.gpuguard.io", "gpuquotas.gpuguard.io",
+                 "gpupolicyexceptions.gpuguard.io")
+"""The CRDs of deploy/crds."""
+
+
 class BuildError(Exception):
     """``build.sh`` failed or is unusable; the message has the reason and the log's tail."""
 
@@ -370,6 +375,21 @@ class ControlPlane:
         return revision
 
     # --- diagnostics --------------------------------------------------------------------------
+
+    def wait_established(self, *names: str) -> None:
+        """Wait (up to 60 s) until the API server serves the CRDs ``names`` (condition
+        Established); an assertion error with the server's log when it does not."""
+        waited = self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                              *(f"crd/{name}" for name in names), timeout_s=90)
+        assert waited.returncode == 0, waited.stderr + self.logs()
+
+    def apply_gpuguard_crds(self) -> None:
+        """Apply deploy/crds (GPUPolicy, GPUQuota, GPUPolicyException and their RBAC) as the
+        docs say (server-side) and wait until the three CRDs are served."""
+        applied = self.kubectl("apply", "--server-side", "-k",
+                               str(Path(__file__).resolve().parents[2] / "deploy" / "crds"))
+        assert applied.returncode == 0, applied.stderr
+        self.wait_established(*GPUGUARD_CRDS)
 
     def logs(self, lines: int = 40) -> str:
         """The last lines of kube-apiserver's and etcd's logs, for failure messages."""

@@ -114,10 +114,8 @@ def install_crds(cluster: ControlPlane, path: Path) -> None:
     """Apply CRDs and wait until the API server serves them (condition Established)."""
     applied = cluster.kubectl("apply", "-f", str(path))
     assert applied.returncode == 0, applied.stderr
-    names = [d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text()) if d]
-    waited = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                             *(f"crd/{name}" for name in names), timeout_s=90)
-    assert waited.returncode == 0, waited.stderr + cluster.logs()
+    cluster.wait_established(*(d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text())
+                               if d))
 
 
 @pytest.fixture(scope="module")

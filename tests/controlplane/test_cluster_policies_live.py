@@ -28,7 +28,6 @@ from tests.controlplane.webhook_process import (
     wait_webhook_active,
 )
 
-CRDS = REPO / "deploy" / "crds"
 LEASE_RBAC = REPO / "deploy" / "components" / "cluster-policies" / "lease-rbac.yaml"
 WEBHOOK_SA = "system:serviceaccount:gpuguard-system:gpuguard-webhook"
 PASS_FILE = """\
@@ -68,14 +67,9 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
          "handler": "nvidia"}))
     assert applied.returncode == 0, applied.stderr
-    applied = control_plane.kubectl("apply", "--server-side", "-k", str(CRDS))
-    assert applied.returncode == 0, applied.stderr
+    control_plane.apply_gpuguard_crds()
     applied = control_plane.kubectl("apply", "-f", str(LEASE_RBAC))
     assert applied.returncode == 0, applied.stderr
-    ready = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                  "crd/gpupolicies.gpuguard.io", "crd/gpuquotas.gpuguard.io",
-                                  "crd/gpupolicyexceptions.gpuguard.io")
-    assert ready.returncode == 0, ready.stderr
     return control_plane
 
 

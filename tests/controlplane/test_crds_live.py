@@ -26,12 +26,7 @@ WEBHOOK = "system:serviceaccount:gpuguard-system:gpuguard-webhook"
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with deploy/crds applied (CRDs Established, RBAC in place)."""
-    applied = control_plane.kubectl("apply", "--server-side", "-k", str(ROOT / "deploy" / "crds"))
-    assert applied.returncode == 0, applied.stderr
-    ready = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                  "crd/gpupolicies.gpuguard.io", "crd/gpuquotas.gpuguard.io",
-                                  "crd/gpupolicyexceptions.gpuguard.io")
-    assert ready.returncode == 0, ready.stderr
+    control_plane.apply_gpuguard_crds()
     return control_plane
 
 

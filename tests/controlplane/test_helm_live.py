@@ -37,9 +37,7 @@ def chart_crds(control_plane: ControlPlane) -> ControlPlane:
             if o["kind"] == "CustomResourceDefinition"]
     assert len(crds) == 5
     _apply(control_plane, crds)
-    ready = control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                  *(f"crd/{o['metadata']['name']}" for o in crds), timeout_s=90)
-    assert ready.returncode == 0, ready.stderr
+    control_plane.wait_established(*(o["metadata"]["name"] for o in crds))
     return control_plane
 
 

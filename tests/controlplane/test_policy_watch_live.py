@@ -37,12 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def uncached(control_plane_bin: Path) -> Iterator[ControlPlane]:
     """A control plane whose watches go to etcd, with deploy/crds applied."""
     with ControlPlane(control_plane_bin, apiserver_args=["--watch-cache=false"]) as cluster:
-        applied = cluster.kubectl("apply", "--server-side", "-k", str(ROOT / "deploy" / "crds"))
-        assert applied.returncode == 0, applied.stderr
-        ready = cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                                "crd/gpupolicies.gpuguard.io", "crd/gpuquotas.gpuguard.io",
-                                "crd/gpupolicyexceptions.gpuguard.io")
-        assert ready.returncode == 0, ready.stderr
+        cluster.apply_gpuguard_crds()
         yield cluster
 
 
