@@ -257,7 +257,8 @@ def line_chart(title: str, times: Sequence[str], series: Sequence[tuple[str, str
 
 def trends(report: Mapping[str, Any]) -> list[str]:
     """The trend charts of ``report["history"]`` (``--history``: the recorded runs, oldest
-    first); none with fewer than two runs."""
+    first) and, with ``--prices``, of ``cost.window.series`` (money per hour); none with fewer
+    than two runs."""
     points = report.get("history") or []
     if len(points) < 2:
         return []
@@ -269,4 +270,13 @@ def trends(report: Mapping[str, Any]) -> list[str]:
     findings = line_chart("Findings over time", times, [
         (f"s-{s}", s, [float(p["findings"].get(s, 0)) for p in points]) for s in _SEVERITIES],
         "findings")
-    return [allocation, findings]
+    charts = [allocation, findings]
+    cost = report.get("cost") or {}
+    series = (cost.get("window") or {}).get("series") or []
+    if len(series) >= 2:
+        money = [("s-idle", "idle", [p["idle_cost_per_hour"] for p in series]),
+                 ("s-stranded", "stranded", [p["stranded_cost_per_hour"] for p in series])]
+        charts.append(line_chart("Cost of idle and stranded GPUs over time",
+                                 [str(p["at"]) for p in series], money,
+                                 f"{cost['currency']} per hour"))
+    return charts
