@@ -317,3 +317,11 @@ def test_the_watch_controller_prices_its_full_evaluation_like_the_batch_audit(pr
         ("vision", "team-vision", "USD"): 1.7143}
     assert dict(samples["gpuguard_stranded_cost_per_hour"]) == {
         ("NVIDIA-A100-SXM4-40GB", "USD"): 21.0, ("NVIDIA-A100-SXM4-80GB", "USD"): 24.0}
+
+
+def test_the_watch_controller_refuses_a_bad_price_table_before_it_connects(tmp_path, capsys):
+    bad = tmp_path / "prices.yaml"
+    bad.write_text(_HEAD + "spec: {currency: USD, perGpuEquivalentHour: 1.5, model: []}\n")
+    assert main(["audit", "--cluster", "--watch", "--prices", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--prices {bad}: spec.model: unknown field" in err

@@ -292,7 +292,8 @@ def test_the_priced_page_shows_the_cost_tables_cards_and_the_money_chart(priced)
     money = charts["Cost of idle and stranded GPUs over time"]
     assert money["lines"] == 2 and money["cut"] == []  # idle and stranded, one line each
     assert all(c["cut"] == [] for c in page["charts"])
-    assert _card(page, "idle GPUs cost per hour")["value"] == "USD 13.71"
+    idle = report["cost"]["rate"]["idle"]["cost_per_hour"]
+    assert _card(page, "idle GPUs cost per hour")["value"] == f"USD {idle:,.2f}" == "USD 13.71"
     assert _card(page, "stranded GPUs cost per hour")["value"] == "USD 45.00"
     rate = _section(page, "cost")["rows"]
     assert rate[0] == ["state", "team", "namespace / GPU product", "GPU-eq", "per hour"]
