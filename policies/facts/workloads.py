@@ -97,6 +97,7 @@ class Workload:
     generic: bool
     templates: tuple[PodTemplate, ...]
     invalid: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()  # accelerators asked for outside any template, count unknown
     vm_domain_path: str | None = None  # KubeVirt: GPUs come from domain.devices, not a PodSpec
 
     @property
@@ -170,6 +171,7 @@ class _Replicas:
 
     def __init__(self) -> None:
         self.invalid: list[str] = []
+        self.unknown: list[str] = []  # GPUs the object asks for whose count it does not state
 
     def read(
         self, owner: Mapping[str, Any], key: str, path: str, default: int | None
@@ -514,7 +516,9 @@ def _kaito_templates(
     (``{profile, count}``, count default 1) is a pod asking ``count`` MIG instances of
     ``profile``, as the device plugin's mixed strategy names them (``nvidia.com/mig-1g.10gb``);
     ``inference.template`` a PodTemplateSpec. Pods: ``resource.count`` GPU nodes (default 1)
-    per Workspace, ``workspaces`` Workspaces (an InferenceSet's ``spec.replicas``)."""
+    per Workspace, ``workspaces`` Workspaces (an InferenceSet's ``spec.replicas``). With neither,
+    an ``inference`` / ``tuning`` preset runs on GPUs KAITO chooses: recorded as unknown (the
+    Workspace asks for GPUs, their count is not in the manifest), never as none."""
     at = f"{path}." if path else ""
     resource = reader.map(owner, "resource", path)
     pods = workspaces * (reader.read(resource, "count", f"{at}resource", 1) or 0)
@@ -522,6 +526,10 @@ def _kaito_templates(
     if resource.get("mig") is not None:
         mig_request = resource["mig"]
         where = f"{at}resource.mig"
+        if isinstance(mig_request, str) and mig_request:  # what the author meant: one slice
+            reader.invalid.append(f"{where}: expected a map {{profile, count}}, got a string "
+                                  f"(counted as profile {shortened(repr(mig_request))}, count 1)")
+            mig_request = {"profile": mig_request}
         if not isinstance(mig_request, Mapping):
             reader.invalid.append(f"{where}: expected a map {{profile, count}}, got "
                                   f"{type(mig_request).__name__}")
@@ -536,6 +544,15 @@ def _kaito_templates(
     if inference.get("template") is not None:
         templates.append(_template(reader, inference["template"], f"{at}inference.template",
                                    "inference", pods))
+    if not templates:  # a preset: KAITO picks the GPUs (instanceType, the model's needs)
+        for key in ("inference", "tuning"):
+            preset = as_mapping(reader.map(owner, key, path).get("preset"))
+            if preset:
+                reader.unknown.append(
+                    f"{at}{key}.preset: KAITO runs preset {shortened(repr(preset.get('name')))} "
+                    f"on the GPUs of {at}resource.instanceType "
+                    f"({shortened(repr(resource.get('instanceType')))}) x {pods} node(s); "
+                    "how many GPUs that is, the manifest does not say")
     return templates
 
 
@@ -729,7 +746,8 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         if not templates:
             return None
     return Workload(
-        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid)
+        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid),
+        unknown=tuple(reader.unknown),
     )
 
 
@@ -855,4 +873,6 @@ def workload_facts(
     )
     if workload.invalid:
         total = replace(total, invalid=tuple(dict.fromkeys(total.invalid + workload.invalid)))
+    if workload.unknown:  # requested, with GPU-equivalents unknown and the reason
+        total = replace(total, unknown=tuple(dict.fromkeys(total.unknown + workload.unknown)))
     return WorkloadFacts(workload, per_template, total)

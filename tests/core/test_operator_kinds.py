@@ -146,9 +146,25 @@ def test_kaito_top_level_fields_count_and_custom_template() -> None:
     assert facts["total"]["gpus"] == {"nvidia.com/gpu": 2}
 
 
+def test_kaito_preset_workspace_asks_for_gpus_of_unknown_count() -> None:
+    # KAITO's usual Workspace names a preset and an instanceType: GPUs KAITO chooses. Counted as
+    # a GPU request whose size is unknown, with the reason, never as no GPU.
+    workspace = {"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+                 "metadata": {"name": "falcon"},
+                 "resource": {"instanceType": "Standard_NC12s_v3",
+                              "labelSelector": {"matchLabels": {"apps": "falcon"}}},
+                 "inference": {"preset": {"name": "falcon-7b"}}}
+    total = _facts(workspace)["total"]
+    assert total["requested"] is True and total["gpu_equivalents"] is None
+    assert total["unknown"] == [
+        "inference.preset: KAITO runs preset 'falcon-7b' on the GPUs of resource.instanceType "
+        "('Standard_NC12s_v3') x 1 node(s); how many GPUs that is, the manifest does not say"]
+    assert _denied_by_a_gpu_policy(workspace)
+
+
 @pytest.mark.parametrize(("mig", "message"), [
     ({"count": 1}, "spec.resource.mig.profile: expected a MIG profile such as 1g.10gb, got None"),
-    ("1g.10gb", "spec.resource.mig: expected a map {profile, count}, got str"),
+    (["1g.10gb"], "spec.resource.mig: expected a map {profile, count}, got list"),
     ({"profile": "1g.10gb", "count": -1},
      "spec.resource.mig.count: expected a non-negative integer, got -1"),
 ])
@@ -156,6 +172,15 @@ def test_kaito_broken_mig_request_is_reported(mig: Any, message: str) -> None:
     workspace = first(KAITO_WORKSPACE)
     workspace["spec"]["resource"]["mig"] = mig
     assert message in _facts(workspace)["total"]["invalid"]
+
+
+def test_kaito_mig_written_as_a_bare_profile_is_counted_and_reported() -> None:
+    workspace = first(KAITO_WORKSPACE)
+    workspace["spec"]["resource"]["mig"] = "3g.40gb"
+    total = _facts(workspace)["total"]
+    assert total["mig"] == {"3g.40gb": 1}
+    assert total["invalid"] == ["spec.resource.mig: expected a map {profile, count}, got a "
+                                "string (counted as profile '3g.40gb', count 1)"]
 
 
 def test_kaito_unknown_mig_profile_is_listed_not_dropped() -> None:
