@@ -25,7 +25,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final, TypeVar
 
-from policies.facts import mig
+from policies.facts import mig, vgpu
 from policies.facts.dra import ClaimDevices, DraIndex
 from policies.facts.quantity import (
     MAX_COUNT,
@@ -42,6 +42,7 @@ from policies.facts.resource_names import (
     ResourceKind,
     SplitFamily,
     classify,
+    cores_per_device,
     device_class_is_gpu,
     split_family,
     vendor_of,
@@ -739,15 +740,20 @@ def _resource_equivalents(
 ) -> Fraction | None:
     """GPU-equivalents of ``count`` units of one non-split resource."""
     if kind is ResourceKind.CORES:
+        cores = cores_per_device(resource)
+        if cores is not None:
+            return Fraction(count, cores)
         out.unknown.append(
             f"{container.path}: {resource} counts cores; cores per device depend on the chip"
         )
         return None
     if kind is ResourceKind.VGPU:
         out.shared = True
-        out.unknown.append(f"{container.path}: vGPU type {resource}; its share of a GPU is "
-                           "unknown")
-        return None
+        part, reason = vgpu.share(resource)
+        if part is None:
+            out.unknown.append(f"{container.path}: {reason}")
+            return None
+        return count * part
     if kind is ResourceKind.MIG:
         profile, _ = mig.profile_from_resource(resource) or ("", False)
         return count * _mig_equivalents(profile, placement.model, out)
@@ -958,7 +964,7 @@ def _kai(
 
 def _dra(
     spec: Mapping[str, Any], spec_path: str, namespace: str | None, index: DraIndex,
-    containers: Sequence[_Container], out: _Collector,
+    containers: Sequence[_Container], out: _Collector, claims_path: str | None = None,
 ) -> tuple[tuple[DraClaim, ...], Fraction]:
     """Pod-level ResourceClaims that ask for GPUs, resolved against the DRA objects of the
     input: (claims, their known GPU-equivalents). A claim whose devices are not GPUs (an IMEX
@@ -971,7 +977,7 @@ def _dra(
         source = as_mapping(entry.get("source"))  # pre-1.31 shape
         template = template or source.get("resourceClaimTemplateName")
         claim_name = entry.get("resourceClaimName") or source.get("resourceClaimName")
-        path = f"{spec_path}.resourceClaims[{index_}]"
+        path = f"{claims_path or spec_path + '.resourceClaims'}[{index_}]"
         if template:
             what = f"ResourceClaimTemplate {str(template)!r}"
             known = index.template(namespace, str(template))
@@ -1121,6 +1127,7 @@ def pod_facts(
     claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]] | None = None,
     namespace: str | None = None,
     dra: DraIndex | None = None,
+    claims_path: str | None = None,
 ) -> GPUFacts:
     """Compute the GPU facts of one pod or pod template.
 
@@ -1138,6 +1145,8 @@ def pod_facts(
             ResourceClaims, templates, DeviceClasses; replaces ``claim_templates`` when given.
             A DeviceClass whose ``extendedResourceName`` a container asks for (KEP-5004) makes
             that resource one device of the class: a GPU, or the MIG profile its selectors pin.
+        claims_path: where ``spec.resourceClaims`` was written, when an operator's field stands
+            for it (the NIM operator's ``spec.draResources``); paths of claims start with it.
 
     Returns:
         Frozen :class:`GPUFacts`; never raises for malformed objects.
@@ -1178,7 +1187,8 @@ def pod_facts(
     annotations = _map(metadata, "annotations", _metadata_path(spec_path), out)
     _map(metadata, "labels", _metadata_path(spec_path), out)  # queue labels: policies read them
     kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
-    claims, dra_equivalents = _dra(spec, spec_path, namespace, dra_index, plain, out)
+    claims, dra_equivalents = _dra(spec, spec_path, namespace, dra_index, plain, out,
+                                  claims_path)
 
     gpus: dict[str, int] = {}
     for resource in dict.fromkeys(r for c in plain for r in c.counts):
@@ -1260,9 +1270,10 @@ def virtual_machine_facts(
 
     Each entry is one device of the resource named by ``deviceName``; passthrough GPUs are whole
     (one GPU-equivalent each). vGPU types (``nvidia.com/GRID_A100-4C``: a framebuffer share of
-    one GPU) are shared, with a share that is unknown from the VM alone: they are counted as
-    devices, their GPU-equivalents are left out of ``equivalents_known`` and named in
-    ``unknown`` — never valued as zero without a word. ``hostDevices`` entries count only when
+    one GPU) are shared and valued at that share (:func:`policies.facts.vgpu.share`: 4 GB of a
+    40 GB A100 is 1/10); a type whose board is not in the vGPU table is counted as a device, its
+    GPU-equivalents left out of ``equivalents_known`` and named in ``unknown`` — never valued as
+    zero, nor as a whole GPU, without a word. ``hostDevices`` entries count only when
     their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
     ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
 
@@ -1304,7 +1315,11 @@ def virtual_machine_facts(
             out.vendors.append(vendor_of(name))
             if key == "gpus" and _VGPU_NAME.search(name.split("/", 1)[-1]):
                 out.shared = True
-                out.unknown.append(f"{where}: vGPU type {name}; its share of a GPU is unknown")
+                part, reason = vgpu.share(name)
+                if part is None:
+                    out.unknown.append(f"{where}: {reason}")
+                else:
+                    equivalents += part
             else:
                 equivalents += 1
     return GPUFacts(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from policies.facts import mig
+from policies.facts import mig, vgpu
 from policies.facts.quantity import (
     MAX_COUNT,
     QuantityError,
@@ -39,6 +39,7 @@ from policies.facts.resource_names import (
     GPUSettings,
     ResourceKind,
     classify,
+    cores_per_device,
 )
 from policies.sources import load_json, shortened
 
@@ -445,11 +446,17 @@ def slot_unit(
     Whole devices are 1; a MIG instance its compute slices over the model's; ``nvidia.com/gpu`` is
     a MIG slice under the single strategy, 1/split on a HAMi node, 1/replicas on a time-slicing /
     MPS node; a renamed shared replica is its device over the configured replicas (None when the
-    count is unknown); HAMi / Volcano split dimensions and AWS neuroncores (the same chips as
-    ``aws.amazon.com/neuron``) add nothing.
+    count is unknown); an NVIDIA vGPU type its framebuffer share (:func:`policies.facts.vgpu.
+    share`, None for a board not in the table); a legacy Cloud TPU core 1/2 of a chip; HAMi /
+    Volcano split dimensions and AWS neuroncores (the same chips as ``aws.amazon.com/neuron``)
+    add nothing.
     """
     if kind in SPLIT_KINDS or resource == "aws.amazon.com/neuroncore":
         return Fraction(0), False
+    if kind is ResourceKind.CORES and (cores := cores_per_device(resource)) is not None:
+        return Fraction(1, cores), False
+    if kind is ResourceKind.VGPU:
+        return vgpu.share(resource)[0], False
     if kind is ResourceKind.MIG:
         parsed = mig.profile_from_resource(resource)
         return mig.equivalents(parsed[0], model) if parsed else (None, False)
@@ -486,6 +493,9 @@ def _equivalents(
         unit, approx = slot_unit(
             resource, classify(resource, settings), model=model, single_profile=single_profile,
             replicas=replicas, hami_split=hami[0].split if hami else None, settings=settings)
+        if unit is None and classify(resource, settings) is ResourceKind.VGPU:
+            warnings.append(f"{resource}: {count} vGPUs; {vgpu.share(resource)[1]}")
+            return None, approximate
         if unit is None:
             warnings.append(f"{resource}: {count} shared replicas, but the replicas per GPU are "
                             "unknown (no nvidia.com/gpu.replicas label; set --shared-replicas)")

@@ -13,7 +13,9 @@ webhooks that saw every pod). A pod or pod template is sent when it has any of:
 - a privileged container, or one that adds ``SYS_ADMIN`` (the NVIDIA toolkit's "privileged");
 - a KAI / Run:ai (``policies.facts.gpu.KAI_*``) or HAMi placement annotation;
 
-and a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``. Workload kinds are searched
+a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``, and an operator's own
+accelerator field when present and not empty (:data:`ACCELERATOR_FIELD_LOCATIONS`: the NIM
+operator's ``draResources``, KAITO's ``resource.mig``). Workload kinds are searched
 at the locations of the one workload registry (:mod:`policies.facts.workload_kinds`): pod
 templates (:data:`TEMPLATE_LOCATIONS`), bare PodSpecs (:data:`POD_SPEC_LOCATIONS`: the tests
 above but annotations, which a PodSpec has none of) and resource blocks
@@ -83,6 +85,12 @@ RESOURCE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
 DEVICE_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
     (k.group, k.plural): k.devices for k in WORKLOAD_KINDS if k.devices
 }
+# Operator fields that ask for accelerators by themselves (NIM draResources, KAITO resource.mig):
+# sent when present and not empty, whatever they name (the facts resolve them).
+ACCELERATOR_FIELD_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (k.group, k.plural): (*k.claim_refs, *k.mig_requests) for k in WORKLOAD_KINDS
+    if k.claim_refs or k.mig_requests
+}
 
 NOT_BEING_DELETED: Final = "not-an-update-of-an-object-being-deleted"
 CAN_TOUCH_GPUS: Final = "can-touch-gpus"
@@ -139,14 +147,16 @@ def gpu_resource_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str
 
     Exactly :func:`policies.facts.resource_names.classify` ``is not OTHER`` for ``settings``: the
     registry's exact names (those the hint does not already catch), its prefixes, and its
-    accelerator hint searched after the first ``/``, case-insensitively.
+    accelerator hint searched in a name with a ``/`` (before or after it), case-insensitively.
     """
     patterns = name_patterns(settings)
     hint = re.compile(patterns.hint, re.IGNORECASE)
-    names = [n for n in patterns.names if "/" not in n or not hint.search(n.split("/", 1)[1])]
+    names = [n for n in patterns.names if "/" not in n or not hint.search(n)]
     parts = [f"{var} in {_list(names)}"] if names else []
     parts += [f"{var}.startsWith({_quote(p)})" for p in patterns.prefixes]
-    parts.append(f"{var}.matches({_quote('(?is)^[^/]*/.*(?:' + patterns.hint + ')')})")
+    # "has a '/' and a hint word": the word before some '/', or after one
+    words = f"(?:{patterns.hint})"
+    parts.append(f"{var}.matches({_quote('(?is)' + words + '.*/|/.*' + words)})")
     return " || ".join(parts)
 
 
@@ -280,6 +290,7 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
     pod_specs = _locations(POD_SPEC_LOCATIONS, resources)
     blocks = _locations(RESOURCE_LOCATIONS, resources)
     devices = _locations(DEVICE_LOCATIONS, resources)
+    fields = _locations(ACCELERATOR_FIELD_LOCATIONS, resources)
     tests = []
     if templates == [""]:
         tests.append(pod_template_test("o", settings).replace("\n", "\n  "))
@@ -295,6 +306,8 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
     if devices:
         tests.append(f"({_location_list('o', devices)}).exists(d, "
                      "d.?gpus.orValue([]).size() > 0 || d.?hostDevices.orValue([]).size() > 0)")
+    if fields:
+        tests.append(f"({_location_list('o', fields)}).exists(f, f.size() > 0)")
     body = "\n|| ".join(tests).replace("\n", "\n  ")
     return f"[object != null ? object : oldObject].exists(o, o != null && (\n  {body}\n))"
 

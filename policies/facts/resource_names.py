@@ -125,6 +125,13 @@ _WHOLE = {
     "kunlunxin.com/xpu": "kunlunxin",
 }
 _CORES = {"aws.amazon.com/neuroncore": "aws"}
+# GKE's legacy Cloud TPU names (TPU Node architecture, before google.com/tpu): one unit is one
+# TensorCore, ``cloud-tpus.google.com/v2: 8`` a v2-8 device (Cloud TPU docs, "Run Cloud TPU
+# applications on GKE" (legacy) and "System architecture": a v2 or v3 chip has 2 TensorCores).
+# ``preemptible-`` names ask for the same cores on preemptible TPUs.
+_TPU_LEGACY_CORES_PER_CHIP = {"v2": 2, "v3": 2}
+_CORES.update({f"cloud-tpus.google.com/{tier}{version}": "google"
+               for version in _TPU_LEGACY_CORES_PER_CHIP for tier in ("", "preemptible-")})
 _QUALIFIERS = ("nvidia.com/priority",)  # HAMi task priority: 0 high, 1 low; no device
 _VENDOR_DOMAINS = {
     "nvidia.com": "nvidia",
@@ -136,6 +143,7 @@ _VENDOR_DOMAINS = {
     "habana.ai": "habana",
     "aws.amazon.com": "aws",
     "google.com": "google",
+    "cloud-tpus.google.com": "google",
     "huawei.com": "huawei",
     "cambricon.com": "cambricon",
     "hygon.com": "hygon",
@@ -158,13 +166,15 @@ _ACCELERATOR_DOMAINS = ("huawei.com/", "cambricon.com/", "hygon.com/",
                         "metax-tech.com/", "iluvatar.ai/", "iluvatar.com/", "mthreads.com/",
                         "enflame.com/", "kunlunxin.com/", "habana.ai/", "npu.intel.com/",
                         "gpu.intel.com/", "qualcomm.com/", "tenstorrent.com/", "furiosa.ai/",
-                        "rebellions.ai/", "graphcore.ai/", "sophgo.com/")
+                        "rebellions.ai/", "graphcore.ai/", "sophgo.com/",
+                        "cloud-tpus.google.com/")
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 """KEP-5004: any DeviceClass can be asked for as ``deviceclass.resource.kubernetes.io/<class>``."""
 OBSOLETE_RESOURCES = {
     "alpha.kubernetes.io/nvidia-gpu": "removed in Kubernetes 1.10; use nvidia.com/gpu",
 }
-# Words that make an unknown extended resource look like an accelerator worth a warning.
+# Words that make an unknown extended resource look like an accelerator worth a warning, searched
+# in the whole name, domain included (cloud-tpus.google.com/v4 says "tpu" only before the '/').
 _ACCELERATOR_HINT = re.compile(
     r"gpu|tpu|npu|xpu|gcu|dcu|mlu|accel|neuron|gaudi|ascend|cuda|fpga", re.I)
 # KubeVirt permittedHostDevices under nvidia.com: vGPU types (GRID_T4-1Q, NVIDIA_A10-4C: a
@@ -280,8 +290,8 @@ def classify(resource: str, settings: GPUSettings = DEFAULT_SETTINGS) -> Resourc
     Returns:
         The :class:`ResourceKind`; ``OTHER`` for cpu, memory and anything not GPU-like;
         ``UNRECOGNIZED`` for a name that looks like an accelerator (a word of the accelerator
-        hint after the ``/``, an accelerator vendor's domain, a DRA DeviceClass name) but is not
-        in the registry.
+        hint anywhere in a name with a ``/``, an accelerator vendor's domain, a DRA DeviceClass
+        name) but is not in the registry.
     """
     if resource in _WHOLE or resource in settings.extra_whole_resources:
         return ResourceKind.WHOLE
@@ -317,9 +327,22 @@ def classify(resource: str, settings: GPUSettings = DEFAULT_SETTINGS) -> Resourc
         return ResourceKind.OBSOLETE
     if resource.startswith(_ACCELERATOR_DOMAINS) or resource.startswith(_NVIDIA_DEVICE_PREFIXES):
         return ResourceKind.UNRECOGNIZED
-    if "/" in resource and _ACCELERATOR_HINT.search(resource.split("/", 1)[1]):
+    if "/" in resource and _ACCELERATOR_HINT.search(resource):
         return ResourceKind.UNRECOGNIZED
     return ResourceKind.OTHER
+
+
+def cores_per_device(resource: str) -> int | None:
+    """How many units of a ``CORES`` resource make one device (a GPU-equivalent), or None when
+    the chip decides (AWS ``neuroncore``: 2 per Inferentia2 / Trainium chip, 4 per Inferentia1).
+
+    Source: Cloud TPU "System architecture" (v2 and v3 chips have 2 TensorCores each), for the
+    legacy ``cloud-tpus.google.com/v2`` / ``v3`` names whose unit is one TensorCore.
+    """
+    if resource.startswith("cloud-tpus.google.com/"):
+        version = resource.removeprefix("cloud-tpus.google.com/").removeprefix("preemptible-")
+        return _TPU_LEGACY_CORES_PER_CHIP.get(version)
+    return None
 
 
 def vendor_of(resource: str) -> str:
@@ -343,7 +366,7 @@ class NamePatterns:
     """The names :func:`classify` does not call ``OTHER``, as tests a matcher outside Python runs.
 
     A name is a GPU (or GPU-like) resource when it is in ``names``, starts with one of
-    ``prefixes``, or contains ``/`` and the text after the first ``/`` has a match of ``hint``
+    ``prefixes``, or contains ``/`` and has a match of ``hint`` anywhere, domain included
     (case-insensitive). ``hint`` is written in the syntax both Python's ``re`` and RE2 (the
     regex engine of CEL's ``matches``) read. Used by :mod:`policies.facts.prefilter` to generate the
     webhooks' matchConditions; ``tests/core/test_prefilter.py`` checks it against :func:`classify`.

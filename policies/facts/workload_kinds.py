@@ -7,7 +7,9 @@ in step), the auditor's lists and the tests all read the same table. Sources of 
 Kubernetes API reference (core, apps, batch), and each project's CRDs (Kubeflow training-operator
 v1, MPI operator v2beta1 and Trainer v1alpha1, KubeRay v1, LeaderWorkerSet v1 and its
 DisaggregatedSet v1, JobSet v1alpha2, Volcano v1alpha1 and v1beta1, KServe v1beta1 / v1alpha1 and
-KFServing v1alpha2, Kueue v1beta1, KubeVirt v1).
+KFServing v1alpha2, Kueue v1beta1, KubeVirt v1, NVIDIA NIM operator ``apps.nvidia.com/v1alpha1``
+``api/apps/v1alpha1/{nimservice,dra}_types.go``, KAITO ``kaito.sh/v1beta1`` ``api/v1beta1/
+{workspace,inferenceset}_types.go`` and its ``examples/mig``).
 
 A kind keeps what makes its pods in one of three shapes, each a list of locations:
 
@@ -16,6 +18,15 @@ A kind keeps what makes its pods in one of three shapes, each a list of location
 - ``resources``: resource blocks that stand for one pod's containers — ResourceRequirements
   (``{limits, requests}``: Trainer's ``resourcesPerNode``, KServe model blocks' ``resources``) or a
   bare ResourceList (Volcano PodGroup ``minResources``).
+
+and two operator fields that ask for accelerators without a resource name or a PodSpec:
+
+- ``claim_refs``: lists of DRA claim references the operator writes into its pods'
+  ``spec.resourceClaims`` (NIM operator ``draResources[]``: ``resourceClaimName``,
+  ``resourceClaimTemplateName``, or a ``claimSpec`` it turns into a ResourceClaimTemplate);
+- ``mig_requests``: MIG slices asked by profile (KAITO ``resource.mig``: ``{profile, count}``,
+  one pod asking ``count`` instances of ``profile``, the device plugin's mixed-strategy
+  ``nvidia.com/mig-<profile>``).
 
 Locations are written ``a.b`` for fields, ``a[]`` for every element of a list, ``a.*`` for every
 value of a map, and ``""`` for the object itself (a Pod; a KubeVirt VMI, whose spec holds
@@ -42,6 +53,8 @@ class WorkloadKind:
         templates: where its PodTemplateSpecs are (notation in the module docstring).
         pod_specs: where its bare PodSpecs are.
         resources: where its resource blocks are (ResourceRequirements or a ResourceList).
+        claim_refs: where an operator lists DRA claim references for its pods.
+        mig_requests: where an operator asks for MIG slices as ``{profile, count}``.
         devices: where a KubeVirt domain lists devices (``spec.template.spec.domain.devices``).
         replica_specs: the Kubeflow ``<x>ReplicaSpecs`` field, for the training operators.
         derived: made by a scheduler for a workload that is judged itself (Kueue Workload,
@@ -60,6 +73,8 @@ class WorkloadKind:
     pod_specs: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
     derived: bool = False
+    claim_refs: tuple[str, ...] = ()
+    mig_requests: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -125,6 +140,16 @@ WORKLOAD_KINDS: Final[tuple[WorkloadKind, ...]] = (
     WorkloadKind("DisaggregatedSet", "disaggregatedset.x-k8s.io", "v1", "disaggregatedsets",
                  ("spec.roles[].spec.leaderWorkerTemplate.leaderTemplate",
                   "spec.roles[].spec.leaderWorkerTemplate.workerTemplate")),
+    WorkloadKind("NIMService", "apps.nvidia.com", "v1alpha1", "nimservices", (),
+                 resources=("spec.resources",), claim_refs=("spec.draResources",)),
+    # KAITO's Go type keeps resource / inference at the top level; its published MIG examples
+    # (examples/mig/workspace-mig.yaml) write them under spec: both are read.
+    WorkloadKind("Workspace", "kaito.sh", "v1beta1", "workspaces",
+                 ("inference.template", "spec.inference.template"),
+                 mig_requests=("resource.mig", "spec.resource.mig")),
+    WorkloadKind("InferenceSet", "kaito.sh", "v1beta1", "inferencesets",
+                 ("spec.template.inference.template",),
+                 mig_requests=("spec.template.resource.mig",)),
     WorkloadKind("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", ("spec.template",),
                  devices=("spec.template.spec.domain.devices",)),
     WorkloadKind("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", ("",),

@@ -23,6 +23,7 @@ from typing import Any, TypedDict
 
 from policies.facts.dra import DraIndex, claim_devices, dra_objects
 from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.facts.nodes import mig_resource_suffix
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
 from policies.json_fields import as_mapping
@@ -62,6 +63,10 @@ class PodTemplate:
         metadata / spec: the template's metadata and PodSpec.
         shape: :data:`TEMPLATE`, :data:`POD_SPEC` or :data:`RESOURCES` (what lies at ``path``:
             ``spec`` is then a PodSpec made of one container holding the block).
+        claims_path: where the operator field that ``spec.resourceClaims`` stands for lies (NIM
+            ``spec.draResources``), for the facts' paths; None for a real PodSpec.
+        generated_claims: ``(name, ResourceClaimTemplate)`` the operator makes for the pods (NIM
+            ``draResources[].claimSpec``), resolved like the input's own templates.
     """
 
     path: str
@@ -73,6 +78,8 @@ class PodTemplate:
     metadata: Mapping[str, Any]
     spec: Mapping[str, Any]
     shape: str = TEMPLATE
+    claims_path: str | None = None
+    generated_claims: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class Workload:
     generic: bool
     templates: tuple[PodTemplate, ...]
     invalid: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()  # accelerators asked for outside any template, count unknown
     vm_domain_path: str | None = None  # KubeVirt: GPUs come from domain.devices, not a PodSpec
 
     @property
@@ -163,6 +171,7 @@ class _Replicas:
 
     def __init__(self) -> None:
         self.invalid: list[str] = []
+        self.unknown: list[str] = []  # GPUs the object asks for whose count it does not state
 
     def read(
         self, owner: Mapping[str, Any], key: str, path: str, default: int | None
@@ -292,13 +301,26 @@ def _known_templates(obj: Mapping[str, Any], reader: _Replicas) -> list[PodTempl
     if kind == "LeaderWorkerSet":
         return _lws_templates(spec, reader)
     if kind == "DisaggregatedSet" and api_version.startswith("disaggregatedset.x-k8s.io/"):
+        # spec.slices: independent copies of the whole role topology (default 1), each role's
+        # replicas counted per slice (llm-d guides/pd-disaggregation: "4-prefill + 1-decode" per
+        # slice, "8 x TP=1 prefill and 2 x TP=4 decode in total" for 2 slices).
+        slices = reader.read(spec, "slices", "spec", 1) or 0
         templates = []
         for i, role in enumerate(reader.list(spec, "roles", "spec")):
             role = as_mapping(role)
             name = str(role.get("name", i))
-            templates += _lws_templates(reader.map(role, "spec", f"spec.roles[{i}]"), reader,
-                                        f"spec.roles[{i}].spec", name)
+            templates += [replace(t, replicas=None if t.replicas is None else t.replicas * slices)
+                          for t in _lws_templates(reader.map(role, "spec", f"spec.roles[{i}]"),
+                                                  reader, f"spec.roles[{i}].spec", name)]
         return templates
+    if kind == "NIMService" and api_version.startswith("apps.nvidia.com/"):
+        return [_nim_template(obj, spec, reader)]
+    if kind == "Workspace" and api_version.startswith("kaito.sh/"):
+        return _kaito_templates(obj, "", 1, reader) + _kaito_templates(spec, "spec", 1, reader)
+    if kind == "InferenceSet" and api_version.startswith("kaito.sh/"):
+        workspaces = reader.read(spec, "replicas", "spec", 1) or 0
+        return _kaito_templates(reader.map(spec, "template", "spec"), "spec.template",
+                                workspaces, reader)
     if kind == "TrainJob" and api_version.startswith("trainer.kubeflow.org/"):
         trainer = reader.map(spec, "trainer", "spec")
         nodes = reader.read(trainer, "numNodes", "spec.trainer", 1)
@@ -427,6 +449,111 @@ def _lws_templates(
         groups,
     )
     return [leader, worker]
+
+
+def _nim_template(
+    obj: Mapping[str, Any], spec: Mapping[str, Any], reader: _Replicas
+) -> PodTemplate:
+    """The pods of an NVIDIA NIM operator NIMService: one model container with ``spec.resources``
+    and a pod claim per ``spec.draResources[]`` entry (``resourceClaimName``,
+    ``resourceClaimTemplateName``, or a ``claimSpec`` whose ``devices[]`` — ``count`` default 1,
+    ``deviceClassName`` default ``gpu.nvidia.com`` — become a ResourceClaimTemplate). Pods:
+    ``spec.replicas`` (default 1; ``spec.scale.hpa.minReplicas`` when ``spec.scale.enabled``),
+    times ``spec.multiNode.size`` (a LeaderWorkerSet whose leader and workers each get the
+    resources). Source: NIM operator ``api/apps/v1alpha1/nimservice_types.go``, ``dra_types.go``.
+    """
+    replicas = reader.read(spec, "replicas", "spec", 1) or 0
+    scale = reader.map(spec, "scale", "spec")
+    if scale.get("enabled") is True:
+        replicas = reader.read(reader.map(scale, "hpa", "spec.scale"), "minReplicas",
+                               "spec.scale.hpa", 1) or 0
+    if spec.get("multiNode") is not None:
+        replicas *= reader.read(reader.map(spec, "multiNode", "spec"), "size", "spec.multiNode",
+                                1) or 0
+    owner = str(as_mapping(obj.get("metadata")).get("name") or "nimservice")
+    claims: list[dict[str, Any]] = []
+    generated: list[tuple[str, Mapping[str, Any]]] = []
+    for i, entry in enumerate(reader.list(spec, "draResources", "spec")):
+        where = f"spec.draResources[{i}]"
+        if not isinstance(entry, Mapping):
+            reader.invalid.append(f"{where}: expected a DRA resource map, got "
+                                  f"{type(entry).__name__}")
+            continue
+        claim: dict[str, Any] = {"name": f"dra-resource-{i}"}
+        for key in ("resourceClaimName", "resourceClaimTemplateName"):
+            if isinstance(entry.get(key), str) and entry[key]:
+                claim[key] = entry[key]
+        if len(claim) == 1 and isinstance(entry.get("claimSpec"), Mapping):
+            name = f"{owner}/{where}.claimSpec"  # a '/' no real object's name has
+            claim["resourceClaimTemplateName"] = name
+            generated.append((name, _nim_claim_template(entry["claimSpec"], where, reader)))
+        claims.append(claim)  # neither field: _dra reports it, naming the entry
+    container = {"name": "nim", "resources": spec.get("resources") or {}}
+    return PodTemplate("spec.resources", "spec", "nim", replicas, None, None, {},
+                       {"containers": [container], "resourceClaims": claims}, RESOURCES,
+                       "spec.draResources", tuple(generated))
+
+
+def _nim_claim_template(
+    claim_spec: Mapping[str, Any], where: str, reader: _Replicas
+) -> Mapping[str, Any]:
+    """The ResourceClaimTemplate the NIM operator makes of ``draResources[].claimSpec``."""
+    requests = []
+    for j, device in enumerate(reader.list(claim_spec, "devices", f"{where}.claimSpec")):
+        device = as_mapping(device)
+        count = reader.read(device, "count", f"{where}.claimSpec.devices[{j}]", 1)
+        requests.append({"name": str(device.get("name", j)), "exactly": {
+            "deviceClassName": str(device.get("deviceClassName") or "gpu.nvidia.com"),
+            "allocationMode": "ExactCount", "count": count}})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "spec": {"spec": {"devices": {"requests": requests}}}}
+
+
+def _kaito_templates(
+    owner: Mapping[str, Any], path: str, workspaces: int, reader: _Replicas
+) -> list[PodTemplate]:
+    """A KAITO Workspace's fields at ``path`` (``resource``, ``inference``): ``resource.mig``
+    (``{profile, count}``, count default 1) is a pod asking ``count`` MIG instances of
+    ``profile``, as the device plugin's mixed strategy names them (``nvidia.com/mig-1g.10gb``);
+    ``inference.template`` a PodTemplateSpec. Pods: ``resource.count`` GPU nodes (default 1)
+    per Workspace, ``workspaces`` Workspaces (an InferenceSet's ``spec.replicas``). With neither,
+    an ``inference`` / ``tuning`` preset runs on GPUs KAITO chooses: recorded as unknown (the
+    Workspace asks for GPUs, their count is not in the manifest), never as none."""
+    at = f"{path}." if path else ""
+    resource = reader.map(owner, "resource", path)
+    pods = workspaces * (reader.read(resource, "count", f"{at}resource", 1) or 0)
+    templates = []
+    if resource.get("mig") is not None:
+        mig_request = resource["mig"]
+        where = f"{at}resource.mig"
+        if isinstance(mig_request, str) and mig_request:  # what the author meant: one slice
+            reader.invalid.append(f"{where}: expected a map {{profile, count}}, got a string "
+                                  f"(counted as profile {shortened(repr(mig_request))}, count 1)")
+            mig_request = {"profile": mig_request}
+        if not isinstance(mig_request, Mapping):
+            reader.invalid.append(f"{where}: expected a map {{profile, count}}, got "
+                                  f"{type(mig_request).__name__}")
+        elif not isinstance(mig_request.get("profile"), str) or not mig_request["profile"]:
+            reader.invalid.append(f"{where}.profile: expected a MIG profile such as 1g.10gb, "
+                                  f"got {shortened(repr(mig_request.get('profile')))}")
+        else:
+            count = reader.read(mig_request, "count", where, 1)
+            name = f"nvidia.com/mig-{mig_resource_suffix(mig_request['profile'])}"
+            templates.append(_resources_template({"limits": {name: count}}, where, "mig", pods))
+    inference = reader.map(owner, "inference", path)
+    if inference.get("template") is not None:
+        templates.append(_template(reader, inference["template"], f"{at}inference.template",
+                                   "inference", pods))
+    if not templates:  # a preset: KAITO picks the GPUs (instanceType, the model's needs)
+        for key in ("inference", "tuning"):
+            preset = as_mapping(reader.map(owner, key, path).get("preset"))
+            if preset:
+                reader.unknown.append(
+                    f"{at}{key}.preset: KAITO runs preset {shortened(repr(preset.get('name')))} "
+                    f"on the GPUs of {at}resource.instanceType "
+                    f"({shortened(repr(resource.get('instanceType')))}) x {pods} node(s); "
+                    "how many GPUs that is, the manifest does not say")
+    return templates
 
 
 def _resources_template(
@@ -619,7 +746,8 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         if not templates:
             return None
     return Workload(
-        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid)
+        **base, generic=generic, templates=tuple(templates), invalid=tuple(reader.invalid),
+        unknown=tuple(reader.unknown),
     )
 
 
@@ -721,6 +849,11 @@ def workload_facts(
         if workload.invalid:
             facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
         return WorkloadFacts(workload, (facts,), facts)
+    generated = {(workload.namespace, name): claim_devices(body)
+                 for t in workload.templates for name, body in t.generated_claims}
+    if generated and (dra is not None or not claim_templates):  # beside the input's own
+        base = dra if dra is not None else DraIndex()
+        dra = replace(base, templates={**base.templates, **generated})
     per_template = tuple(
         pod_facts(
             t.spec,
@@ -730,6 +863,7 @@ def workload_facts(
             claim_templates=claim_templates,
             namespace=workload.namespace,
             dra=dra,
+            claims_path=t.claims_path,
         )
         for t in workload.templates
     )
@@ -739,4 +873,6 @@ def workload_facts(
     )
     if workload.invalid:
         total = replace(total, invalid=tuple(dict.fromkeys(total.invalid + workload.invalid)))
+    if workload.unknown:  # requested, with GPU-equivalents unknown and the reason
+        total = replace(total, unknown=tuple(dict.fromkeys(total.unknown + workload.unknown)))
     return WorkloadFacts(workload, per_template, total)

@@ -88,7 +88,8 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
          "metadata": {"name": "e2e-workloads-admin"},
          "rules": [{"apiGroups": ["", "apps", "batch", "kubeflow.org", "ray.io",
                                   "jobset.x-k8s.io", "kubevirt.io", "leaderworkerset.x-k8s.io",
-                                  "trainer.kubeflow.org", "serving.kserve.io"],
+                                  "trainer.kubeflow.org", "serving.kserve.io",
+                                  "apps.nvidia.com", "kaito.sh"],
                     "resources": ["*"], "verbs": ["*"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": "e2e-mallory-workloads-admin"},
@@ -348,6 +349,10 @@ WORKLOADS = [
     DATA / "workloads" / "trainjob-flux-gpus.yaml",
     DATA / "workloads" / "inferenceservice-gpu.yaml",
     DATA / "workloads" / "vmi-gpu.yaml",
+    # operator kinds whose GPUs are a resource block (NIMService spec.resources) or a MIG request
+    # by profile (KAITO Workspace spec.resource.mig): judged, nothing for the mutation to write
+    DATA / "workloads" / "nimservice-basic.yaml",
+    DATA / "workloads" / "kaito-workspace-mig.yaml",
 ]
 
 

@@ -146,7 +146,14 @@ def _one(limits: dict[str, Any]) -> Any:
     ({"enflame.com/gcu": 1}, 1.0, None, False),
     ({"mthreads.com/gpu": 1}, 1.0, None, False),
     ({"nvidia.com/GA102GL_A10": 1}, 1.0, None, False),  # KubeVirt passthrough
-    ({"nvidia.com/GRID_T4-1Q": 1}, None, None, True),  # KubeVirt vGPU type
+    # KubeVirt vGPU types: the framebuffer share of one GPU (NVIDIA vGPU user guide, "Virtual
+    # GPU Types": T4-1Q is 1 GB of a 16 GB T4), unknown for a board not in the table.
+    ({"nvidia.com/GRID_T4-1Q": 1}, 0.0625, None, True),
+    ({"nvidia.com/NVIDIA_A10-4C": 3}, 0.5, None, True),
+    ({"nvidia.com/GRID_V100DX-8Q": 1}, None, None, True),
+    # GKE's legacy Cloud TPU names count TensorCores: a v2-8 is 4 chips of 2 cores.
+    ({"cloud-tpus.google.com/v2": 8}, 4.0, None, False),
+    ({"cloud-tpus.google.com/preemptible-v3": 8}, 4.0, None, False),
 ])
 def test_vendor_semantics(limits: dict[str, Any], equivalents: float | None,
                           memory_mib: int | None, shared: bool) -> None:

@@ -397,7 +397,8 @@ def test_kubevirt_vm_passthrough_and_vgpu():
     assert facts.gpus == {"nvidia.com/GA102GL_A10": 1, "nvidia.com/GRID_T4-1Q": 1,
                           "nvidia.com/GA100_A100_PCIE_40GB": 1}
     assert facts.shared
-    assert facts.gpu_equivalents is None  # the vGPU's share is unknown
+    # two passthrough GPUs and a T4-1Q vGPU: 1 GB of a 16 GB T4 (NVIDIA vGPU user guide)
+    assert facts.gpu_equivalents == 2 + Fraction(1, 16)
     assert find_workload(vm).replicas == 1
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+from fractions import Fraction
 
 import pytest
 
@@ -49,17 +50,31 @@ def no_internal_errors(verdict) -> None:
 # --- KubeVirt vGPU: a GPU of unknown share, counted and reported, never a crash -------------
 
 
-def test_vgpu_vmi_has_a_cel_view_with_the_share_unknown_not_zero():
+def test_vgpu_vmi_has_a_cel_view_with_the_framebuffer_share():
     facts = workload_facts(first(VGPU_VMI))
     view = gpu_data(facts)  # raised TypeError: float(None)
     prepare({"gpu": view})
     assert view["requested"] is True
     assert view["gpus"] == {"nvidia.com/GRID_A100-4C": 1} and view["count"] == 1
     assert view["shared"] is True and view["vendors"] == ["nvidia"]
-    # A vGPU is a share of one GPU whose size the VM does not say: no known part, and it says so.
+    # A100-4C is 4 GB of a 40 GB A100 (NVIDIA vGPU user guide): a tenth of one GPU.
+    assert view["equivalents"] == pytest.approx(0.1) and view["equivalentsKnown"] is True
+    assert view["unknown"] == []
+    assert facts.total.gpu_equivalents == Fraction(1, 10)
+
+
+def test_vgpu_of_an_unknown_board_is_unknown_not_zero_nor_whole():
+    vmi = first(VGPU_VMI)
+    vmi["spec"]["domain"]["devices"]["gpus"][0]["deviceName"] = "nvidia.com/GRID_V100DX-8Q"
+    facts = workload_facts(vmi)
+    view = gpu_data(facts)
+    prepare({"gpu": view})
+    assert view["gpus"] == {"nvidia.com/GRID_V100DX-8Q": 1} and view["count"] == 1
+    # No known part, and it says so.
     assert view["equivalents"] == 0.0 and view["equivalentsKnown"] is False
-    assert view["unknown"] == ["spec.domain.devices.gpus[0]: vGPU type nvidia.com/GRID_A100-4C; "
-                               "its share of a GPU is unknown"]
+    assert view["unknown"] == ["spec.domain.devices.gpus[0]: vGPU type nvidia.com/GRID_V100DX-8Q: "
+                               "board V100DX is not in gpuguard's vGPU table, so its share of a "
+                               "GPU is unknown"]
     template = view["templates"][0]
     assert (template["requested"], template["count"], template["equivalentsKnown"]) == \
         (True, 1, False)
@@ -70,7 +85,7 @@ def test_vgpu_between_passthrough_gpus_keeps_every_known_part():
     vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
           "spec": {"template": {"spec": {"domain": {"devices": {"gpus": [
               {"name": "a", "deviceName": "nvidia.com/GA102GL_A10"},
-              {"name": "v", "deviceName": "nvidia.com/GRID_T4-1Q"},
+              {"name": "v", "deviceName": "nvidia.com/GRID_V100DX-8Q"},
               {"name": "b", "deviceName": "nvidia.com/TU104GL_Tesla_T4"}]}}}}}}
     view = gpu_data(workload_facts(vm))
     # Before: the vGPU reset the running sum, so the first A10 was lost (1.0).

@@ -151,19 +151,19 @@ def test_check_reports_a_stale_file_and_rewrites_it(tmp_path, capsys) -> None:
 
 
 def test_extra_gpu_resources_of_serve_reach_the_conditions(tmp_path) -> None:
-    # A cluster that counts fpga.example/u250 as a GPU (serve --gpu-resource) must send those
-    # pods too; the default conditions do not know the name.
+    # A cluster that counts vendor.example/u250 as a GPU (serve --gpu-resource) must send those
+    # pods too; the default conditions do not know the name (no accelerator word in it).
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "f"},
            "spec": {"containers": [{"name": "a", "resources": {"limits": {
-               "fpga.example/u250": "1"}}}]}}
+               "vendor.example/u250": "1"}}}]}}
     assert not PODS.calls(pod)
-    assert Webhook(PODS.name, GPUSettings(extra_whole_resources=("fpga.example/u250",))).calls(pod)
+    assert Webhook(PODS.name, GPUSettings(extra_whole_resources=("vendor.example/u250",))).calls(pod)
     target = tmp_path / "conditions.yaml"
-    assert main(["match-conditions", "--gpu-resource", "fpga.example/u250",
+    assert main(["match-conditions", "--gpu-resource", "vendor.example/u250",
                  str(ROOT / WEBHOOKS_FILE), "-o", str(target)]) == 0
     text = target.read_text()
-    assert "'fpga.example/u250'" in text
-    assert "gpuguard match-conditions --gpu-resource fpga.example/u250 " in text
+    assert "'vendor.example/u250'" in text
+    assert "gpuguard match-conditions --gpu-resource vendor.example/u250 " in text
 
 
 @pytest.mark.parametrize(("rules", "message"), [
@@ -504,6 +504,18 @@ def _skeletons() -> dict[tuple[str, str], dict[str, Any]]:
                     "size": 2, "leaderTemplate": t(), "workerTemplate": t()}}},
                 {"name": "decode", "spec": {"replicas": 2, "leaderWorkerTemplate": {
                     "size": 1, "workerTemplate": t()}}}]}},
+        # Operator kinds: NIM's resource block; KAITO's custom inference template (their
+        # accelerator fields, draResources and resource.mig, are test_operator_fields_are_sent's).
+        ("apps.nvidia.com", "nimservices"): {
+            "apiVersion": "apps.nvidia.com/v1alpha1", "kind": "NIMService",
+            "spec": {"replicas": 2, "resources": copy.deepcopy(cpu)}},
+        ("kaito.sh", "workspaces"): {
+            "apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+            "resource": {"instanceType": "Standard_NC24ads_A100_v4"},
+            "inference": {"template": t()}},
+        ("kaito.sh", "inferencesets"): {
+            "apiVersion": "kaito.sh/v1beta1", "kind": "InferenceSet",
+            "spec": {"replicas": 2, "template": {"inference": {"template": t()}}}},
     }
     for key, obj in objects.items():
         obj["metadata"] = {"name": f"{key[1]}-x", "namespace": "team-a"}
@@ -583,6 +595,39 @@ def test_a_gpu_in_any_template_of_a_workload_is_sent(key: tuple[str, str], path:
         facts = workload_facts(obj)
         assert facts is not None and seen_by_facts(facts.total), (path, signal)
         assert WORKLOADS.calls(obj) and MUTATE.calls(obj), (path, signal)
+
+
+@pytest.mark.parametrize(("key", "path", "value", "gpus", "mig"), [
+    (("apps.nvidia.com", "nimservices"), "spec.draResources",
+     [{"resourceClaimTemplateName": "gpu-claim"}], {}, {}),
+    (("apps.nvidia.com", "nimservices"), "spec.draResources",
+     [{"claimSpec": {"devices": [{"name": "gpu", "count": 2}]}}], {}, {}),
+    (("kaito.sh", "workspaces"), "resource.mig", {"profile": "1g.10gb"}, {}, {"1g.10gb": 1}),
+    (("kaito.sh", "inferencesets"), "spec.template.resource.mig",
+     {"profile": "2g.24gb", "count": 2}, {}, {"2g.24gb": 4}),  # 2 Workspaces x 2
+])
+def test_operator_fields_are_sent(key: tuple[str, str], path: str, value: Any,
+                                  gpus: dict[str, int], mig: dict[str, int]) -> None:
+    # An operator field that asks for accelerators without a resource name or a PodSpec (NIM
+    # draResources, KAITO resource.mig) makes the API server call gpuguard, and the facts count it.
+    obj = copy.deepcopy(SKELETONS[key])
+    obj.setdefault("spec", {})
+    _put(obj, path, value)
+    assert WORKLOADS.calls(obj) and MUTATE.calls(obj)
+    facts = workload_facts(obj)
+    assert facts is not None and seen_by_facts(facts.total)
+    assert (facts.total.gpus, facts.total.mig) == (gpus, mig)
+    empty = copy.deepcopy(SKELETONS[key])
+    _put(empty, path, [] if path.endswith("draResources") else {})
+    assert not WORKLOADS.calls(empty)
+
+
+def _put(obj: dict[str, Any], path: str, value: Any) -> None:
+    target = obj
+    *parents, last = path.split(".")
+    for name in parents:
+        target = target.setdefault(name, {})
+    target[last] = value
 
 
 def test_kubevirt_vms_with_gpus_are_sent() -> None:

@@ -54,7 +54,10 @@ def test_every_registered_kind_is_matched_reviewed_prefiltered_and_listed(kind):
     assert prefilter.TEMPLATE_LOCATIONS[key] == kind.templates
     assert prefilter.POD_SPEC_LOCATIONS.get(key, ()) == kind.pod_specs
     assert prefilter.RESOURCE_LOCATIONS.get(key, ()) == kind.resources
-    assert kind.templates or kind.pod_specs or kind.resources
+    assert kind.templates or kind.pod_specs or kind.resources or kind.claim_refs \
+        or kind.mig_requests
+    assert prefilter.ACCELERATOR_FIELD_LOCATIONS.get(key, ()) == (*kind.claim_refs,
+                                                                  *kind.mig_requests)
     listed = {(r.group, r.plural) for r in AUDIT_RESOURCES}
     if kind.derived:  # judged and counted through the job it stands for, never twice
         assert kind.plural not in DEFAULT_RESOURCES and key not in listed
@@ -112,9 +115,11 @@ def test_kubeflow_kinds_are_read_by_the_workload_reader(kind):
 _DELIBERATE_EXCLUSIONS = {"pods/ephemeralcontainers", "podtemplates", "virtualmachines",
                           "virtualmachineinstances"}
 # Tolerations and runtimeClassName cannot be written on a resource block (Trainer's
-# resourcesPerNode, KFServing's framework blocks): the runtime or KServe writes the pods.
+# resourcesPerNode, KFServing's framework blocks): the runtime or KServe writes the pods. The
+# NIM and KAITO operators write theirs too, from fields of their own (NIM spec.tolerations,
+# KAITO's preset), which these PodSpec patches do not reach.
 _POD_SPEC_ONLY = {"add-gpu-toleration-and-runtimeclass", "gpu-node-toleration"}
-_RESOURCE_BLOCK_KINDS = {"trainjobs", "kfservices"}
+_RESOURCE_BLOCK_KINDS = {"trainjobs", "kfservices", "nimservices", "workspaces", "inferencesets"}
 
 
 def test_library_policies_leave_out_no_workload_kind_by_accident():

@@ -147,7 +147,8 @@ def test_the_wheel_carries_the_data_the_commands_read(wheel):
     for needed in ("gpuguard/examples/cluster/pods.yaml",
                    "gpuguard/examples/cluster/metrics/dcgm-exporter.prom",
                    "gpuguard/examples/admission/gpu-pod-review.json",
-                   "policies/data/mig_profiles.yaml", "policies/library/gpu-requesters.yaml"):
+                   "policies/data/mig_profiles.yaml", "policies/data/vgpu_types.yaml",
+                   "policies/library/gpu-requesters.yaml"):
         assert needed in names
     source = {str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*")
               if p.is_file()}

@@ -96,7 +96,8 @@ AUDIT_RULES = {
         ("kubevirt.io", "virtualmachines"), ("resource.k8s.io", "resourceclaimtemplates"),
         ("trainer.kubeflow.org", "trainjobs"), ("serving.kserve.io", "inferenceservices"),
         ("serving.kserve.io", "llminferenceservices"), ("serving.kubeflow.org", "kfservices"),
-        ("disaggregatedset.x-k8s.io", "disaggregatedsets"),
+        ("disaggregatedset.x-k8s.io", "disaggregatedsets"), ("apps.nvidia.com", "nimservices"),
+        ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"),
     ]},
     # list + delete: stale reports of namespaces with nothing left are pruned
     ("wgpolicyk8s.io", "policyreports"): {"get", "create", "update", "list", "delete"},
@@ -131,7 +132,8 @@ WORKLOAD_RESOURCES = {
     ("kubevirt.io", "virtualmachineinstances"), ("trainer.kubeflow.org", "trainjobs"),
     ("serving.kserve.io", "inferenceservices"), ("serving.kserve.io", "llminferenceservices"),
     ("serving.kubeflow.org", "kfservices"), ("disaggregatedset.x-k8s.io", "disaggregatedsets"),
-    ("", "replicationcontrollers"),
+    ("", "replicationcontrollers"), ("apps.nvidia.com", "nimservices"),
+    ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"),
 }
 POD_RESOURCES = {("", "pods"), ("", "pods/ephemeralcontainers")}
 
