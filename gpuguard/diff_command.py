@@ -34,7 +34,7 @@ from audit.scan.scanner import Scanner
 from audit.settings import DEFAULT_TEAM_LABEL, AuditSettings
 from audit.sources.files import iter_snapshot
 from gpuguard import policy_set
-from gpuguard.audit_command import cluster_items, connect_cluster, settings_from_args
+from gpuguard.audit_run import cluster_items, connect_cluster, settings_from_args
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.settings import add_gpu_settings
