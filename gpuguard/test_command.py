@@ -3,7 +3,9 @@
 Each PATH is a suite file or a directory searched for them (see :mod:`policies.suites` and
 ``policies/library/README.md`` for the format). Prints one row per case (suite, case, result and,
 for a failure, each expectation with what was expected and what the engine gave), then a
-summary. Exit codes: 0 every case passed, 1 some case failed, 2 a suite could not be read or its
+summary; ``-o json|yaml`` the TestReport document, ``-o junit`` JUnit XML
+(:mod:`gpuguard.junit_report`), ``-o sarif`` a SARIF log (:mod:`gpuguard.sarif_report`). Exit
+codes: 0 every case passed, 1 some case failed, 2 a suite could not be read or its
 policies did not load (the message names the file, line and field).
 """
 
@@ -64,6 +66,12 @@ def run(paths: Sequence[str], output: str, settings: GPUSettings) -> int:
         from gpuguard.junit_report import junit_xml  # noqa: PLC0415 - only for -o junit
 
         sys.stdout.write(junit_xml(results))
+    elif output == "sarif":
+        from gpuguard.cli import version  # noqa: PLC0415 - only for -o sarif
+        from gpuguard.sarif_report import sarif_log, test_entries  # noqa: PLC0415
+
+        entries, errors = test_entries(results)
+        sys.stdout.write(sarif_log(entries, version(), errors, rule_kind="GPUPolicyTest case"))
     elif output != "table":
         write(versioned("TestReport", {
             "suites": [{"source": s.source, "name": s.name, "errors": list(s.errors),
@@ -94,7 +102,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         "relative paths are from the current directory)")
     parser.add_argument("-f", "--filename", action="append", default=[], metavar="PATH",
                         help="the same as PATH (repeatable), as in the other commands")
-    add_output(parser, extra=("junit",))
+    add_output(parser, extra=("junit", "sarif"))
     add_gpu_settings(parser)
     return "test", lambda args, settings: with_paths("test", args, lambda paths: run(
         paths, args.output, settings))

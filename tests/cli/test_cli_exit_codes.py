@@ -258,7 +258,7 @@ def test_serve_dev_prints_its_curl_commands_only_once_serving(where):
 
 
 def test_the_dev_curl_command_names_the_address_it_listens_on():
-    from gpuguard.serve_command import curl_command
+    from gpuguard.serve_run import curl_command
 
     assert "https://localhost:8443/validate" in curl_command("ca.crt", 8443, host="0.0.0.0")
     assert "https://10.1.2.3:8443/mutate" in curl_command("ca.crt", 8443, "mutate",
