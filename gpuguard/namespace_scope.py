@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuguard.exit_codes import EXIT_USAGE
+
+if TYPE_CHECKING:  # the readers are imported when a command runs, not for --help
+    from policies.sources import Document, LoadError
 
 
 def add_namespace_flag(parser: Any) -> None:
@@ -77,8 +80,8 @@ class NamespaceScope:
             self.seen.add(namespace)
         return namespace in self._wanted
 
-    def filtered(self, items: Iterable[Any]) -> Iterator[Any]:
-        """``items`` (``Document`` or ``LoadError``) without the documents out of scope."""
+    def filtered(self, items: Iterable[Document | LoadError]) -> Iterator[Document | LoadError]:
+        """``items`` without the documents out of scope (reading errors all passed on)."""
         for item in items:
             body = getattr(item, "body", None)
             if not isinstance(body, dict):  # a reading error: always passed on
