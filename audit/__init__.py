@@ -19,6 +19,8 @@ Owns, module by module:
   :mod:`audit.render.html` (with :mod:`audit.render.svg_charts`; the three share
   :mod:`audit.report.tables`) and :mod:`audit.report.policy_reports` (``wgpolicyk8s.io/v1alpha2``);
 - :mod:`audit.report.history`: runs in SQLite and what changed since the previous one;
+- :mod:`audit.prices` (the ``--prices`` GPUPriceTable) and :mod:`audit.report.cost` (idle and
+  stranded GPUs in money per hour, and GPU-hours and money over the history's runs);
 - :mod:`audit.settings`: the frozen settings built by the CLI;
 - the NVML inventory (``docs/inventory.md``): :mod:`audit.inventory.nvml` (the only ``pynvml``
   importer: backend protocol and loader), :mod:`audit.inventory.nvml_reader` (reading a machine's

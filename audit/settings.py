@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
+from audit.prices import PriceTable
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 
 DEFAULT_TEAM_LABEL = "gpuguard.io/team"
@@ -30,6 +31,8 @@ class AuditSettings:
         mutation_patches: also keep, per workload, the RFC 6902 patch its mutations would apply
             (``gpuguard diff`` compares them; the audit itself lists mutations as findings only,
             so it does not pay for the diff).
+        prices: the ``--prices`` table: idle and stranded GPUs are priced in the report's
+            ``cost`` section and the controller's cost metrics (None: no ``cost``).
     """
 
     gpu: GPUSettings = DEFAULT_SETTINGS
@@ -39,3 +42,4 @@ class AuditSettings:
     jobs: int = 0
     stream_above: int = DEFAULT_STREAM_ABOVE
     mutation_patches: bool = False
+    prices: PriceTable | None = None

@@ -73,6 +73,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     policy.add_argument("--idle-below", default="5", metavar="PERCENT",
                         help="an allocated GPU with a lower mean utilization is idle "
                         "(default 5)")
+    policy.add_argument("--prices", metavar="FILE",
+                        help="GPUPriceTable (YAML): price idle and stranded GPUs per hour, and "
+                        "with --history over the recorded runs (docs/audit-report.md); also "
+                        "with --watch, for the cost metrics")
     policy.add_argument("--jobs", type=int, metavar="N",
                         help="worker processes evaluating policies while the snapshot is read "
                         "(0: none; default: the CPU count, at most 8; 0 on one CPU)")

@@ -7,20 +7,21 @@ cluster (``--cluster``, read-only), evaluates the policy set on every workload a
 placement, then prints the report (``-o``), writes every format to ``--out DIR``, PolicyReports to
 the cluster (``--write-reports``) and the run to ``--history FILE``.
 
-Exit codes (:mod:`gpuguard.exit_codes`): 0 done; 1 a finding at or above ``--fail-on``; 2 bad
-input or usage — and then nothing is reported (no output, no ``--out`` files, nothing written to
-the cluster or the history): a broken or empty policy set or ``--quotas`` path, an unusable
-``--metrics`` file, an ``--inventory`` path that names no inventory, a ``-f`` path that names no
-object (missing, empty, or nothing in it readable), an unusable history file or cluster
-configuration; 2 also when reports could not be written; 3 the API server cannot be reached
-(the scan is incomplete; nothing reported). Within the inputs that name something, each
-unreadable file, document or resource is one line on stderr, and the audit runs on the rest
-(the report counts them in ``errors``).
+Exit codes (:mod:`gpuguard.exit_codes`): 0 done; 1 a finding at or above ``--fail-on``; 2 bad input
+or usage — and then nothing is reported (no output, no ``--out`` files, nothing written to the
+cluster or the history): a broken or empty policy set or ``--quotas`` path, an unusable
+``--metrics`` file or ``--prices`` table, an ``--inventory`` path that names no inventory, a ``-f``
+path that names no object (missing, empty, or nothing in it readable), an unusable history file or
+cluster configuration; 2 also when reports could not be written; 3 the API server cannot be reached
+(the scan is incomplete; nothing reported). Within the inputs that name something, each unreadable
+file, document or resource is one line on stderr, and the audit runs on the rest (the report counts
+them in ``errors``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -35,9 +36,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from audit.inventory.audit import InventoryAudit
+from audit.prices import PriceTableError, read_price_table
 from audit.render import html as render_html
 from audit.render import markdown as render_markdown
 from audit.render import terminal as render_terminal
+from audit.report import cost as audit_cost
 from audit.report import history as audit_history
 from audit.report import policy_reports
 from audit.report.assemble import assemble
@@ -351,6 +354,11 @@ def run(args: argparse.Namespace, gpu: GPUSettings) -> int:
     if problems:
         return _refuse(problems, "the policy set is broken or empty (gpuguard lint PATH lists "
                        "every error)")
+    if args.prices:
+        try:
+            settings = dataclasses.replace(settings, prices=read_price_table(args.prices))
+        except PriceTableError as exc:
+            return _refuse([f"error: --prices {exc}"], "the price table cannot be used")
     metrics: Metrics | None = None
     if args.metrics:
         try:
@@ -514,6 +522,9 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         report["changes"] = audit_history.changes(report, history.latest())
         history.record(report)
         report["history"] = history.series()
+        if settings.prices is not None and report["cost"] is not None:
+            report["cost"]["window"] = audit_cost.window(settings.prices,
+                                                         history.waste_series())
 
     _print(report, args.output)
     status = EXIT_OK

@@ -136,19 +136,13 @@ class Lister:
     """
 
     def __init__(self, api_client: k8s_client.ApiClient, *, page_size: int = DEFAULT_PAGE_SIZE,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], object] = time.sleep,
                  timeout_s: tuple[float, float] = (10.0, 120.0)) -> None:
         self._api = api_client
         self._page_size = page_size
         self._sleep = sleep
         self._timeout = timeout_s
-        # urllib3 would retry 429 / 503 itself (3 times, then raise MaxRetryError); answers must
-        # reach iter_pages, which honours Retry-After without that limit. Connection errors are
-        # still retried by urllib3.
-        pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
-        if pool is not None:
-            pool.connection_pool_kw["retries"] = Retry(
-                total=3, status=0, respect_retry_after_header=False, raise_on_status=False)
+        leave_status_retries_to_lists(api_client)
 
     def _get(self, resource: Resource, token: str | None) -> dict[str, Any]:
         """One page, as the parsed List. Raises ApiException for non-2xx answers."""
@@ -171,7 +165,8 @@ class Lister:
 
     def iter_pages(self, resource: Resource,
                    stats: ListStats | None = None) -> Iterator[list[dict[str, Any]]]:
-        """Yield each page's items (with ``apiVersion`` and ``kind`` filled in, as kubectl does).
+        """Yield each page's items (with ``apiVersion`` and ``kind`` filled in, as kubectl does),
+        an object delivered before a 410 restart not again (by uid, else namespace/name).
 
         Raises:
             NotServed: the resource is not served (404).
@@ -181,56 +176,8 @@ class Lister:
         """
         stats = stats if stats is not None else ListStats()
         seen: set[str] = set()
-        token: str | None = None
-        throttled = server_errors = 0
-        while True:
-            try:
-                page = self._get(resource, token)
-            except ApiException as exc:
-                if exc.status == 404:
-                    raise NotServed(f"{resource.path}: not served by this cluster") from None
-                if exc.status == 410 and token:
-                    stats.relists += 1
-                    if stats.relists > MAX_RELISTS:
-                        raise ListError(f"{resource.path}: the list expired (410) "
-                                        f"{stats.relists} times; giving up") from None
-                    stats.notes.append(f"{resource.path}: continue token expired (410 Gone); "
-                                       "listing again from the start")
-                    token = None
-                    continue
-                if exc.status == 429:
-                    throttled += 1
-                    stats.throttled += 1
-                    if throttled > MAX_THROTTLED:
-                        raise ListError(f"{resource.path}: throttled (429) {throttled} times in "
-                                        "a row; giving up") from None
-                    wait = _retry_after(exc, 1.0)
-                    stats.waited_s += wait
-                    self._sleep(wait)
-                    continue
-                if exc.status is not None and 500 <= exc.status <= 599:
-                    server_errors += 1
-                    stats.retries += 1
-                    if server_errors > MAX_SERVER_ERRORS:
-                        raise ListError(f"{resource.path}: {_reason(exc)} "
-                                        f"({server_errors} times)") from None
-                    wait = _retry_after(exc, min(0.5 * 2 ** server_errors, 8.0))
-                    stats.waited_s += wait
-                    self._sleep(wait)
-                    continue
-                raise ListError(f"{resource.path}: {_reason(exc)}") from None
-            except OSError as exc:
-                raise Unreachable(f"{resource.path}: cannot reach the API server: "
-                                  f"{type(exc).__name__}: {exc}") from None
-            except ValueError as exc:
-                raise ListError(f"{resource.path}: {type(exc).__name__}: {exc}") from None
-            except Exception as exc:  # urllib3 raises its own hierarchy (MaxRetryError, ...)
-                if type(exc).__module__.startswith("urllib3"):
-                    raise Unreachable(f"{resource.path}: cannot reach the API server: "
-                                      f"{type(exc).__name__}") from None
-                raise
-            throttled = server_errors = 0
-            stats.pages += 1
+        for page in fetch_pages(lambda token: self._get(resource, token), resource.path,
+                                sleep=self._sleep, stats=stats):
             items = page.get("items")
             fresh = []
             for item in items if isinstance(items, list) else []:
@@ -250,10 +197,123 @@ class Lister:
                 fresh.append(item)
             stats.objects += len(fresh)
             yield fresh
-            page_metadata = page.get("metadata")
-            token = (page_metadata.get("continue") or None) \
-                if isinstance(page_metadata, dict) else None
-            if not token:
-                if isinstance(page_metadata, dict):
-                    stats.resource_version = str(page_metadata.get("resourceVersion") or "")
-                return
+
+
+class ListCancelled(ListError):
+    """The list was stopped while it waited to retry (its cache is shutting down)."""
+
+
+def fetch_pages(fetch: Callable[[str | None], dict[str, Any]], what: str, *,
+                sleep: Callable[[float], object] = time.sleep,
+                stats: ListStats | None = None,
+                on_restart: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+    """The pages of one paginated List, each the parsed List object, following ``continue``.
+
+    The one place that decides how gpuguard reads a large list (the module docstring): a 410
+    on a continue token starts again from the first page (``on_restart`` is called first, so a
+    caller that accumulates can drop what it has); a 429 waits ``Retry-After`` seconds (at most
+    :data:`MAX_RETRY_AFTER_S`) and asks for the same page again; a 5xx backs off 1, 2, 4, 8 s
+    unless Retry-After says otherwise. ``stats.resource_version`` is the List's resourceVersion
+    once the last page arrived.
+
+    Args:
+        fetch: one page for a continue token (None: the first page); raises
+            ``ApiException`` for non-2xx answers.
+        what: names the resource in messages (``/api/v1/pods``, ``namespaces``).
+        sleep: how to wait (seconds); a result that is true (``threading.Event.wait`` of a
+            stopping cache) cancels the list.
+
+    Raises:
+        NotServed: 404. Unreachable: network errors. ListCancelled: ``sleep`` said stop.
+        ListError: anything else (403, repeated 429 / 5xx / 410, a body that is not a List).
+    """
+    stats = stats if stats is not None else ListStats()
+    token: str | None = None
+    throttled = server_errors = 0
+    while True:
+        try:
+            page = fetch(token)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NotServed(f"{what}: not served by this cluster") from None
+            if exc.status == 410 and token:
+                stats.relists += 1
+                if stats.relists > MAX_RELISTS:
+                    raise ListError(f"{what}: the list expired (410) {stats.relists} times; "
+                                    "giving up") from None
+                stats.notes.append(f"{what}: continue token expired (410 Gone); "
+                                   "listing again from the start")
+                if on_restart is not None:
+                    on_restart()
+                token = None
+                continue
+            if exc.status == 429:
+                throttled += 1
+                stats.throttled += 1
+                if throttled > MAX_THROTTLED:
+                    raise ListError(f"{what}: throttled (429) {throttled} times in a row; "
+                                    "giving up") from None
+                wait = _retry_after(exc, 1.0)
+            elif exc.status is not None and 500 <= exc.status <= 599:
+                server_errors += 1
+                stats.retries += 1
+                if server_errors > MAX_SERVER_ERRORS:
+                    raise ListError(f"{what}: {_reason(exc)} ({server_errors} times)") from None
+                wait = _retry_after(exc, min(0.5 * 2 ** server_errors, 8.0))
+            else:
+                raise ListError(f"{what}: {_reason(exc)}") from None
+            stats.waited_s += wait
+            if sleep(wait):
+                raise ListCancelled(f"{what}: stopped while waiting to list again") from None
+            continue
+        except OSError as exc:
+            raise Unreachable(f"{what}: cannot reach the API server: "
+                              f"{type(exc).__name__}: {exc}") from None
+        except ValueError as exc:
+            raise ListError(f"{what}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # urllib3 raises its own hierarchy (MaxRetryError, ...)
+            if type(exc).__module__.startswith("urllib3"):
+                raise Unreachable(f"{what}: cannot reach the API server: "
+                                  f"{type(exc).__name__}") from None
+            raise
+        throttled = server_errors = 0
+        stats.pages += 1
+        yield page
+        page_metadata = page.get("metadata")
+        token = (page_metadata.get("continue") or None) \
+            if isinstance(page_metadata, dict) else None
+        if not token:
+            if isinstance(page_metadata, dict):
+                stats.resource_version = str(page_metadata.get("resourceVersion") or "")
+            return
+
+
+def call_pages(call: Callable[..., Any], what: str, *, page_size: int = DEFAULT_PAGE_SIZE,
+               sleep: Callable[[float], object] = time.sleep,
+               stats: ListStats | None = None,
+               on_restart: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+    """:func:`fetch_pages` through one of the client's typed list methods
+    (``CoreV1Api.list_namespace``, a ``functools.partial`` of
+    ``CustomObjectsApi.list_cluster_custom_object``), read raw (``_preload_content=False``) so
+    the objects stay plain JSON. Same errors as :func:`fetch_pages`."""
+    def fetch(token: str | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False,
+                                  "_request_timeout": (10, 60)}
+        if token:
+            kwargs["_continue"] = token
+        page = json.loads(call(**kwargs).data)
+        if not isinstance(page, dict):
+            raise ListError(f"{what}: the API answered a {type(page).__name__}, not a List")
+        return page
+
+    return fetch_pages(fetch, what, sleep=sleep, stats=stats, on_restart=on_restart)
+
+
+def leave_status_retries_to_lists(api_client: Any) -> None:
+    """Stop urllib3 retrying 429 / 503 answers of ``api_client`` itself (3 times, then
+    ``MaxRetryError``, reported as unreachable): they must reach :func:`fetch_pages`, which
+    honours Retry-After without that limit. Connection errors are still retried by urllib3."""
+    pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+    if pool is not None:
+        pool.connection_pool_kw["retries"] = Retry(
+            total=3, status=0, respect_retry_after_header=False, raise_on_status=False)

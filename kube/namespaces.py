@@ -22,7 +22,6 @@ Must not know about HTTP serving or policy semantics.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +31,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from kube.list_watch import post_to_loop, run_list_watch, shut_down, watch_stream
+from kube.lists import ListStats, call_pages, leave_status_retries_to_lists
 from policies.facts.review import NAMESPACE_NAME_LABEL, namespace_stub
 from policies.sources import LoadError, parse_text
 
@@ -170,6 +170,7 @@ class NamespaceWatch:
 
     def __init__(self, api_client: k8s_client.ApiClient, *, watch_timeout_s: int = 300,
                  page_size: int = 500, max_backoff_s: float = 30.0) -> None:
+        leave_status_retries_to_lists(api_client)
         self._api = k8s_client.CoreV1Api(api_client)
         self._watch_timeout_s = watch_timeout_s
         self._page_size = page_size
@@ -275,22 +276,13 @@ class NamespaceWatch:
 
     def _list(self) -> tuple[dict[str, dict[str, Any]], str]:
         namespaces: dict[str, dict[str, Any]] = {}
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
-                                      "_request_timeout": (10, 60)}
-            if token:
-                kwargs["_continue"] = token
-            response = self._api.list_namespace(**kwargs)
-            # _preload_content=False gives the raw urllib3 response; the client's types say not.
-            page = json.loads(response.data)  # type: ignore[attr-defined]
+        stats = ListStats()
+        for page in call_pages(self._api.list_namespace, "namespaces", page_size=self._page_size,
+                               sleep=self._stop.wait, stats=stats, on_restart=namespaces.clear):
             for item in page.get("items") or []:
                 trimmed = _trim(item)
                 namespaces[trimmed["metadata"]["name"]] = trimmed
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                return namespaces, str(metadata.get("resourceVersion") or "")
+        return namespaces, stats.resource_version
 
     def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         def hold(response: Any) -> None:

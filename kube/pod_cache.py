@@ -17,7 +17,6 @@ Must not know about HTTP serving; quota semantics are :mod:`policies.policy.quot
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -171,6 +170,9 @@ class PodCache:
                  max_backoff_s: float = 30.0) -> None:
         from kubernetes import client as k8s_client  # noqa: PLC0415 - see kube.list_watch
 
+        from kube.lists import leave_status_retries_to_lists  # noqa: PLC0415 - the same
+
+        leave_status_retries_to_lists(api_client)
         self._api = k8s_client.CoreV1Api(api_client)
         self.index = index if index is not None else PodUsageIndex()
         self._watch_timeout_s = watch_timeout_s
@@ -234,27 +236,20 @@ class PodCache:
             self._thread.join(timeout)
 
     def _list(self) -> str:
+        from kube.lists import ListStats, call_pages  # noqa: PLC0415 - see kube.list_watch
+
         pods: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
-                                      "_request_timeout": (10, 60)}
-            if token:
-                kwargs["_continue"] = token
-            response = self._api.list_pod_for_all_namespaces(**kwargs)
-            # _preload_content=False gives the raw urllib3 response; the client's types say not.
-            page = json.loads(response.data)  # type: ignore[attr-defined]
+        stats = ListStats()
+        for page in call_pages(self._api.list_pod_for_all_namespaces, "pods",
+                               page_size=self._page_size, sleep=self._stop.wait, stats=stats,
+                               on_restart=pods.clear):
             pods.extend(_trim(item) for item in page.get("items") or [])
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                self.index.replace(pods)
-                self.lists += 1
-                self.last_error = None
-                self.synced.set()
-                version = str(metadata.get("resourceVersion") or "")
-                self._changed(version)
-                return version
+        self.index.replace(pods)
+        self.lists += 1
+        self.last_error = None
+        self.synced.set()
+        self._changed(stats.resource_version)
+        return stats.resource_version
 
     def _events(self, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         def hold(response: Any) -> None:

@@ -25,16 +25,15 @@ import functools
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
 from kube.list_watch import run_list_watch, shut_down, watch_stream
-from kube.lists import ListError, NotServed, Unreachable
+from kube.lists import ListStats, call_pages, leave_status_retries_to_lists
 from policies.sources import SourceFile
 
 _LOG = logging.getLogger("gpuguard.kube.policy_objects")
@@ -152,24 +151,23 @@ def _list_call(api: k8s_client.CustomObjectsApi, resource: Resource) -> Callable
 
 
 def _list_pages(call: Callable[..., Any], resource: Resource, page_size: int,
+                sleep: Callable[[float], object] = time.sleep,
                 ) -> tuple[list[PolicyObject], str]:
-    """Every object of ``resource`` (paginated) and the list's resourceVersion."""
+    """Every object of ``resource`` (paginated, through :func:`kube.lists.call_pages`) and the
+    list's resourceVersion.
+
+    Raises:
+        kube.lists.ListError: as :func:`kube.lists.fetch_pages`.
+    """
     found: list[PolicyObject] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False,
-                                  "_request_timeout": (10, 60)}
-        if token:
-            kwargs["_continue"] = token
-        page = json.loads(call(**kwargs).data)
+    stats = ListStats()
+    for page in call_pages(call, f"{resource.plural}.{GROUP}", page_size=page_size,
+                           sleep=sleep, stats=stats, on_restart=found.clear):
         for item in page.get("items") or []:
             obj = policy_object(item, resource.kind)
             if obj is not None:
                 found.append(obj)
-        metadata = page.get("metadata") or {}
-        token = metadata.get("continue")
-        if not token:
-            return found, str(metadata.get("resourceVersion") or "")
+    return found, stats.resource_version
 
 
 def list_policy_objects(api_client: k8s_client.ApiClient, *, page_size: int = 500,
@@ -181,17 +179,11 @@ def list_policy_objects(api_client: k8s_client.ApiClient, *, page_size: int = 50
         kube.lists.ListError: another API error (403: RBAC); the message names the resource.
         kube.lists.Unreachable: the API server cannot be reached.
     """
+    leave_status_retries_to_lists(api_client)
     api = k8s_client.CustomObjectsApi(api_client)
     objects: list[PolicyObject] = []
     for resource in RESOURCES:
-        name = f"{resource.plural}.{GROUP}"
-        try:
-            objects.extend(_list_pages(_list_call(api, resource), resource, page_size)[0])
-        except ApiException as exc:
-            error = NotServed if exc.status == 404 else ListError
-            raise error(f"{name}: {exc.status} {exc.reason}") from None
-        except (OSError, urllib3.exceptions.HTTPError) as exc:
-            raise Unreachable(f"{name}: {type(exc).__name__}: {exc}") from None
+        objects.extend(_list_pages(_list_call(api, resource), resource, page_size)[0])
     return sorted(objects, key=lambda o: o.key)
 
 
@@ -214,6 +206,7 @@ class PolicyObjectWatch:
     def __init__(self, api_client: k8s_client.ApiClient, *,
                  resources: Sequence[Resource] = RESOURCES, watch_timeout_s: int = 300,
                  page_size: int = 500, max_backoff_s: float = 30.0) -> None:
+        leave_status_retries_to_lists(api_client)
         self._api = k8s_client.CustomObjectsApi(api_client)
         self._resources = tuple(resources)
         self._watch_timeout_s = watch_timeout_s
@@ -321,7 +314,8 @@ class PolicyObjectWatch:
         call = _list_call(self._api, resource)
 
         def list_once() -> str:
-            objects, version = _list_pages(call, resource, self._page_size)
+            objects, version = _list_pages(call, resource, self._page_size,
+                                           sleep=self._stop.wait)
             self.replace(resource.kind, objects)
             _LOG.info("policy objects listed", extra={"fields": {
                 "resource": f"{resource.plural}.{GROUP}", "objects": len(objects),

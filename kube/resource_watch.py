@@ -52,7 +52,6 @@ class ResourceWatch:
                  not_served_retry_s: float = 300.0) -> None:
         self._api = api_client
         self.resource = resource
-        self._lister = Lister(api_client)
         self._on_list = on_list
         self._on_event = on_event
         self._on_not_served = on_not_served
@@ -61,6 +60,8 @@ class ResourceWatch:
         self._max_backoff_s = max_backoff_s
         self._not_served_retry_s = not_served_retry_s
         self._stop = threading.Event()
+        # A 429 / 5xx wait ends when the watch is stopped.
+        self._lister = Lister(api_client, sleep=self._stop.wait)
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self.lists = 0

@@ -1,6 +1,7 @@
 """The audit report as one self-contained HTML page: inline CSS and SVG charts, no script.
 
-Owns the page layout: a summary, the charts of :mod:`audit.render.svg_charts` (allocation per node
+Owns the page layout: a summary (with ``--prices``, what idle and stranded GPUs cost per hour),
+the charts of :mod:`audit.render.svg_charts` (allocation per node
 and per team, fragmentation, findings by policy, mutations apart) and the tables of
 :mod:`audit.report.tables`; sections with nothing to show are named in one line instead of standing
 empty. The page reads at 700 px (charts scale, wide tables scroll inside their own box, long words
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from audit.render import svg_charts
-from audit.report.tables import IN_SERVICE, UNAVAILABLE, TextTable, moment, number, tables
+from audit.report.tables import IN_SERVICE, UNAVAILABLE, TextTable, moment, money, number, tables
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;
@@ -45,6 +46,7 @@ th{background:#f3f6f9}tr:nth-child(even) td{background:#fafbfc}
 .s-error{fill:#7d3c98}.s-info{fill:#b8c2cc}
 .chart polyline.line{fill:none;stroke-width:2}.chart polyline.s-allocated{stroke:#3b6fd8}
 .chart polyline.s-free{stroke:#4caf7d}.chart polyline.s-idle{stroke:#9db7ea}
+.chart polyline.s-stranded{stroke:#d9534f}
 .chart polyline.s-deny{stroke:#c9302c}.chart polyline.s-warn{stroke:#ec971f}
 .chart polyline.s-audit{stroke:#5bc0de}.chart polyline.s-error{stroke:#7d3c98}
 .sev-deny{color:#c9302c;font-weight:600}.sev-warn{color:#b36b00;font-weight:600}
@@ -109,6 +111,14 @@ def _cards(report: Mapping[str, Any]) -> str:
           for level in ("deny", "warn", "audit", "error")),
         (str(findings["info"]), "mutations admission would apply (info)", False),
     ]
+    cost = report.get("cost")
+    if cost:
+        rate, currency = cost["rate"], cost["currency"]
+        cards += [
+            ("-" if rate["idle"] is None else money(rate["idle"]["cost_per_hour"], currency),
+             "idle GPUs cost per hour", False),
+            (money(rate["stranded"]["cost_per_hour"], currency), "stranded GPUs cost per hour",
+             False)]
     return '<div class="cards">' + "".join(
         f'<div class="card{" bad" if bad else ""}"><b>{_e(v)}</b><span>{_e(label)}</span></div>'
         for v, label, bad in cards) + "</div>"

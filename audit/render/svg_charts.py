@@ -20,7 +20,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from audit.report.tables import IN_SERVICE, UNAVAILABLE, number
+from audit.report.tables import IN_SERVICE, UNAVAILABLE, moment, number
 
 Segment = tuple[float, str, str]  # (value, css class, tooltip)
 _ROW = 22
@@ -207,7 +207,8 @@ def line_chart(title: str, times: Sequence[str], series: Sequence[tuple[str, str
                                                                         Sequence[float | None]]],
                unit: str) -> str:
     """A line chart as an ``<svg>`` element: one ``<polyline>`` per series over the same
-    points (``times``, oldest first; labels of the first and last are shown).
+    points (``times``, ISO 8601, oldest first; the first and last are shown as
+    :func:`audit.report.tables.moment` writes them).
 
     Args:
         series: (css class, legend text, values) — a None value breaks the line there.
@@ -241,9 +242,9 @@ def line_chart(title: str, times: Sequence[str], series: Sequence[tuple[str, str
                              f'<title>{html.escape(text)}</title></polyline>')
     if times:
         parts.append(f'<text class="c-note" x="{left}" y="{top + plot_h + 16}">'
-                     f'{html.escape(times[0][:16])}</text>')
+                     f'{html.escape(moment(times[0]))}</text>')
         parts.append(f'<text class="c-note" x="{left + plot_w}" y="{top + plot_h + 16}" '
-                     f'text-anchor="end">{html.escape(times[-1][:16])}</text>')
+                     f'text-anchor="end">{html.escape(moment(times[-1]))}</text>')
     x = left
     for css, text, _ in series:
         parts.append(f'<rect class="{css}" x="{x}" y="{top + plot_h + 27}" width="10" '
@@ -257,7 +258,8 @@ def line_chart(title: str, times: Sequence[str], series: Sequence[tuple[str, str
 
 def trends(report: Mapping[str, Any]) -> list[str]:
     """The trend charts of ``report["history"]`` (``--history``: the recorded runs, oldest
-    first); none with fewer than two runs."""
+    first) and, with ``--prices``, of ``cost.window.series`` (money per hour); none with fewer
+    than two runs."""
     points = report.get("history") or []
     if len(points) < 2:
         return []
@@ -269,4 +271,13 @@ def trends(report: Mapping[str, Any]) -> list[str]:
     findings = line_chart("Findings over time", times, [
         (f"s-{s}", s, [float(p["findings"].get(s, 0)) for p in points]) for s in _SEVERITIES],
         "findings")
-    return [allocation, findings]
+    charts = [allocation, findings]
+    cost = report.get("cost") or {}
+    series = (cost.get("window") or {}).get("series") or []
+    if len(series) >= 2:
+        money = [("s-idle", "idle", [p["idle_cost_per_hour"] for p in series]),
+                 ("s-stranded", "stranded", [p["stranded_cost_per_hour"] for p in series])]
+        charts.append(line_chart("Cost of idle and stranded GPUs over time",
+                                 [str(p["at"]) for p in series], money,
+                                 f"{cost['currency']} per hour"))
+    return charts

@@ -3,8 +3,10 @@
 Owns assembling what a scan found (an :class:`audit.scan.result.ScanResult`: placement figures,
 compliance findings, utilization, quotas) into the report every renderer reads (terminal, JSON,
 Markdown, HTML, PolicyReports) and history stores: workloads and teams rolled up, findings sorted,
-the summary counted. The shape is documented field by field in ``docs/audit-report.md``;
-``apiVersion`` changes when a field changes meaning or disappears (new fields may be added).
+the summary counted, and the ``cost`` of idle and stranded GPUs when the settings carry a price
+table (:mod:`audit.report.cost`). The shape is documented field by field in
+``docs/audit-report.md``; ``apiVersion`` changes when a field changes meaning or disappears (new
+fields may be added).
 
 Must not read input, evaluate policies, render, or import :mod:`audit.scan.scanner` (the scan
 result is the whole hand-over; an import-linter contract).
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from audit.report import cost
 from audit.scan.compliance import SEVERITIES, Finding
 from audit.scan.ownership import ObjectKey, namespace_order
 from audit.scan.placement import as_float
@@ -92,7 +95,7 @@ def assemble(result: ScanResult) -> dict[str, Any]:
     quota_list = [quota_entry(status, team_of) for status in result.quotas]
     placement = result.placement
     policy_set = result.policy_set
-    return {
+    report: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "generated": result.generated.isoformat(),
@@ -125,7 +128,12 @@ def assemble(result: ScanResult) -> dict[str, Any]:
         "warnings": list(result.warnings),
         "errors": list(result.errors),
         "inventory": result.inventory,
+        "cost": None,
     }
+    prices = result.settings.prices
+    if prices is not None:
+        report["cost"] = cost.section(report, prices)
+    return report
 
 
 def _workloads(result: ScanResult) -> dict[ObjectKey, dict[str, Any]]:

@@ -14,7 +14,10 @@ The schema version is kept in the file (``PRAGMA user_version``); a file written
 version is refused rather than misread, and an older one is migrated in place when opened (schema
 1 had no policy set columns: its runs read back with ``policy_hash`` and ``policies`` None, and
 their vanished findings are judged against the current run's policy names; schema 2 had no
-per-policy hashes: ``policy_hashes`` None, so no finding of such a run is "policy changed").
+per-policy hashes: ``policy_hashes`` None, so no finding of such a run is "policy changed";
+schema 4 added each run's idle and stranded GPU-equivalents per team, namespace, node and
+product (:func:`audit.report.cost.waste`, table ``waste``), which :meth:`History.waste_series`
+reads back for the cost over the history window — runs of older schemas read back None there).
 Must not render or audit.
 """
 
@@ -27,7 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3
+from audit.report.cost import Waste, waste
+
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -58,10 +63,23 @@ CREATE TABLE IF NOT EXISTS allocations (
     idle REAL
 );
 CREATE INDEX IF NOT EXISTS allocations_run ON allocations(run);
+CREATE TABLE IF NOT EXISTS waste (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    state TEXT NOT NULL,
+    team TEXT,
+    namespace TEXT,
+    node TEXT,
+    product TEXT,
+    gpu_equivalents REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS waste_run ON waste(run);
 """
 # Columns added after schema 1, with their types: added to an older file when it is opened.
+# waste_recorded: 1 from schema 4 on (the run's waste rows are complete, even when there are
+# none); idle_known: the run had DCGM metrics (idle GPUs known).
 _ADDED_COLUMNS = {"runs": (("policy_hash", "TEXT"), ("policies", "TEXT"),
-                           ("policy_hashes", "TEXT"))}
+                           ("policy_hashes", "TEXT"), ("waste_recorded", "INTEGER"),
+                           ("idle_known", "INTEGER"))}
 
 
 class HistoryError(Exception):
@@ -172,20 +190,52 @@ class History:
                                         for s in ("deny", "warn", "audit", "error")}})
         return points
 
+    def waste_series(self, limit: int = 100) -> list[tuple[str, Waste | None]]:
+        """The last ``limit`` runs (the runs of :meth:`series`), oldest first, as ``(time,
+        idle and stranded GPU-equivalents)`` for :func:`audit.report.cost.window`; None for a
+        run recorded before schema 4."""
+        rows = self._db.execute("SELECT id, at, waste_recorded, idle_known FROM runs "
+                                "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        if not rows:
+            return []
+        figures: dict[int, tuple[list[Any], list[Any]]] = {row[0]: ([], []) for row in rows}
+        for run, state, team, namespace, node, product, amount in self._db.execute(
+                "SELECT run, state, team, namespace, node, product, gpu_equivalents FROM waste "
+                "WHERE run >= ? ORDER BY rowid", (rows[-1][0],)):
+            if run in figures:
+                if state == "idle":
+                    figures[run][0].append((team, namespace, product, amount))
+                elif state == "stranded":
+                    figures[run][1].append((node, product, amount))
+        out: list[tuple[str, Waste | None]] = []
+        for run_id, at, recorded, idle_known in reversed(rows):
+            idle, stranded = figures[run_id]
+            out.append((at, Waste(bool(idle_known), tuple(idle), tuple(stranded))
+                        if recorded else None))
+        return out
+
     def record(self, report: Mapping[str, Any]) -> int:
         """Append a run; returns its id."""
+        figures = waste(report)
         with self._db:
             policy_set = report.get("policy_set") or {}
             names = policy_set.get("policies")
             hashes = policy_set.get("policy_hashes")
             cursor = self._db.execute(
-                "INSERT INTO runs (at, source, summary, policy_hash, policies, policy_hashes) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (at, source, summary, policy_hash, policies, policy_hashes, "
+                "waste_recorded, idle_known) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
                 (report["generated"], json.dumps(report["source"], sort_keys=True),
                  json.dumps(report["summary"], sort_keys=True), policy_set.get("hash"),
                  json.dumps(list(names)) if names is not None else None,
-                 json.dumps(hashes, sort_keys=True) if hashes is not None else None))
+                 json.dumps(hashes, sort_keys=True) if hashes is not None else None,
+                 int(figures.idle_known)))
             run_id = int(cursor.lastrowid or 0)
+            self._db.executemany(
+                "INSERT INTO waste VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, "idle", team, namespace, None, product, amount)
+                 for team, namespace, product, amount in figures.idle]
+                + [(run_id, "stranded", None, None, node, product, amount)
+                   for node, product, amount in figures.stranded])
             self._db.executemany(
                 "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(run_id, fingerprint(f), f["severity"], f["policy"], f["rule"],

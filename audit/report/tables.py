@@ -2,9 +2,9 @@
 
 Owns which figures each human-readable output shows and how they are worded (so the three agree):
 summary, changes since the previous run, nodes, teams, GPU quotas, fragmentation, stranded GPUs,
-MIG, pending GPU pods, idle GPUs, findings by policy, findings, exceptions, warnings and errors.
-Cells are plain text (renderers escape them). ``limit`` cuts long tables; the cut is stated in the
-table's ``more``.
+MIG, pending GPU pods, idle GPUs, their cost (``--prices``), findings by policy, findings,
+exceptions, warnings and errors. Cells are plain text (renderers escape them). ``limit`` cuts long
+tables; the cut is stated in the table's ``more``.
 
 Must not print or escape for a medium.
 """
@@ -348,6 +348,65 @@ def _utilization(report: Mapping[str, Any], limit: int | None) -> list[TextTable
                                                         "mean util"), rows, limit, note)]
 
 
+def money(value: float | None, currency: str, unpriced: str = "unpriced") -> str:
+    """A sum of money as a person reads it: ``USD 1,234.57`` (2 decimals; the JSON keeps 4)."""
+    return unpriced if value is None else f"{currency} {value:,.2f}"
+
+
+def _cost_note(line: Mapping[str, Any] | None, unit: str, key: str, currency: str) -> str:
+    if line is None:
+        return "unknown (no --metrics)"
+    unpriced = line[f"unpriced_{unit}"]
+    name = {"gpu_equivalents": "GPU-equivalents", "gpu_hours": "GPU-hours"}[unit]
+    return (f"{number(line[unit])} {name} = {money(line[key], currency)}"
+            + (f" ({number(unpriced)} unpriced)" if unpriced else ""))
+
+
+def _cost(report: Mapping[str, Any], limit: int | None) -> list[TextTable]:
+    """The cost tables (``--prices``): this run's rate, and with ``--history`` the window."""
+    cost = report.get("cost")
+    if not cost:
+        return []
+    currency, rate = cost["currency"], cost["rate"]
+    table = cost["price_table"]
+    rows = [("idle", n["team"] or "(no team)", n["namespace"] or "-",
+             number(n["idle_gpu_equivalents"]), money(n["idle_cost_per_hour"], currency))
+            for n in rate["namespaces"]]
+    rows += [("stranded", "-", p["product"] or "(no product label)",
+              number(p["stranded_gpu_equivalents"]),
+              money(p["stranded_cost_per_hour"], currency))
+             for p in rate["products"] if p["stranded_gpu_equivalents"]]
+    unpriced = ", ".join(f"{p['product'] or '(no product label)'} "
+                         f"({number(p['idle_gpu_equivalents'] + p['stranded_gpu_equivalents'])}"
+                         " GPU-eq)" for p in rate["unpriced"])
+    note = (f"Priced with {table['source']} ({currency}). Per hour now: idle "
+            f"{_cost_note(rate['idle'], 'gpu_equivalents', 'cost_per_hour', currency)}; "
+            f"stranded "
+            f"{_cost_note(rate['stranded'], 'gpu_equivalents', 'cost_per_hour', currency)}"
+            + (f". Not in the table: {unpriced}" if unpriced else ""))
+    out = [_table("cost", "Idle and stranded GPUs: cost per hour",
+                  ("state", "team", "namespace / GPU product", "GPU-eq", "per hour"), rows,
+                  limit, note)]
+    window = cost.get("window")
+    if window:
+        rows = [("idle", n["team"] or "(no team)", n["namespace"] or "-",
+                 number(n["idle_gpu_hours"]), money(n["idle_cost"], currency))
+                for n in window["namespaces"]]
+        rows += [("stranded", "-", p["product"] or "(no product label)",
+                  number(p["stranded_gpu_hours"]), money(p["stranded_cost"], currency))
+                 for p in window["products"] if p["stranded_gpu_hours"]]
+        idle, stranded = window["idle"], window["stranded"]
+        note = (f"{window['runs']} run(s) from {moment(window['start'])} to "
+                f"{moment(window['end'])} ({number(window['hours'])} h; idle known for "
+                f"{number(idle['hours_covered'])} h), integrated between runs (trapezoid). "
+                f"Idle {_cost_note(idle, 'gpu_hours', 'cost', currency)}; stranded "
+                f"{_cost_note(stranded, 'gpu_hours', 'cost', currency)}")
+        out.append(_table("cost-window", "Idle and stranded GPUs over the history window",
+                          ("state", "team", "namespace / GPU product", "GPU-hours", "cost"),
+                          rows, limit, note))
+    return out
+
+
 def _policies(report: Mapping[str, Any]) -> TextTable:
     rows = [(p["policy"], str(p["deny"]), str(p["warn"]), str(p["audit"]), str(p["error"]),
              str(p["info"]), str(p["exempt"]), str(p["pass"])) for p in report["policies"]]
@@ -390,6 +449,7 @@ def tables(report: Mapping[str, Any], limit: int | None = None) -> list[TextTabl
         *_quotas(report, limit),
         _nodes(report, limit), _fragmentation(report), *_stranded(report, limit),
         *_mig(report), _pending(report, limit), *_utilization(report, limit),
+        *_cost(report, limit),
         _policies(report), _findings(report, limit), _exceptions(report, limit),
         _problems(report, limit),
     ]

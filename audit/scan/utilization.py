@@ -339,7 +339,8 @@ def utilization_report(metrics: Metrics, threshold: float,
                             "metric": d.metric, "utilization": round(d.utilization, 4),
                             "samples": d.samples, "gpu_equivalents": round(
                                 float(d.gpu_equivalents), 6),
-                            "pods": [{"namespace": ns, "pod": p} for ns, p in d.pods],
+                            "pods": [{"namespace": ns, "pod": p, "team": team_of_namespace(ns)}
+                                     for ns, p in d.pods],
                             "idle": bool(d.pods) and d.utilization < threshold}
                            for d in metrics.devices],
         "unmatched_pods": [{"namespace": ns, "pod": p} for ns, p in sorted(

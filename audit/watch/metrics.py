@@ -2,7 +2,8 @@
 
 Owns the metric names and labels of the audit controller — the cluster's GPU state as of the
 last full evaluation (:class:`ClusterStateCollector`, built from the audit report: one series
-per team, namespace, node, MIG profile, GPUQuota, policy) and the controller's own work
+per team, namespace, node, MIG profile, GPUQuota, policy, and with a price table the cost per
+namespace and GPU product) and the controller's own work
 (:class:`WatchMetrics`). Label values are bounded by the cluster's teams, namespaces, nodes,
 MIG profiles, quotas and policies; no pod or workload names. The table is in
 ``docs/audit-controller.md``; ``tests/project/test_dashboards.py`` checks that every name the
@@ -65,6 +66,17 @@ STATE_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("quota", "team")),
     "gpuguard_audit_findings": (
         "Findings of the last evaluation, per policy and severity.", ("policy", "severity")),
+    "gpuguard_idle_cost_per_hour": (
+        "What the namespace's idle GPU-equivalents cost per hour, priced with --prices (only "
+        "with --prices and --metrics; unpriced ones are in gpuguard_unpriced_gpu_equivalents).",
+        ("team", "namespace", "currency")),
+    "gpuguard_stranded_cost_per_hour": (
+        "What the stranded GPU-equivalents of a GPU product cost per hour, priced with --prices "
+        "(only with --prices; product \"\" when the nodes have no nvidia.com/gpu.product).",
+        ("product", "currency")),
+    "gpuguard_unpriced_gpu_equivalents": (
+        "Idle or stranded GPU-equivalents of a product the --prices table does not price.",
+        ("state", "product")),
     "gpuguard_audit_last_full_evaluation_timestamp_seconds": (
         "Unix time of the last full evaluation (the figures above are as of then).", ()),
 }
@@ -143,6 +155,23 @@ def state_samples(report: Mapping[str, Any], at: float
     for policy in report.get("policies", []):
         for severity in SEVERITIES:
             put("gpuguard_audit_findings", (policy["policy"], severity), policy.get(severity, 0))
+    cost = report.get("cost")
+    if cost is not None:
+        currency, rate = cost["currency"], cost["rate"]
+        for entry in rate["namespaces"]:
+            put("gpuguard_idle_cost_per_hour",
+                (entry["team"] or "", entry["namespace"] or "", currency),
+                entry["idle_cost_per_hour"])
+        for entry in rate["products"]:
+            product = entry["product"] or ""
+            if entry["priced_by"] is None:
+                for state in ("idle", "stranded"):
+                    if entry[f"{state}_gpu_equivalents"]:
+                        put("gpuguard_unpriced_gpu_equivalents", (state, product),
+                            entry[f"{state}_gpu_equivalents"])
+            elif entry["stranded_gpu_equivalents"]:
+                put("gpuguard_stranded_cost_per_hour", (product, currency),
+                    entry["stranded_cost_per_hour"])
     put("gpuguard_audit_last_full_evaluation_timestamp_seconds", (), at)
     return dict(out)
 

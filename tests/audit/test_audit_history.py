@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from audit.report.history import History, HistoryError, changes
+from audit.report.history import SCHEMA_VERSION, History, HistoryError, changes
 from audit.report.tables import tables
 from gpuguard.cli import main
 from tests.paths import ROOT
@@ -209,11 +209,15 @@ PRAGMA user_version = 1;
     assert [f["policy"] for f in diff["policy_removed_findings"]] == ["gone-policy"]
     assert diff["policy_set"]["hash_before"] is None and diff["policy_set"]["changed"] is None
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert db.execute("SELECT policy_hash, policies FROM runs WHERE id = 2").fetchone() == (
             report["policy_set"]["hash"], '["require-queue-label"]')
         assert json.loads(db.execute("SELECT policy_hashes FROM runs WHERE id = 2").fetchone()[
             0]) == report["policy_set"]["policy_hashes"]
+    # the schema-1 run kept no idle / stranded figures: the cost window cannot count it
+    history = History(str(path))
+    assert [figures is None for _, figures in history.waste_series()] == [True, False]
+    history.close()
 
 
 def test_history_series_feeds_the_html_trend_charts(tmp_path):

@@ -52,7 +52,8 @@ const out = {
     const bars = [...svg.querySelectorAll('rect')].filter(r => r.width.baseVal.value > 0);
     return {label: svg.getAttribute('aria-label'), cut: cut,
             classes: [...new Set(bars.map(r => r.getAttribute('class')))],
-            bars: bars.length, shown: svg.getBoundingClientRect().width};
+            bars: bars.length, lines: svg.querySelectorAll('polyline').length,
+            shown: svg.getBoundingClientRect().width};
   }),
   sections: [...document.querySelectorAll('section')].map(s => ({
     id: s.id, title: s.querySelector('h2').textContent,
@@ -103,21 +104,27 @@ def report() -> dict:
     return json.loads(out.getvalue())
 
 
-@pytest.fixture(scope="module")
-def page(report, tmp_path_factory) -> dict:
-    """The probe's measurements of the report at 700 px; the screenshot taken on the way."""
-    chromium = _chromium()
-    tmp = tmp_path_factory.mktemp("chromium")
-    html = render_html.render(report)
+def _measure(chromium: str, tmp: Path, html: str) -> dict:
+    """The probe's measurements of one page at 700 px."""
     assert "<script" not in html
     probed = tmp / "probe.html"
     probed.write_text(html.replace("</body>", _PROBE + "</body>"), encoding="utf-8")
     dumped = _browse(chromium, tmp, probed, f"--window-size={WIDTH},900", "--dump-dom")
     match = re.search(r'<pre id="probe">(.*?)</pre>', dumped.stdout, re.S)
     assert match and match[1], f"chromium rendered no probe: {dumped.stderr[-2000:]}"
-    measured = json.loads(match[1].replace("&lt;", "<").replace("&gt;", ">")
-                          .replace("&quot;", '"').replace("&amp;", "&"))
+    measured: dict = json.loads(match[1].replace("&lt;", "<").replace("&gt;", ">")
+                                .replace("&quot;", '"').replace("&amp;", "&"))
     assert "probe_error" not in measured, measured
+    return measured
+
+
+@pytest.fixture(scope="module")
+def page(report, tmp_path_factory) -> dict:
+    """The probe's measurements of the report at 700 px; the screenshot taken on the way."""
+    chromium = _chromium()
+    tmp = tmp_path_factory.mktemp("chromium")
+    html = render_html.render(report)
+    measured = _measure(chromium, tmp, html)
     plain = tmp / "report.html"
     plain.write_text(html, encoding="utf-8")
     SCREENSHOT.parent.mkdir(exist_ok=True)
@@ -245,3 +252,56 @@ def test_figures_are_rounded_for_reading(value, text):
     ("now", "now"), (None, "-")])
 def test_times_are_shown_in_utc_to_the_minute(value, text):
     assert moment(value) == text
+
+
+PRICES = ROOT / "tests" / "data" / "audit" / "prices.yaml"
+
+
+@pytest.fixture(scope="module")
+def priced(tmp_path_factory) -> tuple[dict, dict]:
+    """The example priced with tests/data/audit/prices.yaml after three recorded runs (10:00,
+    11:00, 13:00): ``(report, the probe's measurements of its page)``."""
+    from audit.prices import read_price_table
+    from audit.report import cost
+    from audit.report.history import History
+
+    chromium = _chromium()
+    tmp = tmp_path_factory.mktemp("chromium-priced")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["audit", "-f", str(EXAMPLE), "--metrics", str(METRICS), "--prices",
+                     str(PRICES), "-o", "json", "--jobs", "0"]) == 0
+    report = json.loads(out.getvalue())
+    history = History(str(tmp / "history.sqlite"))
+    for at in ("2026-12-01T10:00:00+00:00", "2026-12-01T11:00:00+00:00",
+               "2026-12-01T13:00:00+00:00"):
+        report = {**report, "generated": at}
+        report["changes"] = None
+        history.record(report)
+    report["history"] = history.series()
+    report["cost"] = {**report["cost"], "window": cost.window(read_price_table(str(PRICES)),
+                                                              history.waste_series())}
+    history.close()
+    return report, _measure(chromium, tmp, render_html.render(report))
+
+
+def test_the_priced_page_shows_the_cost_tables_cards_and_the_money_chart(priced):
+    report, page = priced
+    assert page["scrollWidth"] <= page["clientWidth"], page["overflowing"]
+    charts = {c["label"]: c for c in page["charts"]}
+    money = charts["Cost of idle and stranded GPUs over time"]
+    assert money["lines"] == 2 and money["cut"] == []  # idle and stranded, one line each
+    assert all(c["cut"] == [] for c in page["charts"])
+    idle = report["cost"]["rate"]["idle"]["cost_per_hour"]
+    assert _card(page, "idle GPUs cost per hour")["value"] == f"USD {idle:,.2f}" == "USD 13.71"
+    assert _card(page, "stranded GPUs cost per hour")["value"] == "USD 45.00"
+    rate = _section(page, "cost")["rows"]
+    assert rate[0] == ["state", "team", "namespace / GPU product", "GPU-eq", "per hour"]
+    assert ["idle", "research", "team-research", "2", "USD 8.00"] in rate
+    assert ["stranded", "-", "NVIDIA-A100-SXM4-80GB", "16", "USD 24.00"] in rate
+    window = _section(page, "cost-window")
+    # 3 h of 2 idle research GPU-equivalents at 4.00 per H100-hour; 26 stranded for 3 h
+    assert ["idle", "research", "team-research", "6", "USD 24.00"] in window["rows"]
+    assert ["stranded", "-", "NVIDIA-A100-SXM4-40GB", "30", "USD 63.00"] in window["rows"]
+    assert "3 run(s) from 1 Dec 2026, 10:00 UTC to 1 Dec 2026, 13:00 UTC (3 h" in window["text"]
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", page["text"]), "a raw ISO time"

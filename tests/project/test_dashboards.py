@@ -126,6 +126,20 @@ def test_the_dashboard_reads_both_the_controller_and_the_webhook() -> None:
     assert all(p["targets"] for p in panels)
 
 
+def test_the_dashboard_shows_the_cost_of_idle_and_stranded_gpus() -> None:
+    """The cost series (``--prices``): each is read by a panel, with its currency label kept
+    in the grouping (sums over two currencies would mean nothing)."""
+    expressions = _dashboard_expressions()
+    for name in ("gpuguard_idle_cost_per_hour", "gpuguard_stranded_cost_per_hour",
+                 "gpuguard_unpriced_gpu_equivalents"):
+        assert name in STATE_METRICS
+        reading = [e for e in expressions if name in metric_names(e)]
+        assert reading, f"no dashboard panel reads {name}"
+        labels = STATE_METRICS[name][1]
+        if "currency" in labels:
+            assert all("currency" in e or e.startswith("topk(") for e in reading), reading
+
+
 def test_the_alerts_the_issue_asks_for_are_there() -> None:
     alerts = {a["alert"]: a for a in _alerts()}
     reads = {name: metric_names(a["expr"]) for name, a in alerts.items()}
