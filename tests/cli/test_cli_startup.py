@@ -11,6 +11,9 @@ of three, two cores under load): ``gpuguard --help`` 0.035 s, bare ``python -c p
 ``audit --help`` 0.34 -> 0.07 s, ``serve --help`` 0.62 -> 0.08 s, ``diff --help`` 0.33 -> 0.08 s,
 ``certs --help`` 0.31 -> 0.11 s, ``test --help`` 0.25 -> 0.08 s (the run moved to
 ``*_run.py`` or imported in the function that needs it); before the lazy imports ~1.5 s.
+Instructions (``valgrind --tool=callgrind``, whole process, before -> after the split): audit
+2,423 M -> 500 M, serve 3,822 M -> 505 M, diff 2,454 M -> 491 M, certs 1,723 M -> 728 M, test
+1,733 M -> 484 M; check --help, split before, 479 M.
 """
 
 from __future__ import annotations
