@@ -10,13 +10,20 @@ to point at: its results have no location. Must not evaluate anything.
 ``gpuguard audit -o sarif`` goes through the same writer (:func:`audit_entries`): one result per
 ``deny``, ``warn``, ``audit`` or ``error`` finding of the audit report, at no file location (a
 snapshot or a cluster is scanned, not files); ``info`` findings (mutations) are not results.
+
+``gpuguard test -o sarif`` too (:func:`test_entries`): one rule per suite case (``SUITE/CASE``)
+and one ``error`` result per failed or errored case, at the suite's file; an errored case and a
+suite that could not be read are also the invocation's error notifications.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the suite runner is imported by test only (check and audit do not need it)
+    from policies.suites import SuiteResult
 
 #: SARIF's schema, named in the log as the standard asks (never fetched).
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -31,11 +38,13 @@ def _level(result: Mapping[str, Any]) -> str:
 
 
 def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
-              version: str, errors: Iterable[str] = ()) -> str:
+              version: str, errors: Iterable[str] = (), *,
+              rule_kind: str = "GPU policy rule") -> str:
     """The SARIF log (JSON text) of ``evaluated``: (file as given, 1-based line or None, the
     ``check -o json`` entry of one object) triples; ``version`` is gpuguard's. Input ``errors``
     (what could not be read) make the run's invocation ``executionSuccessful: false`` with one
-    error notification each, so a code-scanning tool does not show an incomplete scan as clean."""
+    error notification each, so a code-scanning tool does not show an incomplete scan as clean.
+    ``rule_kind`` opens each rule's short description (``GPU policy rule POLICY/RULE``)."""
     rules: dict[str, int] = {}
     results = []
     for source, line, entry in evaluated:
@@ -58,7 +67,7 @@ def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
         "runs": [{"tool": {"driver": {
             "name": "gpuguard", "version": version,
             "rules": [{"id": rule, "name": rule,
-                       "shortDescription": {"text": f"GPU policy rule {rule}"}}
+                       "shortDescription": {"text": f"{rule_kind} {rule}"}}
                       for rule in rules]}},
                   "invocations": [{
                       "executionSuccessful": not (problems := list(errors)),
@@ -85,3 +94,29 @@ def audit_entries(report: Mapping[str, Any]) -> list[tuple[str, int | None, dict
                          "actions": finding["actions"], "message": finding["message"]}],
             "quota": {"denials": []}}))
     return entries
+
+
+def test_entries(results: Sequence[SuiteResult]) -> tuple[
+        list[tuple[str, int | None, dict[str, Any]]], list[str]]:
+    """The ``gpuguard test`` results as :func:`sarif_log` triples — one ``check``-shaped entry
+    per failed or errored case, ruled ``SUITE/CASE`` at the case's file — and the input errors
+    (each suite's own problems, each errored case's) for the invocation."""
+    from policies.suites import ERRORED, FAILED  # noqa: PLC0415 - see the import above
+
+    entries: list[tuple[str, int | None, dict[str, Any]]] = []
+    errors: list[str] = []
+    for suite in results:
+        errors += list(suite.errors)
+        for case in suite.cases:
+            if case.status not in (FAILED, ERRORED):
+                continue
+            message = "; ".join(case.differences) or case.status
+            if case.status == ERRORED:
+                errors.append(f"{suite.name}/{case.case}: {message}")
+            entries.append((case.source, None, {
+                "kind": "GPUPolicyTest", "namespace": "", "name": suite.name,
+                "results": [{"policy": suite.name, "rule": case.case,
+                             "outcome": "error" if case.status == ERRORED else "fail",
+                             "actions": ["Deny"], "message": f"case {case.case}: {message}"}],
+                "quota": {"denials": []}}))
+    return entries, errors

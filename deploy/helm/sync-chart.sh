@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies the kustomize manifests the chart renders into the chart (helm, like kustomize, reads no
 # file outside its own folder): deploy/base's resources and matchConditions patch, the bundled
-# policies, the cert-manager, inventory and ServiceMonitor objects, the CRDs and their RBAC.
+# policies, the cert-manager, inventory and ServiceMonitor objects, the audit controller's and the
+# monitoring components' objects, the CRDs and their RBAC.
 # The chart's templates apply its values to these copies, so deploy/ stays the one source;
 # tests/project/test_helm_chart.py fails while a copy differs (run this script) and while the
 # default values (and ci/*-values.yaml) render other objects than the matching kustomization.
@@ -32,4 +33,13 @@ cp "$deploy/components/servicemonitor/servicemonitor.yaml" "$chart/files/service
 cp "$deploy/crds/rbac.yaml" "$chart/files/crds/rbac.yaml"
 mkdir -p "$chart/files/cluster-policies"
 cp "$deploy/components/cluster-policies/lease-rbac.yaml" "$chart/files/cluster-policies/"
+# deploy/components/audit-controller and monitoring: their resources, in their kustomization's
+# order (the CronJob patch is a value of the chart), and the dashboard its generator reads.
+for component in audit-controller monitoring; do
+  mkdir -p "$chart/files/$component"
+  for resource in $(sed -n '/^resources:/,/^[a-z]/{s/^- \([^ #]*\).*/\1/p}' "$deploy/components/$component/kustomization.yaml"); do
+    cp "$deploy/components/$component/$resource" "$chart/files/$component/"
+  done
+done
+cp "$deploy/components/monitoring/grafana-dashboard.json" "$chart/files/monitoring/"
 cp "$deploy"/crds/*.gpuguard.io.yaml "$deploy"/crds/policyreports/*.wgpolicyk8s.io.yaml "$chart/crds/"

@@ -2,9 +2,11 @@
 ``-o table|json|yaml`` with JSON and YAML the same versioned document, YAML without anchors,
 ``-n/--namespace`` where a namespace applies, and the older ``lint -o text`` still accepted.
 
-``-o junit|sarif`` for ``audit`` findings and ``-o junit`` for ``check`` through the writers of
-``test`` and ``check``; ``-f`` and ``-`` for ``lint`` and ``test``. Not yet common
-(docs/cli-conventions.md): ``match-conditions -o`` names an output file.
+``-o junit|sarif`` for ``check``, ``test`` and ``audit`` through one JUnit and one SARIF writer;
+``-f`` and ``-`` (standard input) for every command that reads manifests. :data:`REQUIRED` names
+what each command must take — a command missing from it, or a parser that loses one of its flags,
+fails — and docs/cli-conventions.md's table must be what the parsers take. Not common, with the
+reason in :data:`REQUIRED`: ``match-conditions -o`` and ``crds -o`` name where to write.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ DOCUMENTS = {
     ("check", "-f", POD, "-n", "team-llm"): "CheckResult",
     ("test", str(ROOT / "tests" / "policies")): "TestReport",
     ("audit", "-f", str(EXAMPLE), "--jobs", "0"): "AuditReport",
+    ("diff", "-f", str(EXAMPLE), "--jobs", "0", "--candidate", LIBRARY): "PolicyDiff",
+}
+
+CI_FORMATS = ("junit", "sarif")
+#: What each command must take: (its -o formats, -f PATH with - for stdin, -n/--namespace),
+#: None where the flag does not apply, with the reason. Every command of cli.COMMANDS is here.
+REQUIRED: dict[str, tuple[tuple[str, ...] | None, bool, bool]] = {
+    "audit": ((*DOCUMENT_FORMATS, *CI_FORMATS), True, True),
+    "gpus": (DOCUMENT_FORMATS, True, False),  # prints each object's facts: nothing to filter
+    "lint": (DOCUMENT_FORMATS, True, False),  # policy files: no namespace
+    "check": ((*DOCUMENT_FORMATS, *CI_FORMATS), True, True),  # -n: objects that name none
+    "test": ((*DOCUMENT_FORMATS, *CI_FORMATS), True, False),  # suites name their namespaces
+    "certs": (None, False, False),  # writes key files; generate/renew take -n (tested below)
+    "serve": (None, False, False),  # a server: no document, no input manifests
+    "inventory": (DOCUMENT_FORMATS, False, False),  # reads this machine's NVML, not files
+    "match-conditions": (None, False, False),  # -o FILE: writes a manifest; PATH... of webhooks
+    "diff": (DOCUMENT_FORMATS, True, True),
+    "crds": (None, False, False),  # -o DIR: writes CRD files
 }
 
 
@@ -77,13 +97,40 @@ def _parser(name: str) -> argparse.ArgumentParser:
     return sub.choices[name]
 
 
-@pytest.mark.parametrize(("name", "inputs"), [
-    ("audit", ["-f", "x"]), ("gpus", ["-f", "x"]), ("check", ["-f", "x"]), ("lint", ["x"]),
-    ("test", ["x"])])
-def test_every_document_command_takes_the_common_formats(name, inputs):
-    parser = _parser(name)
-    for output in DOCUMENT_FORMATS:
-        assert parser.parse_args(["-o", output, *inputs]).output == output
+def test_every_command_takes_the_common_flags():
+    assert sorted(REQUIRED) == sorted(cli.COMMANDS), "a command without its REQUIRED entry"
+    for name, (formats, files, namespace) in REQUIRED.items():
+        parser = _parser(name)
+        options = {o: a for a in parser._actions for o in a.option_strings}
+        inputs = (["-f", "x"] if files else []) + (["--candidate", "y"] if name == "diff" else [])
+        for output in formats or ():
+            assert parser.parse_known_args(["-o", output, *inputs])[0].output == output, \
+                (name, output)
+        assert ("-f" in options and "--filename" in options) is files, name
+        if files:
+            assert options["-f"].nargs is None and isinstance(
+                options["-f"], argparse._AppendAction), f"{name}: -f is not repeatable"
+        assert ({"-n", "--namespace"} <= set(options)) is namespace, name
+
+
+#: ``-f -`` reads standard input: the same document as ``-f FILE`` of the same text (sources
+#: named ``-``).
+STDIN = {
+    "gpus": (), "check": (), "audit": ("--jobs", "0"),
+    "diff": ("--jobs", "0", "--candidate", LIBRARY),
+}
+
+
+@pytest.mark.parametrize("command", sorted(STDIN))
+def test_f_dash_reads_standard_input(command, monkeypatch):
+    path = EXAMPLE / "pods.yaml"
+    code, from_file = _run(command, "-f", str(path), *STDIN[command], "-o", "json")
+    monkeypatch.setattr("sys.stdin", io.StringIO(path.read_text()))
+    code_stdin, from_stdin = _run(command, "-f", "-", *STDIN[command], "-o", "json")
+    assert code == code_stdin and code in (0, 1)
+    expected, got = json.loads(from_file.replace(str(path), "-")), json.loads(from_stdin)
+    expected.pop("generated", None), got.pop("generated", None)
+    assert got == expected and got
 
 
 def test_lint_still_accepts_text_as_table(capsys):
@@ -199,6 +246,42 @@ cases:
     assert failure.get("message") == "allowed: expected false, got true (no denial)"
     assert cases["later"].find("skipped") is not None
     assert "\\u0001" in cases["later"].find("skipped").get("message")
+
+
+def test_test_results_as_sarif_for_code_scanning(tmp_path):
+    """One error result per failed case, at its suite's file, through check's SARIF writer; a
+    suite that cannot be read makes the run unsuccessful."""
+    vllm = EXAMPLE / "workloads" / "vllm-mistral.yaml"
+    limits = ROOT / "policies" / "library" / "gpu-requests-equal-limits.yaml"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"""\
+apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicyTest
+metadata: {{name: limits}}
+policies: [{limits}]
+cases:
+- name: passes
+  resource: {vllm}
+  expect: {{allowed: true}}
+- name: fails
+  resource: {vllm}
+  expect: {{allowed: false}}
+""")
+    code, sarif = _run("test", str(suite), "-o", "sarif")
+    (run,) = json.loads(sarif)["runs"]
+    assert (code, [r["id"] for r in run["tool"]["driver"]["rules"]]) == (1, ["limits/fails"])
+    (result,) = run["results"]
+    assert (result["ruleId"], result["level"]) == ("limits/fails", "error")
+    assert result["message"]["text"] == ("GPUPolicyTest limits: case fails: allowed: expected "
+                                         "false, got true (no denial)")
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == str(suite)
+    assert run["invocations"] == [{"executionSuccessful": True, "toolExecutionNotifications": []}]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("apiVersion: gpuguard.io/v1alpha1\nkind: GPUPolicyTest\ncases: 7\n")
+    code, sarif = _run("test", str(broken), "-o", "sarif")
+    (invocation,) = json.loads(sarif)["runs"][0]["invocations"]
+    assert (code, invocation["executionSuccessful"]) == (2, False)
+    assert str(broken) in invocation["toolExecutionNotifications"][0]["message"]["text"]
 
 
 def test_check_findings_as_sarif_for_code_scanning(tmp_path):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from gpuguard import certs_command, check_evaluation, cli, gpus_command, policy_set, test_command
+from gpuguard import certs_command, check_evaluation, cli, gpus_command, policy_set
 from gpuguard.exit_codes import (
     EXIT_ENVIRONMENT,
     EXIT_FINDINGS,
@@ -25,6 +25,7 @@ from gpuguard.exit_codes import (
     EXIT_SOFTWARE,
     EXIT_USAGE,
 )
+from policies import suites
 from tests.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "cluster"
@@ -44,7 +45,8 @@ FRAMES = {"check": "check_evaluation"}
     (["check", "-f", str(REVIEW)], check_evaluation, "read_documents"),
     # lint imports policy_set when it runs (its --help does not need it).
     (["lint", str(ROOT / "policies" / "library")], policy_set, "load"),
-    (["test", str(ROOT / "policies" / "library")], test_command, "run_paths"),
+    # test imports its suite runner when it runs (its --help does not need it).
+    (["test", str(ROOT / "policies" / "library")], suites, "run_paths"),
 ])
 def test_an_unexpected_exception_is_one_line_and_exit_70(capsys, monkeypatch, argv, module,
                                                          function):
@@ -258,7 +260,7 @@ def test_serve_dev_prints_its_curl_commands_only_once_serving(where):
 
 
 def test_the_dev_curl_command_names_the_address_it_listens_on():
-    from gpuguard.serve_command import curl_command
+    from gpuguard.serve_run import curl_command
 
     assert "https://localhost:8443/validate" in curl_command("ca.crt", 8443, host="0.0.0.0")
     assert "https://10.1.2.3:8443/mutate" in curl_command("ca.crt", 8443, "mutate",

@@ -10,7 +10,7 @@ from audit.report.assemble import assemble
 from audit.scan.scanner import scan
 from audit.settings import AuditSettings
 from audit.sources.files import iter_snapshot
-from gpuguard import serve_command
+from gpuguard import serve_run
 from gpuguard.cli import main
 from policies.policy.loader import load_quotas
 from tests.audit.test_audit_live import NOW
@@ -98,9 +98,9 @@ def test_audit_without_quotas_reports_none() -> None:
 
 
 def test_serve_quota_namespace_and_standalone_gate(tmp_path) -> None:
-    assert serve_command.default_quota_namespace(str(tmp_path / "missing")) == "gpuguard-system"
+    assert serve_run.default_quota_namespace(str(tmp_path / "missing")) == "gpuguard-system"
     (tmp_path / "ns").write_text("gpuguard\n", encoding="utf-8")
-    assert serve_command.default_quota_namespace(str(tmp_path / "ns")) == "gpuguard"
+    assert serve_run.default_quota_namespace(str(tmp_path / "ns")) == "gpuguard"
 
 
 SECOND_LLM = """apiVersion: gpuguard.io/v1alpha1

@@ -19,7 +19,7 @@ import pytest
 from tests.builders.helm_chart import VALUE_SETS, render
 from tests.controlplane.cluster import ControlPlane
 
-THIRD_PARTY_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+THIRD_PARTY_KINDS = {"Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"}
 
 
 def _apply(cluster: ControlPlane, objects: list[dict[str, Any]], *args: str) -> str:

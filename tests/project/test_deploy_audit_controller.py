@@ -131,4 +131,6 @@ def test_monitoring_component_renders(tmp_path: Path) -> None:
     assert rule["metadata"]["namespace"] == NAMESPACE
     dashboard = _one(objects, "ConfigMap", "gpuguard-grafana-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    # A component's generated ConfigMap gets no namespace from the base: it names its own.
+    assert dashboard["metadata"]["namespace"] == NAMESPACE
     assert json.loads(dashboard["data"]["gpuguard.json"])["uid"] == "gpuguard-gpu-governance"

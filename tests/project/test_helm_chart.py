@@ -3,8 +3,10 @@
 The chart renders copies of deploy/'s manifests (deploy/helm/sync-chart.sh) with its values
 applied. Checked here, with a real helm built from the Go module proxy (tests/builders/helm_chart.py)
 and kubectl's kustomize: the copies equal their sources; ``helm lint`` passes for every value set;
-the default values render exactly the objects of deploy/base, and ci/{dev,audit-only,cert-manager}
-those of the matching overlays — so every property tests/project/test_deploy.py checks on the
+the default values render exactly the objects of deploy/base, ci/{dev,audit-only,cert-manager}
+those of the matching overlays, and ci/audit-controller those of the base with the components
+servicemonitor, audit-controller and monitoring (the watch Deployment with its Lease RBAC and
+Service, the ServiceMonitor, dashboard and alerts) — so every property tests/project/test_deploy.py checks on the
 kustomizations holds for the chart; every rendered object (CRDs included) validates against the
 Kubernetes 1.30 schemas; and the values without a kustomize counterpart (ci/custom) do what
 values.yaml says. tests/controlplane/test_helm_live.py sends the same objects to a real API server.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.builders.helm_chart import CHART, NAMESPACE, VALUE_SETS, helm, render, values_args
 from tests.paths import ROOT
@@ -32,7 +36,7 @@ DEPLOY = ROOT / "deploy"
 HELM_LABELS = ("app.kubernetes.io/managed-by", "helm.sh/chart")
 # Kinds without a schema in kubernetes-validate: their CRDs come from cert-manager and the
 # Prometheus Operator.
-THIRD_PARTY_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+THIRD_PARTY_KINDS = {"Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"}
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -64,10 +68,15 @@ def _by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], di
 
 def _kustomize_of(tmp_path: Path, resources: list[Path],
                   components: Sequence[Path] = ()) -> list[dict[str, Any]]:
-    """deploy/ kustomizations combined (kustomize wants relative paths)."""
+    """deploy/ kustomizations combined (kustomize wants relative paths), with the base's
+    ``images:`` entry as the overlay a user writes sets it (deploy/README.md): the base's own
+    entry reaches only the base's objects, not a component's (the audit controller's Deployment);
+    the chart sets ``image.*`` everywhere."""
     rel = [os.path.relpath(p, tmp_path) for p in resources]
     comp = [os.path.relpath(p, tmp_path) for p in components]
-    (tmp_path / "kustomization.yaml").write_text(f"resources: {rel}\ncomponents: {comp}\n")
+    images = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())["images"]
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources: {rel}\ncomponents: {comp}\nimages: {json.dumps(images)}\n")
     return _kustomize(tmp_path)
 
 
@@ -78,6 +87,9 @@ COUNTERPARTS: dict[str, tuple[list[Path], list[Path]]] = {
     "audit-only": ([DEPLOY / "overlays" / "audit-only"], []),
     "cert-manager": ([DEPLOY / "overlays" / "cert-manager"],
                      [DEPLOY / "components" / "servicemonitor"]),
+    "audit-controller": ([DEPLOY / "base"],
+                         [DEPLOY / "components" / c
+                          for c in ("servicemonitor", "audit-controller", "monitoring")]),
 }
 
 
@@ -257,3 +269,54 @@ def test_an_unknown_certificates_mode_is_refused_by_name() -> None:
     done = helm("template", "gpuguard", str(CHART), "--set", "certificates.mode=vault")
     assert done.returncode != 0
     assert 'certificates.mode: "vault" is neither self-managed nor cert-manager' in done.stderr
+
+
+def test_the_audit_controller_follows_the_release_namespace_and_its_values() -> None:
+    objects = render("audit-controller", namespace="platform-gpu", extra=(
+        "--set", "auditController.replicas=3", "--set", "auditController.reportIntervalS=10",
+        "--set", "auditController.extraArgs={--writes-per-s=7}",
+        "--set", "policies.configMapName=site-policies"))
+    deployment = _one(objects, "Deployment", "gpuguard-audit-controller")
+    assert (deployment["metadata"]["namespace"], deployment["spec"]["replicas"]) == \
+        ("platform-gpu", 3)
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    # The Lease it elects by is in the release namespace, where its Role grants it.
+    assert "--lease=platform-gpu/gpuguard-audit" in args
+    assert "--report-interval-s=10" in args and args[-1] == "--writes-per-s=7"
+    assert pod["containers"][0]["image"] == "registry.example.com/gpuguard:0.1.0"
+    assert {"name": "policies", "configMap": {"name": "site-policies"}} in pod["volumes"]
+    lease = _one(objects, "Role", "gpuguard-audit-controller-lease")
+    assert lease["metadata"]["namespace"] == "platform-gpu"
+    for name in ("gpuguard-audit-controller-lease", "gpuguard-audit-controller"):
+        kind = "RoleBinding" if name.endswith("lease") else "ClusterRoleBinding"
+        assert _one(objects, kind, name)["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpuguard-audit-controller",
+             "namespace": "platform-gpu"}]
+    # The CronJob would rewrite the same reports: suspended, as the component patches it.
+    assert _one(objects, "CronJob", "gpuguard-audit")["spec"]["suspend"] is True
+    assert "suspend" not in _one(render("default"), "CronJob", "gpuguard-audit")["spec"]
+    for kind, name in (("PrometheusRule", "gpuguard"),
+                       ("ConfigMap", "gpuguard-grafana-dashboard"),
+                       ("ServiceMonitor", "gpuguard-audit-controller")):
+        assert _one(objects, kind, name)["metadata"]["namespace"] == "platform-gpu"
+
+
+def test_each_monitoring_object_has_its_own_value() -> None:
+    only = {"auditController.enabled": "true", "monitoring.dashboard.enabled": "true"}
+    objects = render("default", extra=tuple(a for k, v in only.items() for a in
+                                            ("--set", f"{k}={v}")))
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("ConfigMap", "gpuguard-grafana-dashboard") in kinds
+    assert ("Deployment", "gpuguard-audit-controller") in kinds
+    assert not {k for k in kinds if k[0] in ("PrometheusRule", "ServiceMonitor")}
+    dashboard = _one(objects, "ConfigMap", "gpuguard-grafana-dashboard")
+    assert dashboard["data"]["gpuguard.json"] == (
+        DEPLOY / "components" / "monitoring" / "grafana-dashboard.json").read_text()
+
+
+def test_a_controller_servicemonitor_without_the_controller_is_refused_by_name() -> None:
+    done = helm("template", "gpuguard", str(CHART), "--set", "monitoring.serviceMonitor.enabled=true")
+    assert done.returncode != 0
+    assert "monitoring.serviceMonitor.enabled scrapes the audit controller: set " \
+        "auditController.enabled too" in done.stderr

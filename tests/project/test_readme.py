@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from gpuguard.cli import main
-from gpuguard.serve_command import STANDALONE_AUTHORIZER
+from gpuguard.serve_run import STANDALONE_AUTHORIZER
 from policies.authorization import Unavailable
 from tests.fakes.webhook_harness import JSON, Harness
 from tests.paths import ROOT

@@ -790,14 +790,15 @@ def test_live_targets(text, expected):
 
 
 def test_live_injection_from_the_command_line(tmp_path, capsys, monkeypatch):
-    import gpuguard.certs_command as command
     from kube.config import ClusterConfig
 
     out = _generated(tmp_path, capsys)
     bundle = base64.b64encode((out / "ca.crt").read_bytes()).decode()
     api = FakeAdmissionApi({"gpuguard-validating": _live_object(["Cg=="])})
-    monkeypatch.setattr(command, "detect", lambda kubeconfig: ClusterConfig(None, "kubeconfig k"))
-    monkeypatch.setattr(command, "admission_api", lambda api_client: api)
+    # certs inject imports the kubernetes client only for --live, from these modules.
+    monkeypatch.setattr("kube.config.detect",
+                        lambda kubeconfig: ClusterConfig(None, "kubeconfig k"))
+    monkeypatch.setattr("kube.webhooks.admission_api", lambda api_client: api)
     rc, stdout, err = run_cli(capsys, "inject", "--ca", out / "ca.crt", "--live",
                               "validatingwebhookconfiguration/gpuguard-validating", "--live",
                               "validatingwebhookconfiguration/absent")

@@ -420,7 +420,7 @@ def test_skip_broken_never_skips_a_file_level_error(tmp_path):
 @pytest.mark.parametrize(("argv", "skip"), [([], False), (["--skip-broken"], True)])
 def test_serve_skip_broken_reaches_the_config(argv, skip):
     from gpuguard import cli
-    from gpuguard.serve_command import build_config
+    from gpuguard.serve_run import build_config
 
     parser, _ = cli.build_parser("serve")
     args = parser.parse_args(["serve", "--cert", "c.pem", "--key", "k.pem", *argv])
