@@ -249,6 +249,7 @@ def serve_worker(config: ServeConfig) -> int:
                                skip_broken=config.skip_broken)
     store: PolicyStore = PolicyStore(config.policies, loader)
     watch = None
+    elector: LeaseElector | None = None
     if cluster is not None:
         watch = PolicyObjectWatch(cluster.api_client)
         # Renewed at each policy check: held for three check intervals (at least 15 s).
@@ -277,6 +278,9 @@ def serve_worker(config: ServeConfig) -> int:
             pod_cache.stop()
         if runtime_classes is not None:
             runtime_classes.stop()
+        if elector is not None:
+            # A standby takes over the status writes now, not a lease duration later.
+            elector.release()
 
 
 def replica_identity() -> str:

@@ -285,3 +285,29 @@ def test_the_gitops_example_applies(cluster: ControlPlane) -> None:
         "gpupolicy.gpuguard.io/team-a-max-gpus serverside-applied (server dry run)",
         "gpuquota.gpuguard.io/team-a serverside-applied (server dry run)",
         "gpupolicyexception.gpuguard.io/benchmark-pods serverside-applied (server dry run)"])
+
+
+def test_a_stopped_webhook_gives_the_status_lease_up(
+        cluster: ControlPlane, make_namespace: Callable[..., str],
+        tmp_path: Any) -> None:
+    """A replica that shuts down clears the status Lease's holder, so a standby writes the
+    policy status at its next check instead of a lease duration (≥ 15 s) later."""
+    namespace = make_namespace("lease-release")  # a Lease of its own: the module's server
+    (tmp_path / "policies.yaml").write_text(PASS_FILE)  # holds gpuguard-system's
+    server = GpuguardServer(generate_certs(tmp_path / "certs"), tmp_path / "serve.log",
+                            kubeconfig=cluster.kubeconfig,
+                            args=("--policies", str(tmp_path / "policies.yaml"),
+                                  "--cluster-policies", "--status-lease-namespace", namespace))
+    try:
+        server.wait_ready()
+        pid = server.process.popen.pid
+        held = wait_for("the new replica to hold its status Lease", lambda: (
+            status_of(cluster, "-n", namespace, "lease", "gpuguard-policy-status")
+            if cluster.kubectl("get", "-n", namespace, "lease", "gpuguard-policy-status")
+            .returncode == 0 else None), server, cluster)
+        assert held["spec"]["holderIdentity"].endswith(f"/{pid}"), held
+    finally:
+        server.stop()
+    assert server.process.popen.returncode == 0, server.logs()
+    lease = status_of(cluster, "-n", namespace, "lease", "gpuguard-policy-status")
+    assert not lease["spec"].get("holderIdentity"), lease  # released on the way out
