@@ -21,7 +21,12 @@ set of matching policies compiles their combined program, a busy machine preempt
 every evaluation goes to the pool for 30 s (logged once): a policy set that slow stays slow, and
 one CEL evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
 (``contains`` over a 30 KB annotation, say) — so the loop, which answers health probes and reads
-other requests, must not run them. A larger body goes to the thread pool directly. The pool is
+other requests, must not run them. A larger body goes to the thread pool directly. Policy sets that use ``authorizer`` are
+evaluated on the loop too when the authorizer can answer without blocking
+(:class:`~policies.authorization.CachingAuthorizer`: the SubjectAccessReview cache, an offline
+RBAC snapshot): an evaluation in which a check finds no cached answer is thrown away and done
+again in the pool, where the review may block (the hop to the pool and back cost about 270 k
+instructions, a tenth of a library evaluation). The pool is
 awaited under the deadline, which abandons an evaluation that does not come back (and the same
 ``expired`` stops it at its next policy or rule); past the deadline the engine raises
 :class:`~policies.engine.evaluation.EvaluationExpired` and the fallback answers, so an answer
@@ -64,7 +69,9 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.authorization import Authorizer
+from policies.authorization import Attributes, Authorizer
+from policies.authorization import Decision as AuthorizerDecision
+from policies.authorization import Verdict as AuthorizerVerdict
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
 from policies.facts.review import ReviewError, ReviewInput, from_request
@@ -216,6 +223,25 @@ def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
     return failing, matched
 
 
+class _CacheOnly:
+    """The request's authorizer on the event loop: answers only what it can without blocking
+    (:meth:`~policies.authorization.CachingAuthorizer.cached`) and notes a miss, whose
+    evaluation is then thrown away and done again in the thread pool with the authorizer
+    itself — so the verdict never rests on the placeholder answer given for the miss."""
+
+    def __init__(self, authorizer: Any) -> None:
+        self._cached = authorizer.cached
+        self.missed = False
+
+    def authorize(self, attributes: Attributes) -> AuthorizerDecision:
+        found = self._cached(attributes)
+        if found is not None:
+            return found
+        self.missed = True
+        return AuthorizerDecision(AuthorizerVerdict.NO_OPINION, "",
+                                  "not cached: decided again off the event loop")
+
+
 class Admitter:
     """Decides admission requests with the store's current policy set.
 
@@ -237,7 +263,9 @@ class Admitter:
         authorizer: what CEL ``authorizer`` checks ask (SubjectAccessReviews, see
             ``kube/subject_access_reviews.py``); None: every check is an errored decision.
             Policy sets that use ``authorizer`` are evaluated in the thread pool (a review
-            blocks).
+            blocks), unless it is a :class:`~policies.authorization.CachingAuthorizer`: then
+            on the event loop as any other set, with its cached answers, and in the pool only
+            when a check finds none.
         runtime_classes: the cluster's RuntimeClass names, None while not known
             (:class:`kube.runtime_classes.RuntimeClassWatch.names`); default: never known.
     """
@@ -274,6 +302,11 @@ class Admitter:
         # its slice on the loop (see module docstring).
         self._inline_paused_until = 0.0
         self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
+        # Policy sets that use ``authorizer`` may be evaluated on the loop: the authorizer can
+        # answer without blocking (a cache miss then sends the evaluation to the pool), or
+        # there is none (every check an errored decision).
+        self._inline_authorizer = authorizer is None or callable(
+            getattr(authorizer, "cached", None))
 
     def review_input(self, envelope: Envelope) -> ReviewInput:
         """The engine's view of the request, with its namespace object.
@@ -332,7 +365,7 @@ class Admitter:
             limit = self.settings.inline_max_bytes
             # 0: every request in the thread pool; so too for a while after one was too slow here.
             inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until \
-                and not snapshot.engine.uses_authorizer  # a SubjectAccessReview would block
+                and (self._inline_authorizer or not snapshot.engine.uses_authorizer)
             quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
                 else ()
             if not quotas:
@@ -408,10 +441,15 @@ class Admitter:
             verdict = None
             if inline:
                 slice_end = min(deadline_at, now() + self.settings.inline_slice_s)
+                cache_only = _CacheOnly(self.authorizer) if self.authorizer is not None and \
+                    snapshot.engine.uses_authorizer else None
                 try:
                     verdict = snapshot.engine.evaluate(
                         review, mutate=mutate, validate=not mutate,
-                        expired=lambda: now() >= slice_end, authorizer=self.authorizer, **quota)
+                        expired=lambda: now() >= slice_end,
+                        authorizer=cache_only or self.authorizer, **quota)
+                    if cache_only is not None and cache_only.missed:
+                        verdict = None  # a check needs a SubjectAccessReview: the pool's
                 except EvaluationExpired:
                     self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
                     if expired():
