@@ -78,6 +78,7 @@ from policies.facts.review import ReviewError, ReviewInput, from_request
 from policies.policy.matching import applicability
 from policies.policy.model import Policy
 from policies.policy.quota import Quota
+from policies.records import maker
 from policies.vocabulary import FailurePolicy
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
@@ -164,6 +165,9 @@ class Decision:
     fallback: str | None = None
     review: ReviewInput | None = None
     policy_set: PolicySnapshot | None = None
+
+
+_make_decision = maker(Decision)  # one per evaluated request (see policies.records)
 
 
 def _utcnow() -> datetime.datetime:
@@ -477,15 +481,15 @@ class Admitter:
         except Exception as exc:  # an engine bug: the policies' failurePolicy decides
             return self._fallback(snapshot, review, endpoint, EXCEPTION,
                                   f"the evaluation failed ({type(exc).__name__}: {exc})")
-        outcomes = policy_outcomes(verdict)
+        outcomes = policy_outcomes(verdict) if verdict.results else ()
         if verdict.allowed and not review.dry_run and self.recorder is not None:
             self.recorder.record(review, verdict, endpoint)
-        return Decision(
+        return _make_decision(
             allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
             message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
             audit_annotations=verdict.audit_annotations,
             patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
-            policy_outcomes=outcomes, review=review, policy_set=snapshot,
+            policy_outcomes=outcomes, fallback=None, review=review, policy_set=snapshot,
         )
 
     def _pause_inline(self, seconds: float) -> None:

@@ -24,7 +24,6 @@ injected authorizer may; the webhook evaluates such policies off its event loop)
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import threading
@@ -33,8 +32,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
 from policies.authorization import Attributes, Authorizer, Decision, Subject, Verdict
 from policies.cel.library.declarations import FunctionSpec, function
+from policies.records import maker
 
 AUTHORIZER_KEY: Final = "__authz__"
 PATH_KEY: Final = "__authz_path__"
@@ -83,6 +85,7 @@ class Session:
         return decision
 
 
+_make_attributes = maker(Attributes)  # one per check of a request (see policies.records)
 _SESSIONS: dict[str, Session] = {}
 _LOCK = threading.Lock()
 
@@ -114,14 +117,18 @@ def bound(session: Session, request_resource: Mapping[str, str] | None = None
             _SESSIONS.pop(handle, None)
 
 
+# The state travels as compact JSON with sorted keys (one text per state, so equal checks are
+# equal values). orjson writes and reads it: the standard library's sorted dump and its load cost
+# 40 k and 24 k instructions, orjson's 4 k and 7 k, and a check chain
+# (group.resource.namespace.name.check.allowed) runs six of each.
 def _dump(state: Mapping[str, Any]) -> str:
-    return json.dumps(state, separators=(",", ":"), sort_keys=True)
+    return orjson.dumps(state, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _state(value: object, key: str, what: str) -> dict[str, Any]:
     if not (isinstance(value, Mapping) and isinstance(value.get(key), str)):
         raise TypeError(f"no such overload: expected {what}")
-    state = json.loads(value[key])
+    state = orjson.loads(value[key])
     assert isinstance(state, dict)
     return state
 
@@ -199,8 +206,8 @@ def check(target: object, verb: object) -> dict[str, str]:
     else:
         state = _state(target, RESOURCE_KEY, "a PathCheck or ResourceCheck")
         session, subject = _session(state)
-        attributes = None if subject is None else Attributes(
-            subject, verb_text, resource_request=True, api_group=state["group"],
+        attributes = None if subject is None else _make_attributes(
+            subject=subject, verb=verb_text, resource_request=True, api_group=state["group"],
             resource=state["resource"], subresource=state["subresource"],
             namespace=state["namespace"], name=state["name"],
             field_selector=state["fieldSelector"], label_selector=state["labelSelector"])
