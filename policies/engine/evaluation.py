@@ -378,6 +378,10 @@ class Engine:
             c.index: tuple(RuleResult(c.policy.name, rule.name, rule.path, RuleOutcome.PASS)
                            for rule in c.fused.validations)
             for c in self.compiled if c.fused is not None}
+        # The skip result of each matchCondition of a fused program, by its index: a false
+        # condition is the most common outcome after a pass, and results are frozen.
+        self._skips = {c.index: tuple(_skipped(c.policy, rule) for rule in c.fused.conditions)
+                       for c in self.compiled if c.fused is not None}
         # The value of such a pass in a combined program (one ``true`` per validation), for
         # policies without auditAnnotations: compared whole, it needs no reading.
         self._pass_values = {
@@ -609,6 +613,9 @@ class Engine:
         try:
             if value is _NOT_EVALUATED:
                 value = data.of(compiled.inlined).evaluate(fused.expression)
+            if (skipped := fused.false_condition(value)) is not None:
+                run.add(self._skips[compiled.index][skipped])
+                return True
             outcome = fused.read(value)
         except CelEvaluationError:
             return False

@@ -126,7 +126,9 @@ def _dump(state: Mapping[str, Any]) -> str:
 
 
 def _state(value: object, key: str, what: str) -> dict[str, Any]:
-    if not (isinstance(value, Mapping) and isinstance(value.get(key), str)):
+    # The runtime hands maps over as dicts: the exact type test first (the ABC check costs ~1 k).
+    if not ((type(value) is dict or isinstance(value, Mapping))
+            and isinstance(value.get(key), str)):  # type: ignore[attr-defined]
         raise TypeError(f"no such overload: expected {what}")
     state = orjson.loads(value[key])
     assert isinstance(state, dict)
@@ -198,7 +200,7 @@ def check(target: object, verb: object) -> dict[str, str]:
     authorizer's answer for the request's user (or the ``serviceAccount``). A failing
     authorizer gives an errored decision, never a CEL error (as authz.go)."""
     verb_text = _text(verb)
-    if isinstance(target, Mapping) and PATH_KEY in target:
+    if (type(target) is dict or isinstance(target, Mapping)) and PATH_KEY in target:
         state = _state(target, PATH_KEY, "a PathCheck")
         session, subject = _session(state)
         attributes = None if subject is None else Attributes(
