@@ -39,7 +39,7 @@ def maker(cls: type[T]) -> Callable[..., T]:
             hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__}: expected a frozen dataclass without __slots__ or "
                         "__post_init__")
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # a dataclass: checked above
     if any(not f.init or isinstance(f.type, dataclasses.InitVar) for f in fields):
         raise TypeError(f"{cls.__name__}: every field must be an __init__ field")
     scope: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "_cls": cls,
@@ -59,7 +59,7 @@ def maker(cls: type[T]) -> Callable[..., T]:
     source = (f"def make_{cls.__name__}(*, {', '.join(arguments)}):\n" + "".join(
         f"{line}\n" for line in lines) + "    made = _new(_cls)\n"
         f"    _set(made, '__dict__', {{{values}}})\n    return made\n")
-    exec(source, scope)  # noqa: S102 - source built from the dataclass's own field names
+    exec(source, scope)  # source built from the dataclass's own field names, as dataclasses does
     make: Callable[..., T] = scope[f"make_{cls.__name__}"]
     make.__qualname__ = make.__name__
     make.__doc__ = f"A {cls.__name__}, fields by name (see policies.records.maker)."

@@ -21,14 +21,14 @@ set of matching policies compiles their combined program, a busy machine preempt
 every evaluation goes to the pool for 30 s (logged once): a policy set that slow stays slow, and
 one CEL evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
 (``contains`` over a 30 KB annotation, say) — so the loop, which answers health probes and reads
-other requests, must not run them. A larger body goes to the thread pool directly. Policy sets that use ``authorizer`` are
-evaluated on the loop too when the authorizer can answer without blocking
-(:class:`~policies.authorization.CachingAuthorizer`: the SubjectAccessReview cache, an offline
-RBAC snapshot): an evaluation in which a check finds no cached answer is thrown away and done
-again in the pool, where the review may block (the hop to the pool and back cost about 270 k
-instructions, a tenth of a library evaluation). The pool is
-awaited under the deadline, which abandons an evaluation that does not come back (and the same
-``expired`` stops it at its next policy or rule); past the deadline the engine raises
+other requests, must not run them. A larger body goes to the thread pool directly. Policy sets
+that use ``authorizer`` are evaluated on the loop too when the authorizer can answer without
+blocking (:class:`~policies.authorization.CachingAuthorizer`: the SubjectAccessReview cache, an
+offline RBAC snapshot): an evaluation in which a check finds no cached answer is thrown away and
+done again in the pool, where the review may block (the hop to the pool and back cost about 270 k
+instructions, a tenth of a library evaluation). The pool is awaited under the deadline, which
+abandons an evaluation that does not come back (and the same ``expired`` stops it at its next
+policy or rule); past the deadline the engine raises
 :class:`~policies.engine.evaluation.EvaluationExpired` and the fallback answers, so an answer
 overruns the deadline by at most one CEL evaluation. Why inline first: handing each request to a
 thread and back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth)

@@ -72,8 +72,8 @@ from policies.policy.mutation import (
     diff,
     validate_operations,
 )
-from policies.sources import shortened
 from policies.records import maker
+from policies.sources import shortened
 from policies.vocabulary import EvaluationMode, EvaluationPoint, FailurePolicy, ValidationAction
 
 

@@ -128,7 +128,7 @@ def _dump(state: Mapping[str, Any]) -> str:
 def _state(value: object, key: str, what: str) -> dict[str, Any]:
     # The runtime hands maps over as dicts: the exact type test first (the ABC check costs ~1 k).
     if not ((type(value) is dict or isinstance(value, Mapping))
-            and isinstance(value.get(key), str)):  # type: ignore[attr-defined]
+            and isinstance(value.get(key), str)):
         raise TypeError(f"no such overload: expected {what}")
     state = orjson.loads(value[key])
     assert isinstance(state, dict)
