@@ -186,6 +186,22 @@ def from_object(
     )
 
 
+_RESOURCES: dict[tuple[str, str, str], GroupVersionResource] = {}
+_RESOURCES_LIMIT = 4096  # a cluster serves a few hundred resources; a flood of made-up ones
+
+
+def _resource(group: str, version: str, resource: str) -> GroupVersionResource:
+    """The (frozen, so shared) GroupVersionResource of these names: one per resource a process
+    sees, not one per request (each cost ~6 k instructions)."""
+    key = (group, version, resource)
+    found = _RESOURCES.get(key)
+    if found is None:
+        if len(_RESOURCES) >= _RESOURCES_LIMIT:
+            _RESOURCES.clear()
+        found = _RESOURCES[key] = GroupVersionResource(group, version, resource)
+    return found
+
+
 def _gvk(value: Any, where: str) -> tuple[str, str, str]:
     if not isinstance(value, Mapping):
         raise ReviewError(f"{where}: expected an object with group, version and kind")
@@ -235,11 +251,11 @@ def from_request(
         kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
     resource_value = request.get("resource")
     if _is_object(resource_value) and resource_value.get("resource"):
-        resource = GroupVersionResource(str(resource_value.get("group") or ""),
-                                        str(resource_value.get("version") or ""),
-                                        str(resource_value["resource"]))
+        resource = _resource(str(resource_value.get("group") or ""),
+                             str(resource_value.get("version") or ""),
+                             str(resource_value["resource"]))
     else:
-        resource = GroupVersionResource(kind[0], kind[1], plural_of(kind[2]))
+        resource = _resource(kind[0], kind[1], plural_of(kind[2]))
     info = request.get("userInfo")
     if info is None:
         info = {}
