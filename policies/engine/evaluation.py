@@ -469,6 +469,11 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
+        if not explain and not self._selection(review, point):
+            # No policy is written for requests of this shape: what _evaluate answers when none
+            # applies, without its run state or the authorizer session.
+            return _make_verdict(allowed=True, results=(), audit_annotations={},
+                                 final_object=review.object)
         if not self.uses_authorizer:
             return self._evaluate(review, point, mutate, validate, quota,
                                   _Run(expired, runtime_classes=review.runtime_classes),
