@@ -401,7 +401,8 @@ class Engine:
             for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
-        authorizer: the webhook then evaluates off its event loop)."""
+        authorizer: the webhook then evaluates on its event loop only with the authorizer's
+        cached answers)."""
 
     @property
     def fused_policies(self) -> frozenset[str]:

@@ -19,7 +19,8 @@ registry holds a session only while its ``with`` block runs. ``authorizer.reques
 field of the variable's map: the request's own resource as a ResourceCheck.
 
 Must not import the CEL runtime (only ``policies/cel/runtime.py`` may) and must not do I/O (the
-injected authorizer may; the webhook evaluates such policies off its event loop).
+injected authorizer may; the webhook posts no review from its event loop: there it evaluates
+with cached answers only, see ``webhook/admission.py``).
 """
 
 from __future__ import annotations
