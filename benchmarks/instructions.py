@@ -49,7 +49,10 @@ calls the measured request made (recorded once by wrapping the functions, then u
 runtime through :mod:`policies.cel.runtime` (the one module talking to it): activations, and each
 program on a fresh runtime activation (conversion + program) and on the already used one
 (program only, with its result turned back into Python; the runtime keeps what it converted).
-A phase the request does not run is shown as "not run", never as a cost.
+A phase the request does not run is shown as "not run", never as a cost. A program that calls
+the authorizer cannot be replayed (its checks belong to the request's session, gone once it is
+answered): with the library's ``gpu-requesters`` in the combined program, the CEL programs and the
+runtime's lazy conversion are "not run" and counted in the rest, whose label says so.
 """
 
 from __future__ import annotations
@@ -527,7 +530,10 @@ async def admission_child(parts: Parts, iterations: int, series: Sequence[int],
         parts.notes["phase_calls"] = {
             "workload_facts": len(calls.facts), "gpu_data": len(calls.views),
             "prepare": len(calls.prepares), "activation": len(calls.activations),
-            "runtime_activation": len(calls.runtimes), "programs": len(calls.runs)}
+            "runtime_activation": len(calls.runtimes), "programs": len(phases.runs)}
+        # Programs that call the authorizer are not replayed (see Phases): their cost, and the
+        # runtime's conversion of what they read, stay in "the rest".
+        parts.notes["programs_not_replayed"] = len(calls.runs) - len(phases.runs)
         parts.measure("gpu_facts_instructions", phases.facts, iterations)
         parts.measure("cel_recheck_instructions", phases.recheck, iterations)
         parts.measure("cel_request_activation_instructions", phases.activations, iterations)
@@ -751,7 +757,10 @@ def derive(figures: dict[str, float], notes: dict[str, Any],
              lazy),
             ("cel_data_instructions", "CEL data conversion", data),
             ("cel_programs_instructions", "CEL programs", programs),
-            ("engine_other_instructions", "other engine Python (matching, results, glue)",
+            ("engine_other_instructions", "other engine Python (matching, results, glue)"
+             + (f", and {skipped} CEL program(s) calling the authorizer with the runtime's "
+                "conversion of what they read (not replayed)"
+                if (skipped := notes.get("programs_not_replayed")) else ""),
              whole - sum(v for v in known if v is not None)),
             ("validate_library_instructions",
              f"whole /validate, built-in library ({notes['library_policies']} policies, denied)",

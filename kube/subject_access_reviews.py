@@ -17,8 +17,9 @@ authorizer chain (RBAC, Node, webhooks) decides, as for a ValidatingAdmissionPol
   Kubernetes reports an authorizer error; the engine then applies the policy's failurePolicy.
 
 Status mapping (the webhook authorizer's, ``k8s.io/apiserver/plugin/pkg/authorizer/webhook``):
-``allowed`` → allow, ``denied`` → deny, neither → no opinion; ``reason`` kept. Blocking: call it
-off the event loop (the webhook evaluates policies that use ``authorizer`` in its thread pool).
+``allowed`` → allow, ``denied`` → deny, neither → no opinion; ``reason`` kept. Blocking: call
+``authorize`` off the event loop; ``cached`` never blocks (the webhook evaluates on its event
+loop with cached answers, and in its thread pool when one is missing).
 Only :mod:`kube` imports ``kubernetes``.
 """
 
@@ -136,13 +137,11 @@ class SubjectAccessReviewAuthorizer:
 
     def authorize(self, attributes: Attributes) -> Decision:
         """The cached or freshly reviewed decision; never raises (errored decision instead)."""
+        found = self.cached(attributes)
+        if found is not None:
+            return found
         key = attributes.key()
-        now = self._clock()
         with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] > now:
-                self._cache.move_to_end(key)
-                return hit[1]
             self.reviews += 1
         decision = self._review(attributes)
         if decision.errored:
@@ -154,6 +153,19 @@ class SubjectAccessReviewAuthorizer:
             while len(self._cache) > self.settings.max_entries:
                 self._cache.popitem(last=False)
         return decision
+
+    def cached(self, attributes: Attributes) -> Decision | None:
+        """The cached decision for ``attributes``, None when there is none or it expired; never
+        posts a review, so it may be called on the event loop (``webhook/admission.py``
+        evaluates there with these, and in the thread pool after a miss)."""
+        key = attributes.key()
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is None or hit[0] <= now:
+                return None
+            self._cache.move_to_end(key)
+            return hit[1]
 
     def _review(self, attributes: Attributes) -> Decision:
         try:

@@ -123,6 +123,20 @@ class Authorizer(Protocol):
         ...
 
 
+class CachingAuthorizer(Authorizer, Protocol):
+    """An :class:`Authorizer` that can say, without blocking, what it would answer.
+
+    The webhook evaluates policy sets that use ``authorizer`` on its event loop with
+    :meth:`cached` answering, and only when one check misses goes to the thread pool, where
+    :meth:`~Authorizer.authorize` may block (``webhook/admission.py``).
+    """
+
+    def cached(self, attributes: Attributes) -> Decision | None:
+        """The decision for ``attributes`` when it can be given without blocking (a cached
+        answer, or an authorizer that never blocks); None when it would need a review."""
+        ...
+
+
 @dataclass(frozen=True)
 class Unavailable:
     """An authorizer that cannot decide anything, saying why (``error``): every check is an
@@ -134,3 +148,7 @@ class Unavailable:
     def authorize(self, attributes: Attributes) -> Decision:
         """An errored no-opinion naming :attr:`error` and the check."""
         return Decision(Verdict.NO_OPINION, "", f"{self.error} (check: {attributes.describe()})")
+
+    def cached(self, attributes: Attributes) -> Decision:
+        """:meth:`authorize`: it never blocks."""
+        return self.authorize(attributes)

@@ -198,6 +198,11 @@ class RBACAuthorizer:
         text = unique[0] if len(unique) == 1 else f"[{', '.join(unique)}]"
         return Decision(Verdict.NO_OPINION, f"RBAC: {text}")
 
+    def cached(self, attributes: Attributes) -> Decision:
+        """:meth:`authorize`: it reads the RBAC objects it was given and never blocks (the
+        webhook may then evaluate on its event loop, see ``webhook/admission.py``)."""
+        return self.authorize(attributes)
+
     def _role_rules(self, binding: _Binding, errors: list[str]) -> Sequence[Rule]:
         if binding.role_kind == "ClusterRole":
             rules = self._cluster_roles.get(binding.role_name)

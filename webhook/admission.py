@@ -21,9 +21,14 @@ set of matching policies compiles their combined program, a busy machine preempt
 every evaluation goes to the pool for 30 s (logged once): a policy set that slow stays slow, and
 one CEL evaluation cannot be interrupted — its iterations are bounded by the budget, not their cost
 (``contains`` over a 30 KB annotation, say) — so the loop, which answers health probes and reads
-other requests, must not run them. A larger body goes to the thread pool directly. The pool is
-awaited under the deadline, which abandons an evaluation that does not come back (and the same
-``expired`` stops it at its next policy or rule); past the deadline the engine raises
+other requests, must not run them. A larger body goes to the thread pool directly. Policy sets
+that use ``authorizer`` are evaluated on the loop too when the authorizer can answer without
+blocking (:class:`~policies.authorization.CachingAuthorizer`: the SubjectAccessReview cache, an
+offline RBAC snapshot): an evaluation in which a check finds no cached answer is thrown away and
+done again in the pool, where the review may block (the hop to the pool and back cost about 270 k
+instructions, a tenth of a library evaluation). The pool is awaited under the deadline, which
+abandons an evaluation that does not come back (and the same ``expired`` stops it at its next
+policy or rule); past the deadline the engine raises
 :class:`~policies.engine.evaluation.EvaluationExpired` and the fallback answers, so an answer
 overruns the deadline by at most one CEL evaluation. Why inline first: handing each request to a
 thread and back (submit, ``call_soon_threadsafe``, a loop wake-up, the GIL passed back and forth)
@@ -64,13 +69,16 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.authorization import Authorizer
+from policies.authorization import Attributes, Authorizer
+from policies.authorization import Decision as AuthorizerDecision
+from policies.authorization import Verdict as AuthorizerVerdict
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
 from policies.facts.review import ReviewError, ReviewInput, from_request
 from policies.policy.matching import applicability
 from policies.policy.model import Policy
 from policies.policy.quota import Quota
+from policies.records import maker
 from policies.vocabulary import FailurePolicy
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
@@ -159,6 +167,9 @@ class Decision:
     policy_set: PolicySnapshot | None = None
 
 
+_make_decision = maker(Decision)  # one per evaluated request (see policies.records)
+
+
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -216,6 +227,25 @@ def fail_closed_policies(snapshot: PolicySnapshot, review: ReviewInput,
     return failing, matched
 
 
+class _CacheOnly:
+    """The request's authorizer on the event loop: answers only what it can without blocking
+    (:meth:`~policies.authorization.CachingAuthorizer.cached`) and notes a miss, whose
+    evaluation is then thrown away and done again in the thread pool with the authorizer
+    itself — so the verdict never rests on the placeholder answer given for the miss."""
+
+    def __init__(self, authorizer: Any) -> None:
+        self._cached = authorizer.cached
+        self.missed = False
+
+    def authorize(self, attributes: Attributes) -> AuthorizerDecision:
+        found = self._cached(attributes)
+        if found is not None:
+            return found
+        self.missed = True
+        return AuthorizerDecision(AuthorizerVerdict.NO_OPINION, "",
+                                  "not cached: decided again off the event loop")
+
+
 class Admitter:
     """Decides admission requests with the store's current policy set.
 
@@ -237,7 +267,9 @@ class Admitter:
         authorizer: what CEL ``authorizer`` checks ask (SubjectAccessReviews, see
             ``kube/subject_access_reviews.py``); None: every check is an errored decision.
             Policy sets that use ``authorizer`` are evaluated in the thread pool (a review
-            blocks).
+            blocks), unless it is a :class:`~policies.authorization.CachingAuthorizer`: then
+            on the event loop as any other set, with its cached answers, and in the pool only
+            when a check finds none.
         runtime_classes: the cluster's RuntimeClass names, None while not known
             (:class:`kube.runtime_classes.RuntimeClassWatch.names`); default: never known.
     """
@@ -274,6 +306,11 @@ class Admitter:
         # its slice on the loop (see module docstring).
         self._inline_paused_until = 0.0
         self._overruns: collections.deque[float] = collections.deque(maxlen=INLINE_OVERRUNS)
+        # Policy sets that use ``authorizer`` may be evaluated on the loop: the authorizer can
+        # answer without blocking (a cache miss then sends the evaluation to the pool), or
+        # there is none (every check an errored decision).
+        self._inline_authorizer = authorizer is None or callable(
+            getattr(authorizer, "cached", None))
 
     def review_input(self, envelope: Envelope) -> ReviewInput:
         """The engine's view of the request, with its namespace object.
@@ -332,7 +369,7 @@ class Admitter:
             limit = self.settings.inline_max_bytes
             # 0: every request in the thread pool; so too for a while after one was too slow here.
             inline = limit > 0 and envelope.size <= limit and now >= self._inline_paused_until \
-                and not snapshot.engine.uses_authorizer  # a SubjectAccessReview would block
+                and (self._inline_authorizer or not snapshot.engine.uses_authorizer)
             quotas = snapshot.engine.policies.quotas if self.quota is not None and not mutate \
                 else ()
             if not quotas:
@@ -408,10 +445,15 @@ class Admitter:
             verdict = None
             if inline:
                 slice_end = min(deadline_at, now() + self.settings.inline_slice_s)
+                cache_only = _CacheOnly(self.authorizer) if self.authorizer is not None and \
+                    snapshot.engine.uses_authorizer else None
                 try:
                     verdict = snapshot.engine.evaluate(
                         review, mutate=mutate, validate=not mutate,
-                        expired=lambda: now() >= slice_end, authorizer=self.authorizer, **quota)
+                        expired=lambda: now() >= slice_end,
+                        authorizer=cache_only or self.authorizer, **quota)
+                    if cache_only is not None and cache_only.missed:
+                        verdict = None  # a check needs a SubjectAccessReview: the pool's
                 except EvaluationExpired:
                     self._pause_inline(now() - slice_end + self.settings.inline_slice_s)
                     if expired():
@@ -439,15 +481,15 @@ class Admitter:
         except Exception as exc:  # an engine bug: the policies' failurePolicy decides
             return self._fallback(snapshot, review, endpoint, EXCEPTION,
                                   f"the evaluation failed ({type(exc).__name__}: {exc})")
-        outcomes = policy_outcomes(verdict)
+        outcomes = policy_outcomes(verdict) if verdict.results else ()
         if verdict.allowed and not review.dry_run and self.recorder is not None:
             self.recorder.record(review, verdict, endpoint)
-        return Decision(
+        return _make_decision(
             allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
             message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
             audit_annotations=verdict.audit_annotations,
             patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
-            policy_outcomes=outcomes, review=review, policy_set=snapshot,
+            policy_outcomes=outcomes, fallback=None, review=review, policy_set=snapshot,
         )
 
     def _pause_inline(self, seconds: float) -> None:

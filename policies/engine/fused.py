@@ -65,13 +65,17 @@ class FusedValidation:
     validations: tuple[Rule, ...]
     audit_annotations: tuple[Rule, ...]
 
+    def false_condition(self, value: Any) -> int | None:
+        """The index in :attr:`conditions` of the first false matchCondition when ``value`` (of
+        :attr:`expression`) says one is; else None."""
+        return value if type(value) is int and 0 <= value < len(self.conditions) else None
+
     def read(self, value: Any) -> Outcome | None:
         """Read a value of :attr:`expression` as results; None when it is not plain and the
         policy must be evaluated rule by rule (see the module docstring)."""
         if type(value) is int:
-            if 0 <= value < len(self.conditions):
-                return Outcome(condition=self.conditions[value])
-            return None
+            index = self.false_condition(value)
+            return None if index is None else Outcome(condition=self.conditions[index])
         count = len(self.validations)
         if type(value) is not list or len(value) != count + len(self.audit_annotations):
             return None

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
+from policies.records import maker
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
@@ -131,6 +132,13 @@ class ReviewInput:
             else self.resource.resource
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+# Every admission request makes one of each: their frozen __init__ cost 38 k instructions of the
+# 87 k of from_request (see policies.records).
+_make_review = maker(ReviewInput)
+_make_user = maker(UserInfo)
+
+
 def _split_api_version(api_version: str) -> tuple[str, str]:
     group, _, version = api_version.rpartition("/")
     return group, version
@@ -176,6 +184,22 @@ def from_object(
         request=request, namespace_object=namespace_object,
         now=now or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
     )
+
+
+_RESOURCES: dict[tuple[str, str, str], GroupVersionResource] = {}
+_RESOURCES_LIMIT = 4096  # a cluster serves a few hundred resources; a flood of made-up ones
+
+
+def _resource(group: str, version: str, resource: str) -> GroupVersionResource:
+    """The (frozen, so shared) GroupVersionResource of these names: one per resource a process
+    sees, not one per request (each cost ~6 k instructions)."""
+    key = (group, version, resource)
+    found = _RESOURCES.get(key)
+    if found is None:
+        if len(_RESOURCES) >= _RESOURCES_LIMIT:
+            _RESOURCES.clear()
+        found = _RESOURCES[key] = GroupVersionResource(group, version, resource)
+    return found
 
 
 def _gvk(value: Any, where: str) -> tuple[str, str, str]:
@@ -227,11 +251,11 @@ def from_request(
         kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
     resource_value = request.get("resource")
     if _is_object(resource_value) and resource_value.get("resource"):
-        resource = GroupVersionResource(str(resource_value.get("group") or ""),
-                                        str(resource_value.get("version") or ""),
-                                        str(resource_value["resource"]))
+        resource = _resource(str(resource_value.get("group") or ""),
+                             str(resource_value.get("version") or ""),
+                             str(resource_value["resource"]))
     else:
-        resource = GroupVersionResource(kind[0], kind[1], plural_of(kind[2]))
+        resource = _resource(kind[0], kind[1], plural_of(kind[2]))
     info = request.get("userInfo")
     if info is None:
         info = {}
@@ -242,21 +266,19 @@ def from_request(
             raise ReviewError(f"request.userInfo.{key}: expected a {expected.__name__}, got "
                               f"{type(info[key]).__name__}")
     groups = info.get("groups") or []
-    user = UserInfo(
+    user = _make_user(
         username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
-        groups=tuple(str(g) for g in groups),
-        extra=mapping_at(info, "extra"),
+        groups=tuple(map(str, groups)), extra=mapping_at(info, "extra"),
     )
     metadata = mapping_at(subject, "metadata") if _is_object(subject) else {}
     namespace = request.get("namespace") or metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")
-    return ReviewInput(
+    return _make_review(
         operation=str(operation), object=objects["object"], old_object=objects["oldObject"],
         resource=resource, subresource=str(request.get("subResource") or ""), kind=kind,
         namespace=str(namespace) if namespace else None,
         name=str(request.get("name") or metadata.get("name") or ""), user=user,
         dry_run=request.get("dryRun") is True, request=request,
-        namespace_object=namespace_object,
-        now=now or datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
+        namespace_object=namespace_object, now=now or _EPOCH,
     )

@@ -162,3 +162,28 @@ def test_every_part_of_a_match_beyond_its_rules_keeps_the_selection_from_decidin
     assert others == set(examples), "a new Match field: add it to selects_by_rules_alone"
     for name, value in examples.items():
         assert not selects_by_rules_alone(Match(rules, **{name: value})), name
+
+
+def test_a_request_no_policy_is_written_for_is_allowed_untouched_without_gpu_facts():
+    # Only pods and workloads, and DELETE of anything: a ConfigMap create is selected by none,
+    # and answered before any run state, GPU facts or authorizer session is built.
+    engine = engine_for("---\n".join([
+        gpu_policy("pods-only", {"match": {"resources": ["pods"]}, **VALIDATION}),
+        gpu_policy("who", {"match": {"resources": ["pods"]}, "validations": [{
+            "expression": "authorizer.group('').resource('pods').check('create').allowed()"}]}),
+    ]))
+    assert engine.uses_authorizer
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "c", "namespace": "ml"}, "data": {"k": "v"}}
+    review = from_request({
+        "uid": "u", "operation": "CREATE", "namespace": "ml", "object": config_map,
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"}}, now=NOW)
+    verdict = engine.evaluate(review)
+    assert (verdict.allowed, verdict.results, verdict.denials, verdict.warnings, verdict.patch,
+            verdict.audit_annotations, verdict.facts) == (True, (), (), (), (), {}, None)
+    assert verdict.final_object is config_map
+    # The policies left out are the ones explain names, each as a skip of its match.
+    explained = engine.evaluate(review, explain=True)
+    assert {(r.policy, r.outcome) for r in explained.results} == {
+        ("pods-only", "skip"), ("who", "skip")}
