@@ -69,6 +69,7 @@ from typing import Any, Final
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
+from policies.cel import cost as cel_cost
 from policies.cel import scanner as cel_scanner
 from policies.cel.library.declarations import FunctionSpec
 from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS, SOURCE_REWRITES
@@ -504,6 +505,33 @@ class CompiledExpression:
     variable_refs: frozenset[str] | None
     _program: Any = field(repr=False)
     _environment: CelEnvironment = field(repr=False)
+    estimated_cost: int = 0
+    """The worst-case cost over any request (:func:`policies.cel.cost.estimate`)."""
+    _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
+    # the checked AST, kept only when the estimate is over the per-call limit: then each
+    # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
+
+    def runtime_cost(self, data: Mapping[str, Any], limit: int | None = None) -> int | None:
+        """The cost of evaluating this on ``data`` (variable name -> plain value): the estimate
+        when that is within the per-call limit (nothing is measured), else the measure of
+        :func:`policies.cel.cost.runtime_cost` (None: over ``limit``)."""
+        if self._cost_tree is None:
+            return self.estimated_cost
+        return cel_cost.runtime_cost(self._cost_tree, data, self._environment.cost_limits,
+                                     limit=limit, iteration_cap=ITERATION_BUDGET - 1)
+
+    def estimate(self, known: Mapping[str, Any]) -> int:
+        """The worst-case cost with the variables of ``known`` (name -> plain value) fixed,
+        e.g. a GPUPolicy's inline ``params`` (:func:`policies.cel.cost.estimate`)."""
+        return cel_cost.estimate(cel_cost.checked_ast(self._program.serialize()),
+                                 self._environment.cost_limits,
+                                 iteration_cap=ITERATION_BUDGET - 1, known=known).cost
+
+    def _check_cost(self, data: Mapping[str, Any]) -> None:
+        """Raise cel-go's cost-limit error when this evaluation would pass the per-call limit."""
+        if self._cost_tree is not None and self.runtime_cost(
+                data, self._environment.cost_limits.per_call) is None:
+            raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
 
     def evaluate(self, activation_data: Mapping[str, Any]) -> Any:
         """Evaluate against ``activation_data``, a fresh activation per call.
@@ -525,6 +553,8 @@ class CompiledExpression:
             prepared = _prepare(activation_data)
         except _InputError as exc:
             raise CelEvaluationError(self.field_path, str(exc), "INVALID_ARGUMENT") from None
+        if self._cost_tree is not None:
+            self._check_cost(prepared)
         return self._run(self._environment._runtime_activation(prepared))
 
     def _run(self, activation: Any) -> Any:
@@ -624,8 +654,11 @@ _RUNTIME_LIBRARIES: Final = _runtime_libraries()
 class CelEnvironment:
     """The CEL environment: declarations, extensions and the Kubernetes libraries. Build once."""
 
-    def __init__(self, functions: Sequence[FunctionSpec] = ()) -> None:
-        """Build the environment; ``functions`` adds libraries (e.g. the GPU library)."""
+    def __init__(self, functions: Sequence[FunctionSpec] = (),
+                 cost_limits: cel_cost.CostLimits = cel_cost.DEFAULT_LIMITS) -> None:
+        """Build the environment; ``functions`` adds libraries (e.g. the GPU library);
+        ``cost_limits`` are the CEL cost limits its expressions are held to (Kubernetes')."""
+        self.cost_limits = cost_limits
         self._env = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(_RUNTIME_LIBRARIES),
             variables=dict.fromkeys(VARIABLE_NAMES, cel.Type.DYN),
@@ -665,6 +698,9 @@ class CelEnvironment:
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, offset), message)
                 for offset, message in sorted(refused)])
+        tree = cel_cost.checked_ast(program.serialize())
+        estimated = cel_cost.estimate(tree, self.cost_limits,
+                                      iteration_cap=ITERATION_BUDGET - 1).cost
         return CompiledExpression(
             expression,
             field_path,
@@ -672,6 +708,8 @@ class CelEnvironment:
             variable_references(expression),
             program,
             self,
+            estimated,
+            tree if estimated > self.cost_limits.per_call else None,
         )
 
     def activation(
@@ -733,6 +771,8 @@ class RequestActivation:
             raise CelEvaluationError(expression.field_path, self._input_error, "INVALID_ARGUMENT")
         self._require(expression.variable_refs, len(self._declared))
         try:
+            if expression._cost_tree is not None:
+                expression._check_cost(self.cost_data())
             return expression._run(self._activation())
         except CelEvaluationError as err:
             raise self._explain(err, expression.variable_refs) from None
@@ -750,6 +790,22 @@ class RequestActivation:
         if name in self._failures:
             raise self._failures[name]
         return self._values[name]
+
+    @property
+    def cost_limits(self) -> cel_cost.CostLimits:
+        """The cost limits of this activation's environment."""
+        return self._environment.cost_limits
+
+    def cost_data(self) -> dict[str, Any]:
+        """The request's data with the variables known so far, as a cost measure reads it."""
+        return {**self._data, "variables": dict(self._values)}
+
+    def cost(self, expression: CompiledExpression) -> int:
+        """An upper bound of ``expression``'s cost on this request (its estimate when that is
+        within the per-call limit); beyond the per-call limit, that limit plus one."""
+        limit = self._environment.cost_limits.per_call
+        measured = expression.runtime_cost(self.cost_data(), limit)
+        return limit + 1 if measured is None else measured
 
     def _check_environment(self, expression: CompiledExpression) -> None:
         if expression._environment is not self._environment:
@@ -799,6 +855,8 @@ class RequestActivation:
                 "duration",
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
+            if expression._cost_tree is not None:
+                expression._check_cost(self.cost_data())
             value = expression._run(activation)
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")

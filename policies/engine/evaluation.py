@@ -36,6 +36,7 @@ from typing import Any
 
 from policies.authorization import Authorizer, Subject, Unavailable
 from policies.cel.gpu import gpu_data
+from policies.cel.cost import OUT_OF_BUDGET
 from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,
@@ -784,8 +785,15 @@ class Engine:
                 run.failure(policy, "paramRef", "spec.paramRef", policy.param_missing,
                             error=True, point=point)
             return  # parameterNotFoundAction: Allow
+        budget = _budget(policy, activation)
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
+            if budget is not None:
+                budget -= activation.cost(rule.expression)
+                if budget < 0:  # the API server's RuntimeCELCostBudget: the policy stops here
+                    run.failure(policy, rule.name, rule.path, OUT_OF_BUDGET, error=True,
+                                point=point)
+                    return
             value = _value(policy, rule, "", activation, run, point)
             if value is _FAILED:
                 continue
@@ -876,6 +884,14 @@ def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
         return
     if point != EvaluationPoint.AUDIT:
         run.audit[audit_key(policy.name, rule.name)] = _bounded(value.strip())
+
+
+def _budget(policy: Policy, activation: RequestActivation) -> int | None:
+    """The cost budget of ``policy``'s validations on this request, or None when their
+    estimates together are within it (nothing to count: the budget cannot run out)."""
+    limit = activation.cost_limits.per_policy
+    estimated = sum(rule.expression.estimated_cost for rule in policy.validations)
+    return None if estimated <= limit else limit
 
 
 def _params_path(policy: Policy) -> str:

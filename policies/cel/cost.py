@@ -1,0 +1,679 @@
+"""CEL cost: a worst-case estimate of a checked expression, and its cost on one request's data.
+
+Owns gpuguard's answer to Kubernetes' two CEL cost limits (``k8s.io/apiserver/pkg/apis/cel/
+config.go``): ``PerCallLimit`` (1,000,000, the runtime cost of one expression evaluation; cel-go
+cancels the evaluation with ``operation cancelled: actual cost limit exceeded``) and
+``RuntimeCELCostBudget`` (10,000,000 for all expressions of one policy binding on one request;
+``validation failed due to running out of cost budget, no further validation rules will be
+run``), plus the estimated-cost limit a CRD's validation rules are held to at creation
+(apiextensions-apiserver ``StaticEstimatedCostLimit``, 10,000,000).
+
+The CEL runtime (cel-expr-python 0.1.3) has no cost tracker and no estimator. What it does give is
+the checked AST (``Expression.serialize()``: a ``google.protobuf.Any`` holding a
+``cel.expr.CheckedExpr``); this module decodes it (:func:`checked_ast`, a protobuf wire reader
+for just the fields used) and walks it with cel-go's cost model (``common/cost.go``,
+``checker/cost.go``, ``interpreter/runtimecost.go``): identifiers and selections 1, constants 0,
+list literals 10, map literals 30, object literals 40, a function call 1 unless it traverses its
+arguments (string functions 0.1 per byte, ``matches``/``find`` times 0.25 per byte of the
+pattern, list functions 1 per element, ``in`` on a list its size, ``+`` on strings or lists 0.1
+per element), ``&&``, ``||`` and ``?:`` free, comprehensions their range, accumulator and result
+plus every iteration's loop condition and step.
+
+One walk serves both questions, with different values bound to the variables:
+
+* **estimate** (:func:`estimate`, at load): every variable is a document of at most
+  :attr:`CostLimits.max_request_bytes` (the API server's 3 MiB request limit): strings of up to
+  that many bytes, lists and maps of up to half as many elements (one byte and a comma each),
+  and no comprehension runs more than the runtime's iteration budget allows (9,999 iterations,
+  :data:`policies.cel.runtime.ITERATION_BUDGET`). Where cel-go multiplies a nested comprehension
+  by its enclosing one, a comprehension or string function over a part *of the enclosing
+  comprehension's element* (``object.spec.containers.all(c, c.env.all(e, ...))``) is charged
+  once for all elements together: the elements are disjoint parts of one document, so their
+  sizes sum to at most the document's. That is a real bound, and tighter than cel-go's.
+* **runtime cost** (:func:`runtime_cost`, per request): the variables are the request's actual
+  values; comprehensions over them are walked element by element. Both branches of ``?:``,
+  ``&&`` and ``||`` are charged (the walk does not evaluate conditions), so the figure is an
+  upper bound of what cel-go counts on the same data, never less.
+
+Must not evaluate expressions, do I/O or import the CEL runtime (:mod:`policies.cel.runtime`
+passes the serialized AST in).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+PER_CALL_LIMIT: Final = 1_000_000
+"""``PerCallLimit``: the runtime cost one expression evaluation may reach (k8s.io/apiserver
+``pkg/apis/cel/config.go``)."""
+RUNTIME_BUDGET: Final = 10_000_000
+"""``RuntimeCELCostBudget``: the runtime cost all expressions of one policy (binding) may reach on
+one request (same file)."""
+ESTIMATED_LIMIT: Final = 10_000_000
+"""``StaticEstimatedCostLimit``: the estimated cost of one validation rule a CRD may have
+(apiextensions-apiserver ``pkg/apiserver/schema/cel/model`` / ``validation.go``); gpuguard
+refuses a GPUPolicy expression above it at load."""
+MAX_REQUEST_BYTES: Final = 3 * 1024 * 1024
+"""``MaxRequestSizeBytes``, the largest request body the API server accepts (config.go)."""
+FACT_BYTES: Final = 512.0
+"""The longest string the estimate assumes in ``gpu`` facts and ``variables``: gpuguard builds
+the facts (container names, field paths, resource names, quantities as written; qualified names
+are at most 317 bytes, 253 + "/" + 63); variables are assumed to hold such values too (an
+assumption, see docs/cel.md "Cost limits": the runtime limit still holds whatever they hold)."""
+EXCEEDED: Final = "operation cancelled: actual cost limit exceeded"
+"""cel-go's error when an evaluation passes its cost limit (``interpreter``)."""
+OUT_OF_BUDGET: Final = ("validation failed due to running out of cost budget, no further "
+                        "validation rules will be run")
+"""The API server's error when a policy's expressions pass ``RuntimeCELCostBudget``
+(``pkg/admission/plugin/cel/condition.go``)."""
+
+_STRING_FACTOR: Final = 0.1  # common.StringTraversalCostFactor
+_REGEX_FACTOR: Final = 0.25  # common.RegexStringLengthCostFactor
+_LIST_LITERAL: Final = 10.0
+_MAP_LITERAL: Final = 30.0
+_OBJECT_LITERAL: Final = 40.0
+
+
+@dataclass(frozen=True)
+class CostLimits:
+    """The cost limits in force (frozen settings; defaults are Kubernetes').
+
+    ``per_call``: the most one evaluation may cost; ``per_policy``: the most all expressions of
+    one policy may cost on one request; ``estimated``: the most a GPUPolicy expression may be
+    estimated to cost at load (0, the default, turns the check off: the estimate of several
+    built-in policies' messageExpressions is over :data:`ESTIMATED_LIMIT`, see docs/cel.md);
+    ``max_request_bytes``: the size of the
+    largest document the estimate assumes. Costs are cel-go cost units (about 0.1 µs each in
+    cel-go, per config.go's "roughly 0.1 second" for PerCallLimit).
+
+    Raises:
+        ValueError: a limit below 1 (``estimated``: below 0).
+    """
+
+    per_call: int = PER_CALL_LIMIT
+    per_policy: int = RUNTIME_BUDGET
+    estimated: int = 0
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("per_call", "per_policy", "max_request_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.estimated < 0:
+            raise ValueError(f"estimated must be at least 0, not {self.estimated}")
+
+
+DEFAULT_LIMITS: Final = CostLimits()
+
+
+# --- the checked AST -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One expression node of a checked AST.
+
+    ``kind``: ``const``, ``ident``, ``select``, ``call``, ``list``, ``map`` (map and object
+    literals; ``name`` is the message name of an object literal), ``comprehension``. ``name``: the
+    identifier, selected field or function; ``value``: a constant's value (str, bytes, int,
+    float, bool, None); ``children``: call target (when ``member``) then arguments / operand /
+    list elements / map keys and values alternately / comprehension parts (range, accu_init,
+    loop_condition, loop_step, result); ``variables``: a comprehension's (iter_var, iter_var2,
+    accu_var); ``test_only``: a ``has()`` selection.
+    """
+
+    kind: str
+    name: str = ""
+    value: Any = None
+    children: tuple[Node, ...] = ()
+    member: bool = False
+    variables: tuple[str, str, str] = ("", "", "")
+    test_only: bool = False
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of a protobuf message: varints as int, fixed64 as bytes,
+    length-delimited as bytes."""
+    i, n = 0, len(data)
+    while i < n:
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 1:
+            value, i = data[i:i + 8], i + 8
+        elif wire == 2:
+            size, i = _varint(data, i)
+            value, i = data[i:i + size], i + size
+        elif wire == 5:
+            value, i = data[i:i + 4], i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield number, wire, value
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, i
+        shift += 7
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _constant(data: bytes) -> Any:
+    import struct
+
+    for number, _, value in _fields(data):
+        if number == 1:
+            return None
+        if number == 2:
+            return bool(value)
+        if number in (3, 4):
+            return _signed(value) if number == 3 else value
+        if number == 5:
+            return struct.unpack("<d", value)[0]
+        if number == 6:
+            return value.decode("utf-8", "surrogatepass")
+        if number == 7:
+            return bytes(value)
+    return None
+
+
+def _expr(data: bytes) -> Node:
+    for number, _, value in _fields(data):
+        if number == 3:
+            return Node("const", value=_constant(value))
+        if number == 4:
+            return Node("ident", name=next(
+                (v.decode() for f, _, v in _fields(value) if f == 1), ""))
+        if number == 5:
+            operand, name, test = None, "", False
+            for f, _, v in _fields(value):
+                if f == 1:
+                    operand = _expr(v)
+                elif f == 2:
+                    name = v.decode()
+                elif f == 3:
+                    test = bool(v)
+            return Node("select", name=name, children=(operand,) if operand else (),
+                        test_only=test)
+        if number == 6:
+            target, function, args = None, "", []
+            for f, _, v in _fields(value):
+                if f == 1:
+                    target = _expr(v)
+                elif f == 2:
+                    function = v.decode()
+                elif f == 3:
+                    args.append(_expr(v))
+            return Node("call", name=function, member=target is not None,
+                        children=((target,) if target else ()) + tuple(args))
+        if number == 7:
+            return Node("list", children=tuple(_expr(v) for f, _, v in _fields(value) if f == 1))
+        if number == 8:
+            name, parts = "", []
+            for f, _, v in _fields(value):
+                if f == 1:
+                    name = v.decode()
+                elif f == 2:
+                    key: Node = Node("const", value=None)
+                    item: Node = Node("const", value=None)
+                    for ef, _, ev in _fields(v):
+                        if ef == 2:
+                            key = Node("const", value=ev.decode())
+                        elif ef == 3:
+                            key = _expr(ev)
+                        elif ef == 4:
+                            item = _expr(ev)
+                    parts += [key, item]
+            return Node("map", name=name, children=tuple(parts))
+        if number == 9:
+            names = {1: "", 3: "", 8: ""}
+            parts_by: dict[int, Node] = {}
+            for f, _, v in _fields(value):
+                if f in names:
+                    names[f] = v.decode()
+                elif f in (2, 4, 5, 6, 7):
+                    parts_by[f] = _expr(v)
+            empty = Node("const", value=None)
+            return Node("comprehension", variables=(names[1], names[8], names[3]),
+                        children=tuple(parts_by.get(f, empty) for f in (2, 4, 5, 6, 7)))
+    return Node("const", value=None)
+
+
+def checked_ast(serialized: bytes) -> Node:
+    """The expression tree of ``Expression.serialize()`` (an ``Any`` holding a ``CheckedExpr``).
+
+    Raises:
+        ValueError: the bytes are not such a message.
+    """
+    try:
+        body = next(v for f, _, v in _fields(serialized) if f == 2)
+        expr = next(v for f, _, v in _fields(body) if f == 4)
+        return _expr(expr)
+    except (StopIteration, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a serialized checked CEL expression ({exc})") from None
+
+
+# --- sizes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Sized:
+    """A value not known exactly: at most ``length`` elements (list or map) and ``chars`` bytes
+    (string or bytes); ``item`` is what its elements, values and fields may be; ``owners`` the
+    comprehensions whose element it is a part of (innermost last)."""
+
+    length: float
+    chars: float
+    owners: tuple[int, ...] = ()
+    item: _Sized | _Known | None = None
+    text: bool | None = None  # a string (True), a list or map (False), unknown (None)
+
+    def element(self) -> _Sized:
+        item = self.item
+        if item is None:
+            return _Sized(self.length, self.chars, self.owners)
+        if isinstance(item, _Known):
+            return _Sized(_length(item), _chars(item), self.owners)
+        return item
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A value known exactly (data of the request, a constant)."""
+
+    value: Any
+
+
+_Value = _Sized | _Known
+_SCALAR: Final = _Sized(1.0, 8.0)
+
+
+def _length(value: _Value) -> float:
+    if isinstance(value, _Sized):
+        return value.length
+    v = value.value
+    return float(len(v)) if isinstance(v, list | dict | tuple) else 1.0
+
+
+def _chars(value: _Value) -> float:
+    if isinstance(value, _Sized):
+        return value.chars
+    v = value.value
+    if isinstance(v, str):
+        return float(len(v.encode("utf-8", "surrogatepass"))) if not v.isascii() else float(len(v))
+    return float(len(v)) if isinstance(v, bytes) else 1.0
+
+
+def _owners(value: _Value) -> tuple[int, ...]:
+    return value.owners if isinstance(value, _Sized) else ()
+
+
+def _join(values: Sequence[_Value]) -> _Value:
+    """What any of ``values`` may be."""
+    if not values:
+        return _SCALAR
+    if len(values) == 1:
+        return values[0]
+    owners = _owners(values[0])
+    if any(_owners(v) != owners for v in values):
+        owners = ()
+    return _Sized(max(map(_length, values)), max(map(_chars, values)), owners)
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+class _Over(Exception):
+    """The running cost passed the limit: the walk stops."""
+
+
+@dataclass
+class _Cost:
+    """A cost: ``own`` plus parts ``shared`` per comprehension (charged once for all of that
+    comprehension's elements together, see the module docstring)."""
+
+    own: float = 0.0
+    shared: dict[int, float] | None = None
+
+    def add(self, other: _Cost) -> None:
+        self.own += other.own
+        if other.shared:
+            if self.shared is None:
+                self.shared = {}
+            for token, cost in other.shared.items():
+                self.shared[token] = self.shared.get(token, 0.0) + cost
+
+    def charge(self, cost: float, owners: tuple[int, ...]) -> None:
+        """Add ``cost``, proportional to the size of a part of the innermost of ``owners``."""
+        if owners:
+            if self.shared is None:
+                self.shared = {}
+            self.shared[owners[-1]] = self.shared.get(owners[-1], 0.0) + cost
+        else:
+            self.own += cost
+
+    def total(self) -> float:
+        return self.own + (sum(self.shared.values()) if self.shared else 0.0)
+
+
+_FREE: Final = frozenset({"_&&_", "_||_", "_?_:_", "@not_strictly_false", "!_"})
+_STRING_SCAN: Final = frozenset({
+    "contains", "startsWith", "endsWith", "lowerAscii", "upperAscii", "trim", "replace", "split",
+    "substring", "charAt", "indexOf", "lastIndexOf", "join", "url", "isURL", "ip", "isIP", "cidr",
+    "isCIDR", "quantity", "isQuantity", "semver", "isSemver", "base64.encode", "base64.decode",
+    "strings.quote", "format", "reverse", "string", "bytes", "escapeKey", "jsonpatch.escapeKey",
+    "validate",
+})
+_COMPARISONS: Final = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
+_LIST_SCAN: Final = frozenset({
+    "isSorted", "sum", "min", "max", "indexOf", "lastIndexOf", "@in", "flatten", "slice",
+    "reverse", "distinct", "lists.range", "math.greatest", "math.least",
+})
+_REGEX: Final = frozenset({"matches", "find", "findAll"})
+_SETS: Final = frozenset({"sets.contains", "sets.equivalent", "sets.intersects"})
+_SORTS: Final = frozenset({"sort", "sortBy"})
+
+
+class _Walk:
+    """One walk of an expression tree (see the module docstring)."""
+
+    def __init__(self, document: _Sized, iteration_cap: float, limit: float | None) -> None:
+        self.document = document
+        self.iteration_cap = iteration_cap
+        self.limit = limit
+        self.spent = 0.0  # the walk's own work, bounded: a huge list stops it at the limit
+        self.tokens = itertools.count(1)
+        # For the second bound (iterations of all comprehensions together are capped): the
+        # iteration parts of the comprehensions being walked, the outermost ones' sum, and the
+        # most one iteration of any comprehension costs without its nested ones' iterations.
+        self.nested: list[float] = []
+        self.outer_iterations = 0.0
+        self.costliest_iteration = 0.0
+
+    def node(self, node: Node, scope: Mapping[str, _Value]) -> tuple[_Cost, _Value]:
+        kind = node.kind
+        if kind == "const":
+            return _Cost(), _Known(node.value)
+        if kind == "ident":
+            value = scope.get(node.name)
+            return _Cost(1.0), value if value is not None else self.document
+        if kind == "select":
+            cost, operand = self.node(node.children[0], scope)
+            cost.own += 1.0
+            if node.test_only:
+                return cost, _SCALAR
+            return cost, _field(operand, node.name)
+        if kind == "list":
+            cost, items = self._all(node.children, scope)
+            cost.own += _LIST_LITERAL
+            if all(isinstance(v, _Known) for v in items):
+                return cost, _Known([v.value for v in items if isinstance(v, _Known)])
+            return cost, _Sized(float(len(items)), sum(map(_chars, items)), (), _join(items),
+                                text=False)
+        if kind == "map":
+            cost, items = self._all(node.children, scope)
+            cost.own += _OBJECT_LITERAL if node.name else _MAP_LITERAL
+            values = items[1::2]
+            return cost, _Sized(float(len(values)), sum(map(_chars, values)), (), _join(values),
+                                text=False)
+        if kind == "comprehension":
+            return self._comprehension(node, scope)
+        return self._call(node, scope)
+
+    def _all(self, nodes: Sequence[Node], scope: Mapping[str, _Value]
+             ) -> tuple[_Cost, list[_Value]]:
+        cost, values = _Cost(), []
+        for child in nodes:
+            child_cost, value = self.node(child, scope)
+            cost.add(child_cost)
+            values.append(value)
+        return cost, values
+
+    def _call(self, node: Node, scope: Mapping[str, _Value]) -> tuple[_Cost, _Value]:
+        name = node.name
+        if name == "_?_:_":
+            cost, (_, yes, no) = self._branches(node, scope)
+            return cost, _join([yes, no])
+        if name in ("_&&_", "_||_"):
+            cost, _ = self._branches(node, scope)
+            return cost, _SCALAR
+        cost, args = self._all(node.children, scope)
+        if name not in _FREE:
+            cost.own += 1.0
+        first = args[0] if args else _SCALAR
+        if name == "_[_]" or name == "_[?_]":
+            return cost, _index(first, args[1])
+        if name in _REGEX and len(args) > 1:
+            scan = math.ceil(1.0 + _chars(first) * _STRING_FACTOR)
+            cost.charge(scan * math.ceil(_chars(args[1]) * _REGEX_FACTOR) - 1, _owners(first))
+            return cost, _Sized(_chars(first), _chars(first), _owners(first))
+        if name == "_+_" and len(args) == 2:
+            size = [_length(a) if not _is_text(a) else _chars(a) for a in args]
+            cost.charge(math.ceil((size[0] + size[1]) * _STRING_FACTOR), _common_owner(args))
+            return cost, _concatenated(args)
+        if name in _COMPARISONS and len(args) == 2:
+            # equal scalars cost 1; strings, lists and maps the smaller one's size times 0.1
+            sizes = [(_chars(a) if _is_text(a) else _length(a), a) for a in args]
+            size, smaller = min(sizes, key=lambda pair: pair[0])
+            cost.charge(math.ceil(size * _STRING_FACTOR), _owners(smaller))
+            return cost, _SCALAR
+        if name in _SETS and len(args) == 2:
+            cost.charge(_length(args[0]) * _length(args[1]), _owners(first))
+            return cost, _SCALAR
+        if name in _SORTS:
+            n = _length(first)
+            cost.charge(n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), _owners(first))
+            return cost, first
+        if name in _LIST_SCAN and not _is_text(first):
+            cost.charge(_length(first), _owners(first))
+            return cost, first.element() if isinstance(first, _Sized) else _element(first)
+        if name in _STRING_SCAN:
+            text = max((_chars(a) for a in args), default=1.0) if name != "format" else \
+                sum(map(_chars, args))
+            cost.charge(math.ceil(text * _STRING_FACTOR), _common_owner(args))
+            if name == "split":
+                return cost, _Sized(_chars(first) + 1, _chars(first), _owners(first),
+                                    _Sized(1.0, _chars(first), _owners(first), text=True),
+                                    text=False)
+            if name in ("lowerAscii", "upperAscii", "trim", "substring", "charAt"):
+                return cost, _Sized(1.0, _chars(first), _owners(first), text=True)
+            return cost, _Sized(1.0, text, _common_owner(args), text=True)
+        if name in ("dyn", "optional.of", "optional.ofNonZeroValue", "value", "orValue"):
+            return cost, _join(args[-1:] if name != "orValue" else args)
+        return cost, _SCALAR
+
+    def _branches(self, node: Node, scope: Mapping[str, _Value]
+                  ) -> tuple[_Cost, list[_Value]]:
+        """``&&``, ``||``, ``?:``: each operand charged (an upper bound of what short-circuit
+        evaluation spends)."""
+        return self._all(node.children, scope)
+
+    def _comprehension(self, node: Node, scope: Mapping[str, _Value]) -> tuple[_Cost, _Value]:
+        iter_var, iter_var2, accu_var = node.variables
+        range_node, init_node, condition, step, result = node.children
+        cost, iterated = self.node(range_node, scope)
+        init_cost, init = self.node(init_node, scope)
+        cost.add(init_cost)
+        token = next(self.tokens)
+        if isinstance(iterated, _Known) and isinstance(iterated.value, list | dict):
+            data = iterated.value
+            accumulator: _Value = _Sized(float(len(data)), _chars(iterated), (), text=False)
+            pairs: Iterator[tuple[Any, Any]] = (
+                enumerate(data) if isinstance(data, list) else iter(data.items()))
+            for key, item in pairs:
+                if isinstance(data, list):
+                    first, second = (key, item) if iter_var2 else (item, None)
+                else:
+                    first, second = key, item
+                inner = {**scope, accu_var: accumulator, iter_var: _Known(first)}
+                if iter_var2:
+                    inner[iter_var2] = _Known(second)
+                for part in (condition, step):
+                    part_cost, _ = self.node(part, inner)
+                    cost.add(part_cost)
+                self.spent += 1.0
+                self._check(cost.total() + self.spent)
+            _, produced = self.node(result, {**scope, accu_var: accumulator})
+            return cost, produced if not isinstance(produced, _Known) else accumulator
+        sized = iterated if isinstance(iterated, _Sized) else _SCALAR
+        count = min(sized.length, self.iteration_cap)
+        owners = (*sized.owners, token)
+        element = _Sized(sized.element().length, sized.element().chars, owners,
+                         sized.element().item)
+        accumulator = _Sized(count, sized.chars, sized.owners, sized.element(), text=False)
+        # the accumulator grows by at most one element per iteration: over all iterations its
+        # length averages half the count (what a cost linear in it sums to)
+        growing = _Sized(math.ceil(count / 2), sized.chars, sized.owners, sized.element(),
+                         text=False)
+        inner = {**scope, accu_var: growing, iter_var: element}
+        if iter_var2:
+            inner[iter_var2] = element
+        body = _Cost()
+        self.nested.append(0.0)
+        for part in (condition, step):
+            part_cost, _ = self.node(part, inner)
+            body.add(part_cost)
+        nested = self.nested.pop()
+        once = body.shared.pop(token, 0.0) if body.shared else 0.0
+        per_iteration = body.total()
+        iterations = count * per_iteration + once
+        self.costliest_iteration = max(self.costliest_iteration,
+                                       per_iteration + once - nested)
+        if self.nested:
+            self.nested[-1] += iterations
+        else:
+            self.outer_iterations += iterations
+        loop = _Cost()
+        loop.charge(iterations, sized.owners)
+        cost.add(loop)
+        result_cost, _ = self.node(result, {**scope, accu_var: accumulator})
+        cost.add(result_cost)
+        self._check(cost.total())
+        return cost, accumulator
+
+    def _check(self, spent: float) -> None:
+        if self.limit is not None and spent > self.limit:
+            raise _Over
+
+
+def _is_text(value: _Value) -> bool:
+    if isinstance(value, _Known):
+        return isinstance(value.value, str | bytes)
+    return value.text if value.text is not None else value.chars > value.length
+
+
+def _common_owner(values: Sequence[_Value]) -> tuple[int, ...]:
+    owned = [_owners(v) for v in values if not isinstance(v, _Known)]
+    return owned[0] if owned and all(o == owned[0] for o in owned) else ()
+
+
+def _field(value: _Value, name: str) -> _Value:
+    if isinstance(value, _Known):
+        data = value.value
+        return _Known(data.get(name)) if isinstance(data, dict) else _Known(None)
+    return value.element()
+
+
+def _element(value: _Known) -> _Value:
+    data = value.value
+    items = list(data.values()) if isinstance(data, dict) else list(data) \
+        if isinstance(data, list) else []
+    return _join([_Known(v) for v in items]) if items else _SCALAR
+
+
+def _index(value: _Value, key: _Value) -> _Value:
+    if isinstance(value, _Known) and isinstance(key, _Known):
+        data, k = value.value, key.value
+        if isinstance(data, dict):
+            return _Known(data.get(k))
+        if isinstance(data, list) and type(k) is int and -len(data) <= k < len(data):
+            return _Known(data[k])
+        return _Known(None)
+    if isinstance(value, _Known):
+        return _element(value)
+    return value.element()
+
+
+def _concatenated(args: Sequence[_Value]) -> _Value:
+    if all(isinstance(a, _Known) for a in args):
+        left, right = (a.value for a in args if isinstance(a, _Known))
+        if type(left) is type(right) and isinstance(left, str | list | bytes):
+            return _Known(left + right)
+    texts = {_is_text(a) for a in args}
+    return _Sized(sum(map(_length, args)), sum(map(_chars, args)), _common_owner(args),
+                  _join([a.element() if isinstance(a, _Sized) else _element(a)
+                         for a in args]), texts.pop() if len(texts) == 1 else None)
+
+
+def document_bound(limits: CostLimits) -> _Sized:
+    """Any part of a document of at most ``limits.max_request_bytes``: strings of that many
+    bytes (less two quotes), lists and maps of half as many elements (cel-go's
+    ``(MaxRequestSizeBytes - 2) / (minSize + 1)`` with one-byte elements)."""
+    chars = float(limits.max_request_bytes - 2)
+    length = float((limits.max_request_bytes - 2) // 2)
+    bound = _Sized(length, chars)
+    return _Sized(length, chars, (), bound)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An expression's worst-case cost (cel-go cost units) over any document within the limits."""
+
+    cost: int
+
+
+def estimate(tree: Node, limits: CostLimits = DEFAULT_LIMITS, *,
+             iteration_cap: int = 9_999, known: Mapping[str, Any] | None = None) -> Estimate:
+    """The worst-case cost of ``tree`` (see the module docstring); ``iteration_cap`` is the most
+    iterations the comprehensions of one evaluation may run together (the runtime's iteration
+    budget less one); ``known``: variables whose value is known at load (a GPUPolicy's inline
+    ``params``).
+
+    The lesser of two bounds: each comprehension's iterations times its costliest iteration,
+    and all comprehensions' iterations together (at most ``iteration_cap``) times the costliest
+    iteration of any of them."""
+    walk = _Walk(document_bound(limits), float(iteration_cap), None)
+    scope = _scope(iteration_cap, known or {})
+    cost, _ = walk.node(tree, scope)
+    total = cost.total()
+    together = total - walk.outer_iterations + iteration_cap * walk.costliest_iteration
+    return Estimate(int(math.ceil(min(total, together))))
+
+
+def _scope(iteration_cap: int, known: Mapping[str, Any]) -> dict[str, _Value]:
+    """The variables of a walk: ``known`` as they are, ``gpu`` and ``variables`` otherwise
+    bounded as gpuguard's facts (:data:`FACT_BYTES`), the rest as a document."""
+    facts = _Sized(float(iteration_cap), FACT_BYTES, (), _Sized(float(iteration_cap), FACT_BYTES))
+    scope: dict[str, _Value] = {"gpu": facts, "variables": facts}
+    scope.update({name: _Known(value) for name, value in known.items()})
+    return scope
+
+
+def runtime_cost(tree: Node, data: Mapping[str, Any], limits: CostLimits = DEFAULT_LIMITS, *,
+                 limit: int | None = None, iteration_cap: int = 9_999) -> int | None:
+    """The cost of ``tree`` on ``data`` (variable name -> plain value, as the activation has
+    them): an upper bound of cel-go's actual cost on the same data. Returns None as soon as the
+    cost passes ``limit`` (the walk stops there, so a huge list costs the walk no more than the
+    limit). A variable missing from ``data`` is bounded as at load."""
+    walk = _Walk(document_bound(limits), float(iteration_cap), None if limit is None
+                 else float(limit))
+    scope = _scope(iteration_cap, data)
+    try:
+        cost, _ = walk.node(tree, scope)
+    except _Over:
+        return None
+    total = int(math.ceil(cost.total()))
+    return None if limit is not None and total > limit else total
