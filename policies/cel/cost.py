@@ -477,6 +477,13 @@ class _Walk:
             n = _length(first)
             cost.charge(n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), _owners(first))
             return cost, first
+        if name == "lists.range":
+            n = first.value if isinstance(first, _Known) and type(first.value) is int else None
+            size = float(n) if n is not None else self.document.length
+            cost.own += max(size, 0.0)
+            if n is not None and 0 <= n <= 100_000:
+                return cost, _Known(list(range(n)))
+            return cost, _Sized(size, size, (), _SCALAR, text=False)
         if name in _LIST_SCAN and not _is_text(first):
             cost.charge(_length(first), _owners(first))
             return cost, first.element() if isinstance(first, _Sized) else _element(first)
