@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -142,6 +143,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
     while i < n:
         key, i = _varint(data, i)
         number, wire = key >> 3, key & 7
+        value: Any
         if wire == 0:
             value, i = _varint(data, i)
         elif wire == 1:
@@ -172,8 +174,6 @@ def _signed(value: int) -> int:
 
 
 def _constant(data: bytes) -> Any:
-    import struct
-
     for number, _, value in _fields(data):
         if number == 1:
             return None
@@ -454,15 +454,15 @@ class _Walk:
         if name not in _FREE:
             cost.own += 1.0
         first = args[0] if args else _SCALAR
-        if name == "_[_]" or name == "_[?_]":
+        if name in {"_[_]", "_[?_]"}:
             return cost, _index(first, args[1])
         if name in _REGEX and len(args) > 1:
             scan = math.ceil(1.0 + _chars(first) * _STRING_FACTOR)
             cost.charge(scan * math.ceil(_chars(args[1]) * _REGEX_FACTOR) - 1, _owners(first))
             return cost, _Sized(_chars(first), _chars(first), _owners(first))
         if name == "_+_" and len(args) == 2:
-            size = [_length(a) if not _is_text(a) else _chars(a) for a in args]
-            cost.charge(math.ceil((size[0] + size[1]) * _STRING_FACTOR), _common_owner(args))
+            parts = [_length(a) if not _is_text(a) else _chars(a) for a in args]
+            cost.charge(math.ceil((parts[0] + parts[1]) * _STRING_FACTOR), _common_owner(args))
             return cost, _concatenated(args)
         if name in _COMPARISONS and len(args) == 2:
             # equal scalars cost 1; strings, lists and maps the smaller one's size times 0.1
@@ -478,12 +478,13 @@ class _Walk:
             cost.charge(n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), _owners(first))
             return cost, first
         if name == "lists.range":
-            n = first.value if isinstance(first, _Known) and type(first.value) is int else None
-            size = float(n) if n is not None else self.document.length
-            cost.own += max(size, 0.0)
-            if n is not None and 0 <= n <= 100_000:
-                return cost, _Known(list(range(n)))
-            return cost, _Sized(size, size, (), _SCALAR, text=False)
+            count = first.value if isinstance(first, _Known) and type(first.value) is int \
+                else None
+            elements = float(count) if count is not None else self.document.length
+            cost.own += max(elements, 0.0)
+            if count is not None and 0 <= count <= 100_000:
+                return cost, _Known(list(range(count)))
+            return cost, _Sized(elements, elements, (), _SCALAR, text=False)
         if name in _LIST_SCAN and not _is_text(first):
             cost.charge(_length(first), _owners(first))
             return cost, first.element() if isinstance(first, _Sized) else _element(first)
@@ -512,7 +513,7 @@ class _Walk:
         iter_var, iter_var2, accu_var = node.variables
         range_node, init_node, condition, step, result = node.children
         cost, iterated = self.node(range_node, scope)
-        init_cost, init = self.node(init_node, scope)
+        init_cost, _ = self.node(init_node, scope)
         cost.add(init_cost)
         token = next(self.tokens)
         if isinstance(iterated, _Known) and isinstance(iterated.value, list | dict):
@@ -657,7 +658,7 @@ def estimate(tree: Node, limits: CostLimits = DEFAULT_LIMITS, *,
     cost, _ = walk.node(tree, scope)
     total = cost.total()
     together = total - walk.outer_iterations + iteration_cap * walk.costliest_iteration
-    return Estimate(int(math.ceil(min(total, together))))
+    return Estimate(math.ceil(min(total, together)))
 
 
 def _scope(iteration_cap: int, known: Mapping[str, Any]) -> dict[str, _Value]:
@@ -682,5 +683,5 @@ def runtime_cost(tree: Node, data: Mapping[str, Any], limits: CostLimits = DEFAU
         cost, _ = walk.node(tree, scope)
     except _Over:
         return None
-    total = int(math.ceil(cost.total()))
+    total = math.ceil(cost.total())
     return None if limit is not None and total > limit else total

@@ -35,8 +35,8 @@ from enum import StrEnum
 from typing import Any
 
 from policies.authorization import Authorizer, Subject, Unavailable
-from policies.cel.gpu import gpu_data
 from policies.cel.cost import OUT_OF_BUDGET
+from policies.cel.gpu import gpu_data
 from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,

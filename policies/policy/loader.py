@@ -135,7 +135,8 @@ class _Builder:
                 self.error(path, f"CEL error at {where}: {issue.message}{hint}")
             return None
         limit = self.environment.cost_limits.estimated
-        if limit and compiled.estimated_cost > limit and self._gpu_policy_estimate(compiled) > limit:
+        if limit and compiled.estimated_cost > limit \
+                and self._gpu_policy_estimate(compiled) > limit:
             # Kubernetes refuses a CRD validation rule over StaticEstimatedCostLimit; a VAP or
             # MAP it does not (everything there is dyn): those are held to the runtime limits.
             cost = self._gpu_policy_estimate(compiled)
