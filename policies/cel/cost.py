@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -312,9 +312,7 @@ def _chars(value: _Value) -> float:
     if isinstance(value, _Sized):
         return value.chars
     v = value.value
-    if isinstance(v, str):
-        return float(len(v.encode("utf-8", "surrogatepass"))) if not v.isascii() else float(len(v))
-    return float(len(v)) if isinstance(v, bytes) else 1.0
+    return float(len(v)) if isinstance(v, str | bytes) else 1.0
 
 
 def _owners(value: _Value) -> tuple[int, ...]:
@@ -369,29 +367,39 @@ class _Cost:
         return self.own + (sum(self.shared.values()) if self.shared else 0.0)
 
 
-_FREE: Final = frozenset({"_&&_", "_||_", "_?_:_", "@not_strictly_false", "!_"})
-_STRING_SCAN: Final = frozenset({
-    "contains", "startsWith", "endsWith", "lowerAscii", "upperAscii", "trim", "replace", "split",
-    "substring", "charAt", "indexOf", "lastIndexOf", "join", "url", "isURL", "ip", "isIP", "cidr",
-    "isCIDR", "quantity", "isQuantity", "semver", "isSemver", "base64.encode", "base64.decode",
-    "strings.quote", "format", "reverse", "string", "bytes", "escapeKey", "jsonpatch.escapeKey",
-    "validate",
+# Functions by how cel-go (interpreter/runtimecost.go) and Kubernetes
+# (k8s.io/apiserver/pkg/cel/library/cost.go, CostEstimator.CallCost) charge them; a function in
+# none of these costs 1. The unit costs below are theirs; the sizes are code points of a string,
+# elements of a list or map, 1 for anything else (cel-go's actualSize).
+_SCAN_FIRST: Final = frozenset({  # ceil(size(first argument) * 0.1)
+    "url", "lowerAscii", "upperAscii", "substring", "trim", "cidr",
+    "isIP", "isCIDR", "ip", "quantity", "isQuantity", "isURL", "semver", "isSemver", "bytes",
+    "charAt", "strings.quote", "base64.encode", "base64.decode", "escapeKey",
+    "jsonpatch.escapeKey", "format", "reverse",
 })
-_COMPARISONS: Final = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
-_LIST_SCAN: Final = frozenset({
-    "isSorted", "sum", "min", "max", "indexOf", "lastIndexOf", "@in", "flatten", "slice",
-    "reverse", "distinct", "lists.range", "math.greatest", "math.least",
-})
+_SCAN_TWICE: Final = frozenset({"replace", "split", "ip.isCanonical"})  # ceil(size * 0.2)
+_TRAVERSE: Final = frozenset({"isSorted", "sum", "max", "min", "indexOf", "lastIndexOf"})
 _REGEX: Final = frozenset({"matches", "find", "findAll"})
-_SETS: Final = frozenset({"sets.contains", "sets.equivalent", "sets.intersects"})
+_COMPARISONS: Final = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
+_AFFIXES: Final = frozenset({"startsWith", "endsWith"})  # ceil(size(affix) * 0.1)
+_LIST_BUILDERS: Final = frozenset({"reverse", "slice", "flatten"})  # 11 + result's length
 _SORTS: Final = frozenset({"sort", "sortBy"})
+_BOOLEAN: Final = frozenset({"!_", "@not_strictly_false", "size", "int", "uint", "double",
+                             "bool", "_-_", "_*_", "_/_", "_%_", "-_", "isGreaterThan",
+                             "isLessThan", "compareTo", "allowed", "errored", "type"})
+AUTHORIZER_CHECK: Final = 350_000
+"""What one ``authorizer...check(verb)`` costs (Kubernetes: "allow for only two authorization
+checks per expression")."""
 
 
 class _Walk:
     """One walk of an expression tree (see the module docstring)."""
 
-    def __init__(self, document: _Sized, iteration_cap: float, limit: float | None) -> None:
+    def __init__(self, document: _Sized, iteration_cap: float, limit: float | None,
+                 check_cost: float = AUTHORIZER_CHECK, elements: float | None = None) -> None:
         self.document = document
+        self.elements = document.length if elements is None else elements
+        self.check_cost = check_cost
         self.iteration_cap = iteration_cap
         self.limit = limit
         self.spent = 0.0  # the walk's own work, bounded: a huge list stops it at the limit
@@ -412,20 +420,22 @@ class _Walk:
             return _Cost(1.0), value if value is not None else self.document
         if kind == "select":
             cost, operand = self.node(node.children[0], scope)
-            cost.own += 1.0
-            if node.test_only:
+            if node.test_only:  # has(): the operand's cost only (measured with the oracle)
                 return cost, _SCALAR
+            cost.own += 1.0
             return cost, _field(operand, node.name)
         if kind == "list":
             cost, items = self._all(node.children, scope)
-            cost.own += _LIST_LITERAL
+            constant = all(child.kind == "const" for child in node.children)
+            cost.own += 0.0 if constant else _LIST_LITERAL  # a constant list is planned once
             if all(isinstance(v, _Known) for v in items):
                 return cost, _Known([v.value for v in items if isinstance(v, _Known)])
             return cost, _Sized(float(len(items)), sum(map(_chars, items)), (), _join(items),
                                 text=False)
         if kind == "map":
             cost, items = self._all(node.children, scope)
-            cost.own += _OBJECT_LITERAL if node.name else _MAP_LITERAL
+            constant = all(child.kind == "const" for child in node.children)
+            cost.own += 1.0 if constant else _OBJECT_LITERAL if node.name else _MAP_LITERAL
             values = items[1::2]
             return cost, _Sized(float(len(values)), sum(map(_chars, values)), (), _join(values),
                                 text=False)
@@ -446,62 +456,16 @@ class _Walk:
         name = node.name
         if name == "_?_:_":
             cost, (_, yes, no) = self._branches(node, scope)
-            return cost, _join([yes, no])
+            return cost, _either(yes, no)
         if name in ("_&&_", "_||_"):
             cost, _ = self._branches(node, scope)
             return cost, _SCALAR
         cost, args = self._all(node.children, scope)
-        if name not in _FREE:
-            cost.own += 1.0
-        first = args[0] if args else _SCALAR
-        if name in {"_[_]", "_[?_]"}:
-            return cost, _index(first, args[1])
-        if name in _REGEX and len(args) > 1:
-            scan = math.ceil(1.0 + _chars(first) * _STRING_FACTOR)
-            cost.charge(scan * math.ceil(_chars(args[1]) * _REGEX_FACTOR) - 1, _owners(first))
-            return cost, _Sized(_chars(first), _chars(first), _owners(first))
-        if name == "_+_" and len(args) == 2:
-            parts = [_length(a) if not _is_text(a) else _chars(a) for a in args]
-            cost.charge(math.ceil((parts[0] + parts[1]) * _STRING_FACTOR), _common_owner(args))
-            return cost, _concatenated(args)
-        if name in _COMPARISONS and len(args) == 2:
-            # equal scalars cost 1; strings, lists and maps the smaller one's size times 0.1
-            sizes = [(_chars(a) if _is_text(a) else _length(a), a) for a in args]
-            size, smaller = min(sizes, key=lambda pair: pair[0])
-            cost.charge(math.ceil(size * _STRING_FACTOR), _owners(smaller))
-            return cost, _SCALAR
-        if name in _SETS and len(args) == 2:
-            cost.charge(_length(args[0]) * _length(args[1]), _owners(first))
-            return cost, _SCALAR
-        if name in _SORTS:
-            n = _length(first)
-            cost.charge(n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), _owners(first))
-            return cost, first
-        if name == "lists.range":
-            count = first.value if isinstance(first, _Known) and type(first.value) is int \
-                else None
-            elements = float(count) if count is not None else self.document.length
-            cost.own += max(elements, 0.0)
-            if count is not None and 0 <= count <= 100_000:
-                return cost, _Known(list(range(count)))
-            return cost, _Sized(elements, elements, (), _SCALAR, text=False)
-        if name in _LIST_SCAN and not _is_text(first):
-            cost.charge(_length(first), _owners(first))
-            return cost, first.element() if isinstance(first, _Sized) else _element(first)
-        if name in _STRING_SCAN:
-            text = max((_chars(a) for a in args), default=1.0) if name != "format" else \
-                sum(map(_chars, args))
-            cost.charge(math.ceil(text * _STRING_FACTOR), _common_owner(args))
-            if name == "split":
-                return cost, _Sized(_chars(first) + 1, _chars(first), _owners(first),
-                                    _Sized(1.0, _chars(first), _owners(first), text=True),
-                                    text=False)
-            if name in ("lowerAscii", "upperAscii", "trim", "substring", "charAt"):
-                return cost, _Sized(1.0, _chars(first), _owners(first), text=True)
-            return cost, _Sized(1.0, text, _common_owner(args), text=True)
-        if name in ("dyn", "optional.of", "optional.ofNonZeroValue", "value", "orValue"):
-            return cost, _join(args[-1:] if name != "orValue" else args)
-        return cost, _SCALAR
+        charge, value = _function(name, args)
+        if name == "check":
+            charge = self.check_cost
+        cost.charge(charge, _common_owner(args))
+        return cost, value
 
     def _branches(self, node: Node, scope: Mapping[str, _Value]
                   ) -> tuple[_Cost, list[_Value]]:
@@ -513,12 +477,12 @@ class _Walk:
         iter_var, iter_var2, accu_var = node.variables
         range_node, init_node, condition, step, result = node.children
         cost, iterated = self.node(range_node, scope)
-        init_cost, _ = self.node(init_node, scope)
+        init_cost, init = self.node(init_node, scope)
         cost.add(init_cost)
         token = next(self.tokens)
         if isinstance(iterated, _Known) and isinstance(iterated.value, list | dict):
             data = iterated.value
-            accumulator: _Value = _Sized(float(len(data)), _chars(iterated), (), text=False)
+            accumulator = init  # followed through the iterations: map/filter results stay exact
             pairs: Iterator[tuple[Any, Any]] = (
                 enumerate(data) if isinstance(data, list) else iter(data.items()))
             for key, item in pairs:
@@ -529,15 +493,19 @@ class _Walk:
                 inner = {**scope, accu_var: accumulator, iter_var: _Known(first)}
                 if iter_var2:
                     inner[iter_var2] = _Known(second)
-                for part in (condition, step):
-                    part_cost, _ = self.node(part, inner)
-                    cost.add(part_cost)
+                part_cost, _ = self.node(condition, inner)
+                cost.add(part_cost)
+                part_cost, accumulator = self.node(step, inner)
+                cost.add(part_cost)
                 self.spent += 1.0
                 self._check(cost.total() + self.spent)
-            _, produced = self.node(result, {**scope, accu_var: accumulator})
-            return cost, produced if not isinstance(produced, _Known) else accumulator
+            result_cost, produced = self.node(result, {**scope, accu_var: accumulator})
+            cost.add(result_cost)
+            return cost, produced
         sized = iterated if isinstance(iterated, _Sized) else _SCALAR
-        count = min(sized.length, self.iteration_cap)
+        # a list that is part of an enclosing comprehension's element is charged once for all
+        # of them (below): the lengths of such parts sum to at most the data's elements
+        count = min(self.elements if sized.owners else sized.length, self.iteration_cap)
         owners = (*sized.owners, token)
         element = _Sized(sized.element().length, sized.element().chars, owners,
                          sized.element().item)
@@ -575,6 +543,149 @@ class _Walk:
     def _check(self, spent: float) -> None:
         if self.limit is not None and spent > self.limit:
             raise _Over
+
+
+def _flattened(value: _Value) -> _Value:
+    """What ``flatten()`` of ``value`` may be (one level)."""
+    if isinstance(value, _Known) and isinstance(value.value, list):
+        flat: list[Any] = []
+        for item in value.value:
+            flat.extend(item if isinstance(item, list) else [item])
+        return _Known(flat) if len(flat) <= _KNOWN_LIST_CAP else _Sized(
+            float(len(flat)), 1.0, (), None, text=False)
+    sized = value if isinstance(value, _Sized) else _SCALAR
+    inner = sized.element()
+    return _Sized(sized.length * inner.length, sized.chars, sized.owners, inner.element(),
+                  text=False)
+
+
+def _either(yes: _Value, no: _Value) -> _Value:
+    """What ``cond ? yes : no`` may be: the longer list when one extends the other (a filter's
+    step, ``pred ? @result + [x] : @result``), else either."""
+    if isinstance(yes, _Known) and isinstance(no, _Known) and isinstance(yes.value, list) \
+            and isinstance(no.value, list):
+        longer, shorter = (yes.value, no.value) if len(yes.value) >= len(no.value) \
+            else (no.value, yes.value)
+        if all(a is b for a, b in zip(longer, shorter, strict=False)):
+            return _Known(longer)
+    return _join([yes, no])
+
+
+def _size(value: _Value) -> float:
+    """cel-go's ``actualSize``: code points of a string or bytes, elements of a list or map."""
+    return _chars(value) if _is_text(value) else _length(value)
+
+
+def _traversal(value: _Value) -> float:
+    """Kubernetes' ``traversalCost``: 0.1 per code point of every string in it, 1 per scalar."""
+    if isinstance(value, _Known):
+        return _traversed(value.value)
+    return value.chars * _STRING_FACTOR + value.length
+
+
+def _traversed(data: Any) -> float:
+    if isinstance(data, str | bytes):
+        return float(math.floor(len(data) * _STRING_FACTOR))
+    if isinstance(data, list):
+        return sum(_traversed(item) for item in data)
+    if isinstance(data, dict):
+        return sum(_traversed(k) + _traversed(v) for k, v in data.items())
+    return 1.0
+
+
+def _function(name: str, args: Sequence[_Value]) -> tuple[float, _Value]:
+    """The cost of one call of ``name`` on ``args`` (receiver first) and what it returns."""
+    first = args[0] if args else _SCALAR
+    owners = _owners(first)
+    if name in {"_[_]", "_[?_]"} and len(args) == 2:
+        return 1.0, _index(first, args[1])
+    if name in _COMPARISONS and len(args) == 2:
+        return float(math.ceil(min(_size(args[0]), _size(args[1])) * _STRING_FACTOR)), _SCALAR
+    if name == "_+_" and len(args) == 2:
+        joined = _concatenated(args)
+        if _is_text(args[0]) or _is_text(args[1]):
+            return float(math.ceil((_size(args[0]) + _size(args[1])) * _STRING_FACTOR)), joined
+        return 1.0, joined  # list concatenation is O(1) in cel-go
+    if name == "@in" and len(args) == 2:
+        container = args[1]
+        is_map = isinstance(container, _Known) and isinstance(container.value, dict)
+        return (1.0 if is_map else max(_length(container), 1.0)), _SCALAR
+    if name in _REGEX and len(args) == 2:
+        scan = math.ceil((1.0 + _chars(first)) * _STRING_FACTOR)
+        found = _Sized(_chars(first), _chars(first), owners, text=name != "findAll")
+        return float(scan * math.ceil(_chars(args[1]) * _REGEX_FACTOR)), found
+    if name == "contains" and len(args) == 2:
+        return float(math.ceil(_chars(first) * _STRING_FACTOR)
+                     * math.ceil(_chars(args[1]) * _STRING_FACTOR)), _SCALAR
+    if name in _TRAVERSE:
+        element = first.element() if isinstance(first, _Sized) else _element(first)
+        return _traversal(first), element if not _is_text(first) else _SCALAR
+    if name == "join":
+        items = first.element() if isinstance(first, _Sized) else None
+        if isinstance(first, _Known) and isinstance(first.value, list):
+            size = sum(_chars(_Known(v)) for v in first.value)
+        else:
+            size = _length(first) * (items.chars if items is not None else 1.0)
+        separators = _chars(args[1]) * max(_length(first) - 1, 0.0) if len(args) > 1 else 0.0
+        total = size + separators
+        return float(math.ceil(total * 2 * _STRING_FACTOR)), _Sized(1.0, total, owners,
+                                                                    text=True)
+    if name in _SCAN_TWICE:
+        result = _Sized(_chars(first) + 1, _chars(first), owners,
+                        _Sized(1.0, _chars(first), owners, text=True), text=False) \
+            if name == "split" else _Sized(1.0, _chars(first) * 2, owners, text=True)
+        return float(math.ceil(_chars(first) * 2 * _STRING_FACTOR)), result
+    if name in _AFFIXES and len(args) == 2:
+        return float(math.ceil(_chars(args[1]) * _STRING_FACTOR)), _SCALAR
+    if name in ("validate", "validateAsList"):
+        # format.<name>().validate(s) (gpuguard's rewrite: validateAsList(s).first()): measured
+        # 8 for a short string with Kubernetes 1.37
+        return 7.0 + math.ceil(_chars(args[-1]) * _STRING_FACTOR), _SCALAR
+    if name in _SCAN_FIRST and (name != "reverse" or _is_text(first)):
+        text = sum(map(_chars, args)) if name == "format" else _chars(first)
+        return float(math.ceil(text * _STRING_FACTOR)), _Sized(1.0, text, owners, text=True)
+    if name == "check":
+        return float(AUTHORIZER_CHECK), _SCALAR
+    if name == "lists.range":
+        count = first.value if isinstance(first, _Known) and type(first.value) is int else None
+        if count is not None and 0 <= count <= 100_000:
+            return float(count + 11), _Known(list(range(count)))
+        return float(MAX_REQUEST_BYTES), _Sized(float(MAX_REQUEST_BYTES), 1.0, (), _SCALAR,
+                                                text=False)
+    if name in _SORTS:
+        n = _length(first)
+        return n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), first
+    if name in _LIST_BUILDERS and not _is_text(first):
+        built: _Value = first
+        if name == "flatten":
+            built = _flattened(first)
+        elif name == "slice" and len(args) == 3 and isinstance(first, _Known) \
+                and isinstance(first.value, list):
+            bounds = [a.value if isinstance(a, _Known) else None for a in args[1:]]
+            if type(bounds[0]) is int and type(bounds[1]) is int:
+                built = _Known(first.value[bounds[0]:bounds[1]])
+        return 11.0 + _length(built), built
+    if name == "distinct":
+        n = _length(first)
+        return 2 * n * n + 2 * n + 11, first
+    if name in ("sets.contains", "sets.intersects") and len(args) == 2:
+        return _length(args[0]) * _length(args[1]) + 1, _SCALAR
+    if name == "sets.equivalent" and len(args) == 2:
+        return 2 * _length(args[0]) * _length(args[1]) + 1, _SCALAR
+    if name in ("containsIP", "containsCIDR") and len(args) == 2:
+        return 2.0 + math.ceil(_chars(args[1]) * _STRING_FACTOR), _SCALAR
+    if name in ("math.greatest", "math.least"):
+        return 1.0 + sum(_length(a) for a in args), _SCALAR
+    if name in ("dyn", "optional.of", "optional.ofNonZeroValue", "value"):
+        return 1.0, _join(args[-1:])
+    if name == "orValue":
+        return 1.0, _join(args)
+    if name == "string" and args and _is_text(first):
+        return float(math.ceil(_chars(first) * _STRING_FACTOR)), first
+    if name in _BOOLEAN or not args:
+        return 1.0, _SCALAR
+    # anything else (getHost(), a quantity's string, ...): no longer than its longest argument
+    return 1.0, _Sized(1.0, max(map(_chars, args)), _common_owner(args))
 
 
 def _is_text(value: _Value) -> bool:
@@ -615,10 +726,15 @@ def _index(value: _Value, key: _Value) -> _Value:
     return value.element()
 
 
+_KNOWN_LIST_CAP: Final = 256  # longer accumulated lists are followed by their sizes only
+
+
 def _concatenated(args: Sequence[_Value]) -> _Value:
     if all(isinstance(a, _Known) for a in args):
         left, right = (a.value for a in args if isinstance(a, _Known))
-        if type(left) is type(right) and isinstance(left, str | list | bytes):
+        if (type(left) is type(right) and isinstance(left, str | bytes)) or (
+                isinstance(left, list) and isinstance(right, list)
+                and len(left) + len(right) <= _KNOWN_LIST_CAP):
             return _Known(left + right)
     texts = {_is_text(a) for a in args}
     return _Sized(sum(map(_length, args)), sum(map(_chars, args)), _common_owner(args),
@@ -630,10 +746,62 @@ def document_bound(limits: CostLimits) -> _Sized:
     """Any part of a document of at most ``limits.max_request_bytes``: strings of that many
     bytes (less two quotes), lists and maps of half as many elements (cel-go's
     ``(MaxRequestSizeBytes - 2) / (minSize + 1)`` with one-byte elements)."""
-    chars = float(limits.max_request_bytes - 2)
-    length = float((limits.max_request_bytes - 2) // 2)
-    bound = _Sized(length, chars)
-    return _Sized(length, chars, (), bound)
+    return _document(float(limits.max_request_bytes - 2),
+                     float((limits.max_request_bytes - 2) // 2))
+
+
+def _document(chars: float, elements: float) -> _Sized:
+    """Any part of data holding at most ``chars`` code points of strings and ``elements`` list
+    and map elements in all (so the parts of disjoint elements sum to at most that)."""
+    return _Sized(elements, chars, (), _Sized(elements, chars))
+
+
+def profile(values: Iterable[Any]) -> tuple[int, int, int]:
+    """(code points of all strings, list and map elements, the longest list or map) in
+    ``values``, map keys counted as strings: what :func:`sizes` rounds into the bounds
+    :func:`estimate_within` takes."""
+    chars = elements = longest = 0
+    stack: list[Any] = list(values)
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is str or kind is bytes:
+            chars += len(value)
+        elif kind is dict:
+            elements += len(value)
+            longest = max(longest, len(value))
+            for key, item in value.items():
+                if type(key) is str:
+                    chars += len(key)
+                stack.append(item)
+        elif kind is list:
+            elements += len(value)
+            longest = max(longest, len(value))
+            stack.extend(value)
+    return chars, elements, longest
+
+
+def sizes(chars: int, elements: int, longest: int) -> tuple[int, int, int]:
+    """Each of :func:`profile`'s figures rounded up to a power of two (at least 16), so that
+    requests of similar size share one estimate."""
+    return (1 << max(chars, 15).bit_length(), 1 << max(elements, 15).bit_length(),
+            1 << max(longest, 15).bit_length())
+
+
+def estimate_within(tree: Node, chars: int, elements: int, longest: int, *,
+                    iteration_cap: int = 9_999, checks: bool = True) -> int:
+    """The worst-case cost of ``tree`` over any data with at most ``chars`` code points of
+    strings, ``elements`` elements in all and no list or map longer than ``longest`` in its
+    variables (:func:`sizes` of a request): a
+    bound of its cost on that request without walking the request's values. ``checks=False``
+    leaves out the authorizer checks (the caller counts those made, see
+    :func:`calls_check`)."""
+    walk = _Walk(_document(float(chars), float(longest)), float(iteration_cap), None,
+                 AUTHORIZER_CHECK if checks else 0.0, float(elements))
+    cost, _ = walk.node(tree, {})
+    total = cost.total()
+    together = total - walk.outer_iterations + iteration_cap * walk.costliest_iteration
+    return math.ceil(min(total, together))
 
 
 @dataclass(frozen=True)
@@ -659,6 +827,17 @@ def estimate(tree: Node, limits: CostLimits = DEFAULT_LIMITS, *,
     total = cost.total()
     together = total - walk.outer_iterations + iteration_cap * walk.costliest_iteration
     return Estimate(math.ceil(min(total, together)))
+
+
+def calls_check(tree: Node) -> bool:
+    """Whether ``tree`` calls ``check()`` (an authorizer check)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node.kind == "call" and node.name == "check":
+            return True
+        stack.extend(node.children)
+    return False
 
 
 def _scope(iteration_cap: int, known: Mapping[str, Any]) -> dict[str, _Value]:

@@ -71,6 +71,7 @@ from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_option
 
 from policies.cel import cost as cel_cost
 from policies.cel import scanner as cel_scanner
+from policies.cel.library import authz
 from policies.cel.library.declarations import FunctionSpec
 from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS, SOURCE_REWRITES
 from policies.cel.library.quantity import quantity_value
@@ -508,6 +509,11 @@ class CompiledExpression:
     estimated_cost: int = 0
     """The worst-case cost over any request (:func:`policies.cel.cost.estimate`)."""
     _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
+    _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
+    _checks: bool = field(default=False, repr=False)
+    _generated: bool = field(default=False, repr=False)  # compiled with written=None
+    # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
+    # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
     # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
 
@@ -527,10 +533,43 @@ class CompiledExpression:
                                  self._environment.cost_limits,
                                  iteration_cap=ITERATION_BUDGET - 1, known=known).cost
 
-    def _check_cost(self, data: Mapping[str, Any]) -> None:
-        """Raise cel-go's cost-limit error when this evaluation would pass the per-call limit."""
-        if self._cost_tree is not None and self.runtime_cost(
-                data, self._environment.cost_limits.per_call) is None:
+    def bound_within(self, sizes: tuple[int, int, int]) -> int:
+        """The worst-case cost over any request of at most ``sizes`` (a
+        :func:`policies.cel.cost.profile`), cached per sizes."""
+        if self._cost_tree is None:
+            return self.estimated_cost
+        known = self._bounds.get(sizes)
+        if known is None:
+            known = cel_cost.estimate_within(self._cost_tree, *sizes,
+                                             iteration_cap=ITERATION_BUDGET - 1,
+                                             checks=not self._checks)
+            if len(self._bounds) < 64:  # requests of a few sizes: a handful of entries
+                self._bounds[sizes] = known
+        return known
+
+    def _check_cost(self, data: Mapping[str, Any] | None,
+                    sizes: tuple[int, int, int] | None = None,
+                    activation: RequestActivation | None = None) -> None:
+        """Raise cel-go's cost-limit error when this evaluation would pass the per-call limit:
+        first the bound for requests of this size (cached), then, only when that is over the
+        limit, the cost measured on the request's values (``data``, or ``activation``'s)."""
+        if self._cost_tree is None:
+            return
+        limit = self._environment.cost_limits.per_call
+        if data is None and activation is not None:
+            sizes = activation._sizes()
+        elif sizes is None and data is not None:
+            sizes = cel_cost.sizes(*cel_cost.profile(data.values()))
+        if sizes is not None and self.bound_within(sizes) <= limit:
+            return  # (with checks left out: _checked_run adds those made)
+        if self._generated:
+            # a program gpuguard generated (fused rules, inlined params): the limits are the
+            # rules' as written, so the engine evaluates those instead (it does on any error)
+            raise CelEvaluationError(self.field_path, "cost bound over the per-call limit: "
+                                     "evaluated rule by rule", "RESOURCE_EXHAUSTED")
+        measured = data if data is not None else (
+            activation.cost_data() if activation is not None else {})
+        if self.runtime_cost(measured, limit) is None:
             raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
 
     def evaluate(self, activation_data: Mapping[str, Any]) -> Any:
@@ -546,7 +585,8 @@ class CompiledExpression:
             durations as ``datetime`` / ``timedelta``; a type as its name (``"int"``).
 
         Raises:
-            CelEvaluationError: any evaluation failure, or data the runtime cannot take.
+            CelEvaluationError: any evaluation failure (``operation cancelled: actual cost limit
+                exceeded`` past the per-call cost limit), or data the runtime cannot take.
             ValueError: ``activation_data`` has names the environment does not declare.
         """
         try:
@@ -555,7 +595,23 @@ class CompiledExpression:
             raise CelEvaluationError(self.field_path, str(exc), "INVALID_ARGUMENT") from None
         if self._cost_tree is not None:
             self._check_cost(prepared)
+            return self._checked_run(self._environment._runtime_activation(prepared),
+                                     cel_cost.sizes(*cel_cost.profile(prepared.values())))
         return self._run(self._environment._runtime_activation(prepared))
+
+    def _checked_run(self, activation: Any, sizes: tuple[int, int, int]) -> Any:
+        """:meth:`_run`, then, for an expression calling ``check()``, its bound plus
+        AUTHORIZER_CHECK per check made held to the per-call limit (cel-go cancels at the check
+        that passes it; here the value is dropped after: the same answer, the checks made)."""
+        if not self._checks:
+            return self._run(activation)
+        before = authz.checks_made()
+        value = self._run(activation)
+        made = authz.checks_made() - before
+        limit = self._environment.cost_limits.per_call
+        if made and self.bound_within(sizes) + made * cel_cost.AUTHORIZER_CHECK > limit:
+            raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
+        return value
 
     def _run(self, activation: Any) -> Any:
         try:
@@ -709,7 +765,9 @@ class CelEnvironment:
             program,
             self,
             estimated,
-            tree if estimated > self.cost_limits.per_call else None,
+            guarded := tree if estimated > self.cost_limits.per_call else None,
+            _checks=guarded is not None and cel_cost.calls_check(tree),
+            _generated=written is None,
         )
 
     def activation(
@@ -760,6 +818,8 @@ class RequestActivation:
         self._failures: dict[str, CelEvaluationError] = {}
         self._runtime: Any = None
         self._runtime_size = -1
+        self._counted: list[int] | None = None  # cost.profile() of data and variables
+        self._profiled = 0  # how many of the variables (in computed order) are counted
 
     def evaluate(self, expression: CompiledExpression) -> Any:
         """Evaluate ``expression`` with this request's data and variables.
@@ -772,7 +832,8 @@ class RequestActivation:
         self._require(expression.variable_refs, len(self._declared))
         try:
             if expression._cost_tree is not None:
-                expression._check_cost(self.cost_data())
+                expression._check_cost(None, activation=self)
+                return expression._checked_run(self._activation(), self._sizes())
             return expression._run(self._activation())
         except CelEvaluationError as err:
             raise self._explain(err, expression.variable_refs) from None
@@ -796,6 +857,21 @@ class RequestActivation:
         """The cost limits of this activation's environment."""
         return self._environment.cost_limits
 
+    def _sizes(self) -> tuple[int, int, int]:
+        """:func:`policies.cel.cost.sizes` of this request's data and the variables known so
+        far; each value is counted once (the data at the first call, a variable when known)."""
+        if self._counted is None:
+            self._counted = list(cel_cost.profile(self._data.values()))
+            self._profiled = 0
+        if self._profiled != len(self._values):
+            for value in list(self._values.values())[self._profiled:]:
+                chars, elements, longest = cel_cost.profile((value,))
+                self._counted[0] += chars
+                self._counted[1] += elements
+                self._counted[2] = max(self._counted[2], longest)
+            self._profiled = len(self._values)
+        return cel_cost.sizes(*self._counted)
+
     def cost_data(self) -> dict[str, Any]:
         """The request's data with the variables known so far, as a cost measure reads it."""
         return {**self._data, "variables": dict(self._values)}
@@ -804,6 +880,10 @@ class RequestActivation:
         """An upper bound of ``expression``'s cost on this request (its estimate when that is
         within the per-call limit); beyond the per-call limit, that limit plus one."""
         limit = self._environment.cost_limits.per_call
+        bound = expression.bound_within(self._sizes()) if expression._cost_tree is not None \
+            else expression.estimated_cost
+        if bound <= limit:
+            return bound
         measured = expression.runtime_cost(self.cost_data(), limit)
         return limit + 1 if measured is None else measured
 
@@ -856,8 +936,10 @@ class RequestActivation:
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             if expression._cost_tree is not None:
-                expression._check_cost(self.cost_data())
-            value = expression._run(activation)
+                expression._check_cost(None, activation=self)
+                value = expression._checked_run(activation, self._sizes())
+            else:
+                value = expression._run(activation)
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             self._values[name] = value
