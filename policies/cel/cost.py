@@ -464,6 +464,9 @@ class _Walk:
         charge, value = _function(name, args)
         if name == "check":
             charge = self.check_cost
+        elif name == "flatten" and isinstance(value, _Sized) and value.length > self.elements:
+            # the elements of lists within the data are at most the data's elements
+            value = _Sized(self.elements, value.chars, value.owners, value.item, value.text)
         cost.charge(charge, _common_owner(args))
         return cost, value
 

@@ -511,7 +511,6 @@ class CompiledExpression:
     _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
     _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
     _checks: bool = field(default=False, repr=False)
-    _generated: bool = field(default=False, repr=False)  # compiled with written=None
     # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
     # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
@@ -562,11 +561,6 @@ class CompiledExpression:
             sizes = cel_cost.sizes(*cel_cost.profile(data.values()))
         if sizes is not None and self.bound_within(sizes) <= limit:
             return  # (with checks left out: _checked_run adds those made)
-        if self._generated:
-            # a program gpuguard generated (fused rules, inlined params): the limits are the
-            # rules' as written, so the engine evaluates those instead (it does on any error)
-            raise CelEvaluationError(self.field_path, "cost bound over the per-call limit: "
-                                     "evaluated rule by rule", "RESOURCE_EXHAUSTED")
         measured = data if data is not None else (
             activation.cost_data() if activation is not None else {})
         if self.runtime_cost(measured, limit) is None:
@@ -765,9 +759,9 @@ class CelEnvironment:
             program,
             self,
             estimated,
-            guarded := tree if estimated > self.cost_limits.per_call else None,
+            guarded := tree if estimated > self.cost_limits.per_call and written is not None
+            else None,
             _checks=guarded is not None and cel_cost.calls_check(tree),
-            _generated=written is None,
         )
 
     def activation(
@@ -871,6 +865,17 @@ class RequestActivation:
                 self._counted[2] = max(self._counted[2], longest)
             self._profiled = len(self._values)
         return cel_cost.sizes(*self._counted)
+
+    def cost_bound_over(self, expressions: Sequence[CompiledExpression],
+                        checks_made: int = 0) -> bool:
+        """Whether any of ``expressions`` (as written) may pass the per-call limit on a request
+        of this one's size class (:meth:`CompiledExpression.bound_within`, cached), an
+        expression calling ``check()`` counted with ``checks_made`` checks (those a program
+        holding it made)."""
+        limit = self._environment.cost_limits.per_call
+        sizes = self._sizes()
+        return any(e.bound_within(sizes) + (checks_made * cel_cost.AUTHORIZER_CHECK
+                                            if e._checks else 0) > limit for e in expressions)
 
     def cost_data(self) -> dict[str, Any]:
         """The request's data with the variables known so far, as a cost measure reads it."""

@@ -41,6 +41,7 @@ from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
+    CompiledExpression,
     PreparedData,
     RequestActivation,
     prepare,
@@ -377,6 +378,13 @@ class Engine:
         self._pass_values = {
             c.index: [True] * len(c.fused.validations)
             for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
+        # Per compiled policy with a fast path: its expressions (as written) whose estimate is
+        # over the per-call cost limit; for a request on which one of them may pass it, the
+        # policy is evaluated rule by rule, where each is measured (policies/cel/cost.py).
+        self._cost_guarded = {
+            c.index: guarded for c in self.compiled if c.fused is not None and (guarded := tuple(
+                e for e in _expressions(c.policy, messages=False) if e.estimated_cost
+                > environment.cost_limits.per_call))}
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
         authorizer: the webhook then evaluates off its event loop)."""
@@ -509,7 +517,9 @@ class Engine:
             if stale:
                 data = self._data(base, current, current)
             run.begin()
+            checks = authz.checks_made()
             values = self._evaluate_combined(applicable, data)
+            checks = authz.checks_made() - checks  # what the combined programs' checks cost
             if run.authorizer_error() is not None:
                 values = {}  # each policy then runs on its own, its errors its own
             for compiled in applicable:
@@ -519,14 +529,20 @@ class Engine:
                 if expired is not None and expired():
                     raise EvaluationExpired
                 run.begin()
-                value = values.get(compiled.index, _NOT_EVALUATED)
+                # a rule that may pass the CEL cost limit on a request of this size is evaluated
+                # as written (gpuguard's generated programs are not held to the limits)
+                over = compiled.index in self._cost_guarded \
+                    and not isinstance(data.prepared, str) and data.request().cost_bound_over(
+                        self._cost_guarded[compiled.index], checks)
+                value = values.get(compiled.index, _NOT_EVALUATED) if not over \
+                    else _NOT_EVALUATED
                 if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
                     # The plain pass, already evaluated: its elements are the fused program's
                     # literal ``true``s (see policies.engine.fused), so equality is exact.
                     run.results.extend(self._passes[compiled.index])
                     continue
                 try:
-                    if self._validate_fused(compiled, data, run, point, value):
+                    if not over and self._validate_fused(compiled, data, run, point, value):
                         continue
                     activation = self._ready(compiled.written, data, run, point)
                     if activation is not None:
@@ -602,7 +618,12 @@ class Engine:
         policy = compiled.policy
         try:
             if value is _NOT_EVALUATED:
+                checks = authz.checks_made()
                 value = data.of(compiled.inlined).evaluate(fused.expression)
+                checks = authz.checks_made() - checks
+                if checks and compiled.index in self._cost_guarded and \
+                        data.request().cost_bound_over(self._cost_guarded[compiled.index], checks):
+                    return False  # its authorizer checks may pass the cost limit: rule by rule
             outcome = fused.read(value)
         except CelEvaluationError:
             return False
@@ -828,6 +849,16 @@ class Engine:
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
 _NO_AUTHORIZER: Any = Unavailable("this evaluation was given no authorizer")
+
+
+def _expressions(policy: Policy, *, messages: bool = True) -> list[CompiledExpression]:
+    """Every CEL expression of ``policy`` as written (``messages``: with messageExpressions)."""
+    found = [r.expression for r in (*policy.match_conditions, *policy.variables,
+                                    *policy.validations, *policy.audit_annotations)]
+    if messages:
+        found += [r.message_expression for r in policy.validations if r.message_expression]
+    found += [e for m in policy.mutations for e in (m.expression, m.condition) if e]
+    return found
 
 
 def uses_authorizer(policy: Policy) -> bool:
