@@ -11,29 +11,27 @@ run``), plus the estimated-cost limit a CRD's validation rules are held to at cr
 The CEL runtime (cel-expr-python 0.1.3) has no cost tracker and no estimator. What it does give is
 the checked AST (``Expression.serialize()``: a ``google.protobuf.Any`` holding a
 ``cel.expr.CheckedExpr``); this module decodes it (:func:`checked_ast`, a protobuf wire reader
-for just the fields used) and walks it with cel-go's cost model (``common/cost.go``,
-``checker/cost.go``, ``interpreter/runtimecost.go``): identifiers and selections 1, constants 0,
-list literals 10, map literals 30, object literals 40, a function call 1 unless it traverses its
-arguments (string functions 0.1 per byte, ``matches``/``find`` times 0.25 per byte of the
-pattern, list functions 1 per element, ``in`` on a list its size, ``+`` on strings or lists 0.1
-per element), ``&&``, ``||`` and ``?:`` free, comprehensions their range, accumulator and result
-plus every iteration's loop condition and step.
+for just the fields used) and walks it with cel-go's runtime cost model
+(``interpreter/runtimecost.go``) and Kubernetes' library costs (``pkg/cel/library/cost.go``,
+``CallCost``), calibrated with the CEL oracle of the control-plane tier (docs/cel.md "Cost" has
+the table and the differences).
 
-One walk serves both questions, with different values bound to the variables:
+One walk serves three questions, with different values bound to the variables:
 
 * **estimate** (:func:`estimate`, at load): every variable is a document of at most
   :attr:`CostLimits.max_request_bytes` (the API server's 3 MiB request limit): strings of up to
-  that many bytes, lists and maps of up to half as many elements (one byte and a comma each),
-  and no comprehension runs more than the runtime's iteration budget allows (9,999 iterations,
-  :data:`policies.cel.runtime.ITERATION_BUDGET`). Where cel-go multiplies a nested comprehension
-  by its enclosing one, a comprehension or string function over a part *of the enclosing
-  comprehension's element* (``object.spec.containers.all(c, c.env.all(e, ...))``) is charged
-  once for all elements together: the elements are disjoint parts of one document, so their
-  sizes sum to at most the document's. That is a real bound, and tighter than cel-go's.
-* **runtime cost** (:func:`runtime_cost`, per request): the variables are the request's actual
-  values; comprehensions over them are walked element by element. Both branches of ``?:``,
-  ``&&`` and ``||`` are charged (the walk does not evaluate conditions), so the figure is an
-  upper bound of what cel-go counts on the same data, never less.
+  that many bytes, lists and maps of up to half as many elements, and no comprehension runs more
+  than the runtime's iteration budget allows (9,999 iterations,
+  :data:`policies.cel.runtime.ITERATION_BUDGET`). A comprehension or string function over a part
+  *of the enclosing comprehension's element* (``containers.all(c, c.env.all(e, ...))``) is
+  charged once for all elements together: the elements are disjoint parts of one document, so
+  their sizes sum to at most the document's;
+* **bound for a size class** (:func:`estimate_within`, per request, cached by the caller): the
+  same with the request's own totals (:func:`profile`, rounded by :func:`sizes`);
+* **runtime cost** (:func:`runtime_cost`): the variables are the request's actual values;
+  comprehensions over them are walked element by element. Both branches of ``?:``, ``&&`` and
+  ``||`` and every iteration are charged (the walk does not evaluate conditions), so the figure
+  is at least what cel-go counts on the same data.
 
 Must not evaluate expressions, do I/O or import the CEL runtime (:mod:`policies.cel.runtime`
 passes the serialized AST in).
@@ -64,7 +62,7 @@ FACT_BYTES: Final = 512.0
 """The longest string the estimate assumes in ``gpu`` facts and ``variables``: gpuguard builds
 the facts (container names, field paths, resource names, quantities as written; qualified names
 are at most 317 bytes, 253 + "/" + 63); variables are assumed to hold such values too (an
-assumption, see docs/cel.md "Cost limits": the runtime limit still holds whatever they hold)."""
+assumption, see docs/cel.md "Cost": the runtime limit still holds whatever they hold)."""
 EXCEEDED: Final = "operation cancelled: actual cost limit exceeded"
 """cel-go's error when an evaluation passes its cost limit (``interpreter``)."""
 OUT_OF_BUDGET: Final = ("validation failed due to running out of cost budget, no further "
@@ -651,10 +649,10 @@ def _function(name: str, args: Sequence[_Value]) -> tuple[float, _Value]:
         return float(AUTHORIZER_CHECK), _SCALAR
     if name == "lists.range":
         count = first.value if isinstance(first, _Known) and type(first.value) is int else None
-        if count is not None and 0 <= count <= 100_000:
+        if count is not None and 0 <= count <= _KNOWN_LIST_CAP:
             return float(count + 11), _Known(list(range(count)))
-        return float(MAX_REQUEST_BYTES), _Sized(float(MAX_REQUEST_BYTES), 1.0, (), _SCALAR,
-                                                text=False)
+        size = float(count) if count is not None and count >= 0 else float(MAX_REQUEST_BYTES)
+        return size + 11, _Sized(size, 1.0, (), _SCALAR, text=False)
     if name in _SORTS:
         n = _length(first)
         return n * max(1.0, math.ceil(math.log2(max(n, 2.0)))), first

@@ -143,7 +143,7 @@ class _Builder:
             self.error(path, f"estimated rule cost exceeds budget by factor of "
                              f"{cost / limit:.1f}x (estimated cost {cost:,}, limit "
                              f"{limit:,}; see docs/cel.md "
-                             f"'Cost limits': bound a list with a size check, or split the rule)")
+                             f"'Cost': bound a list with a size check, or split the rule)")
             return None
         return compiled
 
