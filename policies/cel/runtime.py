@@ -69,7 +69,9 @@ from typing import Any, Final
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
+from policies.cel import cost as cel_cost
 from policies.cel import scanner as cel_scanner
+from policies.cel.library import authz
 from policies.cel.library.declarations import FunctionSpec
 from policies.cel.library.libraries import LIBRARY, SOURCE_CHECKS, SOURCE_REWRITES
 from policies.cel.library.quantity import quantity_value
@@ -504,6 +506,65 @@ class CompiledExpression:
     variable_refs: frozenset[str] | None
     _program: Any = field(repr=False)
     _environment: CelEnvironment = field(repr=False)
+    estimated_cost: int = 0
+    """The worst-case cost over any request (:func:`policies.cel.cost.estimate`)."""
+    _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
+    _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
+    _checks: bool = field(default=False, repr=False)
+    # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
+    # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
+    # the checked AST, kept only when the estimate is over the per-call limit: then each
+    # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
+
+    def runtime_cost(self, data: Mapping[str, Any], limit: int | None = None) -> int | None:
+        """The cost of evaluating this on ``data`` (variable name -> plain value): the estimate
+        when that is within the per-call limit (nothing is measured), else the measure of
+        :func:`policies.cel.cost.runtime_cost` (None: over ``limit``)."""
+        if self._cost_tree is None:
+            return self.estimated_cost
+        return cel_cost.runtime_cost(self._cost_tree, data, self._environment.cost_limits,
+                                     limit=limit, iteration_cap=ITERATION_BUDGET - 1)
+
+    def estimate(self, known: Mapping[str, Any]) -> int:
+        """The worst-case cost with the variables of ``known`` (name -> plain value) fixed,
+        e.g. a GPUPolicy's inline ``params`` (:func:`policies.cel.cost.estimate`)."""
+        return cel_cost.estimate(cel_cost.checked_ast(self._program.serialize()),
+                                 self._environment.cost_limits,
+                                 iteration_cap=ITERATION_BUDGET - 1, known=known).cost
+
+    def bound_within(self, sizes: tuple[int, int, int]) -> int:
+        """The worst-case cost over any request of at most ``sizes`` (a
+        :func:`policies.cel.cost.profile`), cached per sizes."""
+        if self._cost_tree is None:
+            return self.estimated_cost
+        known = self._bounds.get(sizes)
+        if known is None:
+            known = cel_cost.estimate_within(self._cost_tree, *sizes,
+                                             iteration_cap=ITERATION_BUDGET - 1,
+                                             checks=not self._checks)
+            if len(self._bounds) < 64:  # requests of a few sizes: a handful of entries
+                self._bounds[sizes] = known
+        return known
+
+    def _check_cost(self, data: Mapping[str, Any] | None,
+                    sizes: tuple[int, int, int] | None = None,
+                    activation: RequestActivation | None = None) -> None:
+        """Raise cel-go's cost-limit error when this evaluation would pass the per-call limit:
+        first the bound for requests of this size (cached), then, only when that is over the
+        limit, the cost measured on the request's values (``data``, or ``activation``'s)."""
+        if self._cost_tree is None:
+            return
+        limit = self._environment.cost_limits.per_call
+        if data is None and activation is not None:
+            sizes = activation._sizes()
+        elif sizes is None and data is not None:
+            sizes = cel_cost.sizes(*cel_cost.profile(data.values()))
+        if sizes is not None and self.bound_within(sizes) <= limit:
+            return  # (with checks left out: _checked_run adds those made)
+        measured = data if data is not None else (
+            activation.cost_data() if activation is not None else {})
+        if self.runtime_cost(measured, limit) is None:
+            raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
 
     def evaluate(self, activation_data: Mapping[str, Any]) -> Any:
         """Evaluate against ``activation_data``, a fresh activation per call.
@@ -518,14 +579,33 @@ class CompiledExpression:
             durations as ``datetime`` / ``timedelta``; a type as its name (``"int"``).
 
         Raises:
-            CelEvaluationError: any evaluation failure, or data the runtime cannot take.
+            CelEvaluationError: any evaluation failure (``operation cancelled: actual cost limit
+                exceeded`` past the per-call cost limit), or data the runtime cannot take.
             ValueError: ``activation_data`` has names the environment does not declare.
         """
         try:
             prepared = _prepare(activation_data)
         except _InputError as exc:
             raise CelEvaluationError(self.field_path, str(exc), "INVALID_ARGUMENT") from None
+        if self._cost_tree is not None:
+            self._check_cost(prepared)
+            return self._checked_run(self._environment._runtime_activation(prepared),
+                                     cel_cost.sizes(*cel_cost.profile(prepared.values())))
         return self._run(self._environment._runtime_activation(prepared))
+
+    def _checked_run(self, activation: Any, sizes: tuple[int, int, int]) -> Any:
+        """:meth:`_run`, then, for an expression calling ``check()``, its bound plus
+        AUTHORIZER_CHECK per check made held to the per-call limit (cel-go cancels at the check
+        that passes it; here the value is dropped after: the same answer, the checks made)."""
+        if not self._checks:
+            return self._run(activation)
+        before = authz.checks_made()
+        value = self._run(activation)
+        made = authz.checks_made() - before
+        limit = self._environment.cost_limits.per_call
+        if made and self.bound_within(sizes) + made * cel_cost.AUTHORIZER_CHECK > limit:
+            raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
+        return value
 
     def _run(self, activation: Any) -> Any:
         try:
@@ -624,8 +704,11 @@ _RUNTIME_LIBRARIES: Final = _runtime_libraries()
 class CelEnvironment:
     """The CEL environment: declarations, extensions and the Kubernetes libraries. Build once."""
 
-    def __init__(self, functions: Sequence[FunctionSpec] = ()) -> None:
-        """Build the environment; ``functions`` adds libraries (e.g. the GPU library)."""
+    def __init__(self, functions: Sequence[FunctionSpec] = (),
+                 cost_limits: cel_cost.CostLimits = cel_cost.DEFAULT_LIMITS) -> None:
+        """Build the environment; ``functions`` adds libraries (e.g. the GPU library);
+        ``cost_limits`` are the CEL cost limits its expressions are held to (Kubernetes')."""
+        self.cost_limits = cost_limits
         self._env = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(_RUNTIME_LIBRARIES),
             variables=dict.fromkeys(VARIABLE_NAMES, cel.Type.DYN),
@@ -665,6 +748,9 @@ class CelEnvironment:
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, offset), message)
                 for offset, message in sorted(refused)])
+        tree = cel_cost.checked_ast(program.serialize())
+        estimated = cel_cost.estimate(tree, self.cost_limits,
+                                      iteration_cap=ITERATION_BUDGET - 1).cost
         return CompiledExpression(
             expression,
             field_path,
@@ -672,6 +758,10 @@ class CelEnvironment:
             variable_references(expression),
             program,
             self,
+            estimated,
+            guarded := tree if estimated > self.cost_limits.per_call and written is not None
+            else None,
+            _checks=guarded is not None and cel_cost.calls_check(tree),
         )
 
     def activation(
@@ -722,6 +812,8 @@ class RequestActivation:
         self._failures: dict[str, CelEvaluationError] = {}
         self._runtime: Any = None
         self._runtime_size = -1
+        self._counted: list[int] | None = None  # cost.profile() of data and variables
+        self._profiled = 0  # how many of the variables (in computed order) are counted
 
     def evaluate(self, expression: CompiledExpression) -> Any:
         """Evaluate ``expression`` with this request's data and variables.
@@ -733,6 +825,9 @@ class RequestActivation:
             raise CelEvaluationError(expression.field_path, self._input_error, "INVALID_ARGUMENT")
         self._require(expression.variable_refs, len(self._declared))
         try:
+            if expression._cost_tree is not None:
+                expression._check_cost(None, activation=self)
+                return expression._checked_run(self._activation(), self._sizes())
             return expression._run(self._activation())
         except CelEvaluationError as err:
             raise self._explain(err, expression.variable_refs) from None
@@ -750,6 +845,52 @@ class RequestActivation:
         if name in self._failures:
             raise self._failures[name]
         return self._values[name]
+
+    @property
+    def cost_limits(self) -> cel_cost.CostLimits:
+        """The cost limits of this activation's environment."""
+        return self._environment.cost_limits
+
+    def _sizes(self) -> tuple[int, int, int]:
+        """:func:`policies.cel.cost.sizes` of this request's data and the variables known so
+        far; each value is counted once (the data at the first call, a variable when known)."""
+        if self._counted is None:
+            self._counted = list(cel_cost.profile(self._data.values()))
+            self._profiled = 0
+        if self._profiled != len(self._values):
+            for value in list(self._values.values())[self._profiled:]:
+                chars, elements, longest = cel_cost.profile((value,))
+                self._counted[0] += chars
+                self._counted[1] += elements
+                self._counted[2] = max(self._counted[2], longest)
+            self._profiled = len(self._values)
+        return cel_cost.sizes(*self._counted)
+
+    def cost_bound_over(self, expressions: Sequence[CompiledExpression],
+                        checks_made: int = 0) -> bool:
+        """Whether any of ``expressions`` (as written) may pass the per-call limit on a request
+        of this one's size class (:meth:`CompiledExpression.bound_within`, cached), an
+        expression calling ``check()`` counted with ``checks_made`` checks (those a program
+        holding it made)."""
+        limit = self._environment.cost_limits.per_call
+        sizes = self._sizes()
+        return any(e.bound_within(sizes) + (checks_made * cel_cost.AUTHORIZER_CHECK
+                                            if e._checks else 0) > limit for e in expressions)
+
+    def cost_data(self) -> dict[str, Any]:
+        """The request's data with the variables known so far, as a cost measure reads it."""
+        return {**self._data, "variables": dict(self._values)}
+
+    def cost(self, expression: CompiledExpression) -> int:
+        """An upper bound of ``expression``'s cost on this request (its estimate when that is
+        within the per-call limit); beyond the per-call limit, that limit plus one."""
+        limit = self._environment.cost_limits.per_call
+        bound = expression.bound_within(self._sizes()) if expression._cost_tree is not None \
+            else expression.estimated_cost
+        if bound <= limit:
+            return bound
+        measured = expression.runtime_cost(self.cost_data(), limit)
+        return limit + 1 if measured is None else measured
 
     def _check_environment(self, expression: CompiledExpression) -> None:
         if expression._environment is not self._environment:
@@ -799,7 +940,11 @@ class RequestActivation:
                 "duration",
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
-            value = expression._run(activation)
+            if expression._cost_tree is not None:
+                expression._check_cost(None, activation=self)
+                value = expression._checked_run(activation, self._sizes())
+            else:
+                value = expression._run(activation)
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             self._values[name] = value

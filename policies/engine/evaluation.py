@@ -35,11 +35,13 @@ from enum import StrEnum
 from typing import Any
 
 from policies.authorization import Authorizer, Subject, Unavailable
+from policies.cel.cost import OUT_OF_BUDGET
 from policies.cel.gpu import gpu_data
 from policies.cel.library import authz
 from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
+    CompiledExpression,
     PreparedData,
     RequestActivation,
     prepare,
@@ -399,6 +401,13 @@ class Engine:
         self._pass_values = {
             c.index: [True] * len(c.fused.validations)
             for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
+        # Per compiled policy with a fast path: its expressions (as written) whose estimate is
+        # over the per-call cost limit; for a request on which one of them may pass it, the
+        # policy is evaluated rule by rule, where each is measured (policies/cel/cost.py).
+        self._cost_guarded = {
+            c.index: guarded for c in self.compiled if c.fused is not None and (guarded := tuple(
+                e for e in _expressions(c.policy, messages=False) if e.estimated_cost
+                > environment.cost_limits.per_call))}
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
         authorizer: the webhook then evaluates on its event loop only with the authorizer's
@@ -537,7 +546,9 @@ class Engine:
             if stale:
                 data = self._data(base, current, current)
             run.begin()
+            checks = authz.checks_made()
             values = self._evaluate_combined(applicable, data)
+            checks = authz.checks_made() - checks  # what the combined programs' checks cost
             if run.authorizer_error() is not None:
                 values = {}  # each policy then runs on its own, its errors its own
             for compiled in applicable:
@@ -547,14 +558,20 @@ class Engine:
                 if expired is not None and expired():
                     raise EvaluationExpired
                 run.begin()
-                value = values.get(compiled.index, _NOT_EVALUATED)
+                # a rule that may pass the CEL cost limit on a request of this size is evaluated
+                # as written (gpuguard's generated programs are not held to the limits)
+                over = compiled.index in self._cost_guarded \
+                    and not isinstance(data.prepared, str) and data.request().cost_bound_over(
+                        self._cost_guarded[compiled.index], checks)
+                value = values.get(compiled.index, _NOT_EVALUATED) if not over \
+                    else _NOT_EVALUATED
                 if value is not _NOT_EVALUATED and value == self._pass_values.get(compiled.index):
                     # The plain pass, already evaluated: its elements are the fused program's
                     # literal ``true``s (see policies.engine.fused), so equality is exact.
                     run.results.extend(self._passes[compiled.index])
                     continue
                 try:
-                    if self._validate_fused(compiled, data, run, point, value):
+                    if not over and self._validate_fused(compiled, data, run, point, value):
                         continue
                     activation = self._ready(compiled.written, data, run, point)
                     if activation is not None:
@@ -630,7 +647,12 @@ class Engine:
         policy = compiled.policy
         try:
             if value is _NOT_EVALUATED:
+                checks = authz.checks_made()
                 value = data.of(compiled.inlined).evaluate(fused.expression)
+                checks = authz.checks_made() - checks
+                if checks and compiled.index in self._cost_guarded and \
+                        data.request().cost_bound_over(self._cost_guarded[compiled.index], checks):
+                    return False  # its authorizer checks may pass the cost limit: rule by rule
             if (skipped := fused.false_condition(value)) is not None:
                 run.add(self._skips[compiled.index][skipped])
                 return True
@@ -816,8 +838,15 @@ class Engine:
                 run.failure(policy, "paramRef", "spec.paramRef", policy.param_missing,
                             error=True, point=point)
             return  # parameterNotFoundAction: Allow
+        budget = _budget(policy, activation)
         for rule in policy.validations:
             run.check_deadline()  # rule by rule, one rule's cost is the most it overruns
+            if budget is not None:
+                budget -= activation.cost(rule.expression)
+                if budget < 0:  # the API server's RuntimeCELCostBudget: the policy stops here
+                    run.failure(policy, rule.name, rule.path, OUT_OF_BUDGET, error=True,
+                                point=point)
+                    return
             value = _value(policy, rule, "", activation, run, point)
             if value is _FAILED:
                 continue
@@ -852,6 +881,16 @@ class Engine:
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
 _NO_AUTHORIZER: Any = Unavailable("this evaluation was given no authorizer")
+
+
+def _expressions(policy: Policy, *, messages: bool = True) -> list[CompiledExpression]:
+    """Every CEL expression of ``policy`` as written (``messages``: with messageExpressions)."""
+    found = [r.expression for r in (*policy.match_conditions, *policy.variables,
+                                    *policy.validations, *policy.audit_annotations)]
+    if messages:
+        found += [r.message_expression for r in policy.validations if r.message_expression]
+    found += [e for m in policy.mutations for e in (m.expression, m.condition) if e]
+    return found
 
 
 def uses_authorizer(policy: Policy) -> bool:
@@ -908,6 +947,14 @@ def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
         return
     if point != EvaluationPoint.AUDIT:
         run.audit[audit_key(policy.name, rule.name)] = _bounded(value.strip())
+
+
+def _budget(policy: Policy, activation: RequestActivation) -> int | None:
+    """The cost budget of ``policy``'s validations on this request, or None when their
+    estimates together are within it (nothing to count: the budget cannot run out)."""
+    limit = activation.cost_limits.per_policy
+    estimated = sum(rule.expression.estimated_cost for rule in policy.validations)
+    return None if estimated <= limit else limit
 
 
 def _params_path(policy: Policy) -> str:

@@ -124,8 +124,8 @@ class _Builder:
             return None
         self.expressions.append((path, expression))
         try:
-            return self.environment.compile(expression, field_path=path,
-                                            written=expression if written is None else written)
+            compiled = self.environment.compile(
+                expression, field_path=path, written=expression if written is None else written)
         except CelCompileError as exc:
             for issue in exc.issues:
                 where = f"expression line {issue.line}, column {issue.column}" if issue.line > 0 \
@@ -134,6 +134,29 @@ class _Builder:
                     "split it into variables)" if "recursion limit" in issue.message else ""
                 self.error(path, f"CEL error at {where}: {issue.message}{hint}")
             return None
+        limit = self.environment.cost_limits.estimated
+        if limit and compiled.estimated_cost > limit \
+                and self._gpu_policy_estimate(compiled) > limit:
+            # Kubernetes refuses a CRD validation rule over StaticEstimatedCostLimit; a VAP or
+            # MAP it does not (everything there is dyn): those are held to the runtime limits.
+            cost = self._gpu_policy_estimate(compiled)
+            self.error(path, f"estimated rule cost exceeds budget by factor of "
+                             f"{cost / limit:.1f}x (estimated cost {cost:,}, limit "
+                             f"{limit:,}; see docs/cel.md "
+                             f"'Cost': bound a list with a size check, or split the rule)")
+            return None
+        return compiled
+
+    def _gpu_policy_estimate(self, compiled: CompiledExpression) -> int:
+        """A GPUPolicy expression's estimate with its inline ``spec.params`` known (0 for other
+        kinds: Kubernetes does not refuse a VAP or MAP by estimated cost, everything there is
+        ``dyn``; those are held to the runtime limits only)."""
+        body = self.document.body
+        if body.get("kind") != "GPUPolicy":
+            return 0
+        spec = body.get("spec")
+        params = spec.get("params") if isinstance(spec, dict) else None
+        return compiled.estimate({"params": params} if params is not None else {})
 
     def check_references(self, params: Any, variables: Sequence[str], *,
                          native: bool = False) -> None:

@@ -72,11 +72,14 @@ def test_no_opinion_and_deny_are_not_allowed() -> None:
 def test_request_resource_path_and_service_account() -> None:
     recording = Recording({("create", "pods", "train"): Decision(Verdict.ALLOW, ""),
                            ("get", "/healthz", ""): Decision(Verdict.ALLOW, "")})
-    expression = ("authorizer.requestResource.check('create').allowed() && "
-                  "authorizer.path('/healthz').check('get').allowed() && "
-                  "!authorizer.serviceAccount('ml', 'runner').group('').resource('pods')"
-                  ".check('delete').allowed()")
-    assert engine(expression).evaluate(review(), authorizer=recording).allowed
+    # two rules: three checks in one expression cost 1,050,000, past Kubernetes' PerCallLimit
+    # (350,000 each; tests/core/test_cel_cost.py)
+    checks = engine_for(gpu_policy("authz", {"validations": [
+        {"expression": "authorizer.requestResource.check('create').allowed() && "
+                       "authorizer.path('/healthz').check('get').allowed()"},
+        {"expression": "!authorizer.serviceAccount('ml', 'runner').group('').resource('pods')"
+                       ".check('delete').allowed()"}]}))
+    assert checks.evaluate(review(), authorizer=recording).allowed
     request, path, service_account = recording.asked
     assert (request.resource, request.namespace, request.name, request.api_group) == (
         "pods", "ml", "train", "")
@@ -105,8 +108,9 @@ ERRORED = Decision(Verdict.NO_OPINION, "", "subjectaccessreviews: connection ref
 
 def test_errored_decision_is_reported_as_kubernetes_does() -> None:
     recording = Recording({("use", "gpus", "NVIDIA-H100-80GB-HBM3"): ERRORED})
-    expression = (f"{CHECK}.errored() && !{CHECK}.allowed() && "
-                  f"{CHECK}.error() == 'subjectaccessreviews: connection refused'")
+    # one check, bound: three would cost 1,050,000, past Kubernetes' PerCallLimit
+    expression = (f"cel.bind(d, {CHECK}, d.errored() && !d.allowed() && "
+                  f"d.error() == 'subjectaccessreviews: connection refused')")
     # the expression handles the error itself: it passes, nothing to escalate
     assert engine(expression).evaluate(review(), authorizer=recording).allowed
 
