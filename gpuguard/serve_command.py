@@ -411,7 +411,7 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
         host=host, port=args.port, workers=args.workers, deadline_ms=args.deadline_ms,
         inline_max_bytes=args.inline_max_bytes, inline_slice_ms=args.inline_slice_ms,
         eval_threads=args.eval_threads, decode_threads=args.decode_threads,
-        max_large_requests=args.max_large_requests,
+        max_large_requests=args.max_large_requests, eval_processes=args.eval_processes,
         header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
         max_connections=args.max_connections,
         max_idle_connections=args.max_idle_connections, client_auth=bool(args.client_ca),
@@ -601,6 +601,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help="requests with a body over --inline-max-bytes (or compressed) "
                         "read, decoded and evaluated at once per worker; the others wait unread, "
                         "and one whose deadline passes while waiting gets 429 "
+                        "(default %(default)s)")
+    parser.add_argument("--eval-processes", type=int, default=ServerSettings.eval_processes,
+                        metavar="N", help="worker processes that decode and evaluate bodies "
+                        "over --inline-max-bytes, per worker, one request each at a time (not "
+                        "for policy sets with GPUQuota or authorizer checks); 0: threads "
                         "(default %(default)s)")
     parser.add_argument("--decode-threads", type=int, default=ServerSettings.decode_threads,
                         metavar="N", help="threads decoding request bodies over "

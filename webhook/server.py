@@ -5,7 +5,8 @@ it fails, answering ``/readyz`` 503 with the errors and retrying on every policy
 the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
 port) through the connection guard (:mod:`webhook.connections`: header-read timeout, connection
 and idle caps), the watch of the cluster's policy objects (``--cluster-policies``: each change
-wakes a policy check at once), the threads that decode large bodies, the heap trim after bursts
+wakes a policy check at once), the threads that decode large bodies, the evaluation processes
+(:mod:`webhook.evaluators`), the heap trim after bursts
 (:mod:`webhook.memory`), the process-wide settings of a server (GIL switch interval, malloc's
 mmap threshold, asyncio's TLS read size), the periodic policy check (:meth:`PolicyStore.check`,
 hot reload) and certificate check (``reload_if_changed`` on the TLS object: new handshakes get
@@ -37,6 +38,7 @@ from policies.authorization import Authorizer
 from webhook.admission import Admitter, NamespaceSource, Recorder
 from webhook.app import HANDLERS_KEY, build_app
 from webhook.connections import ConnectionGuard, GuardedSite, handler_args, limit_tls_reads
+from webhook.evaluators import EvaluationProcesses
 from webhook.health import Health
 from webhook.memory import MemoryReturn, fix_mmap_threshold
 from webhook.metrics import Metrics
@@ -150,9 +152,12 @@ class Server:
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,
                                      on_sweep_closed=self.memory.request)
+        self.processes = EvaluationProcesses(
+            settings.eval_processes, self.timer, grace_s=settings.deadline_s) \
+            if settings.eval_processes else None
         self.app = build_app(self.admitter, self.health, self.metrics, settings,
                              decode_executor=self.decode_executor, memory=self.memory,
-                             middlewares=(self.guard.middleware,))
+                             middlewares=(self.guard.middleware,), processes=self.processes)
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._port = 0
@@ -170,6 +175,8 @@ class Server:
     def _record_reload(self, result: ReloadResult) -> None:
         if result.outcome == LOADED and result.snapshot is not None:
             snapshot = result.snapshot
+            if self.processes is not None:  # built there before its first large request
+                self.processes.warm(snapshot)
             self.metrics.policy_reloads.labels("success").inc()
             self.metrics.policy_set_served(snapshot.identity)
             LOG.info("policy set loaded", extra={"fields": {
@@ -315,6 +322,8 @@ class Server:
             await asyncio.to_thread(self.policy_objects.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.decode_executor.shutdown(wait=False, cancel_futures=True)
+        if self.processes is not None:
+            self.processes.shutdown()
         if self.quota_executor is not None:
             self.quota_executor.shutdown(wait=False, cancel_futures=True)
         LOG.info("stopped", extra={"fields": {"drained": in_flight}})

@@ -702,3 +702,23 @@ async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
     assert not any(value is objects[0] or value is objects[1] for value in walked)
     if walked:
         assert any(value is objects[2] or value is objects[3] for value in walked)
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    (b'{"a": 1, "a": 2}', "a"),
+    (b'{"request":{"object":{"spec":{"containers":[{"securityContext":'
+     b'{"privileged":true,"privileged":false}}]}}}}',
+     "request.object.spec.containers[0].securityContext.privileged"),
+    (b'{"x": {"a b": 1, "a\\u0020b": 2}}', 'x["a b"]'),  # an escape spelling the same key
+], ids=["top", "nested", "escaped"])
+def test_a_duplicate_key_is_a_400_naming_its_path(body, path):
+    with pytest.raises(wire.WireError) as caught:
+        wire.decode_json(body, max_depth=100)
+    assert caught.value.status == 400
+    assert caught.value.message.startswith(f"{path}: duplicate key in the request body")
+
+
+def test_the_same_key_in_different_objects_is_not_a_duplicate():
+    body = b'{\n  "a": {"name": 1},\n  "b": [{"name": 2}, {"name": 3}]\n}'
+    assert wire.decode_json(body, max_depth=100) == {"a": {"name": 1},
+                                                      "b": [{"name": 2}, {"name": 3}]}

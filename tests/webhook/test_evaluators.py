@@ -1,0 +1,237 @@
+"""Large requests decided in evaluation processes (webhook/evaluators.py): the same answer as in
+this process, the generation served when the request arrived, failures that deny and a pool that
+recovers, deadlines on an injected clock. The processes are real (forkserver): what crosses to
+them must pickle."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuguard import policy_set
+from kube.namespaces import StaticNamespaces
+from policies.facts.resource_names import GPUSettings
+from policies.policy.loader import read_policy_files
+from tests.fakes.fake_timer import ManualTimer
+from tests.paths import ROOT
+from webhook import wire
+from webhook.admission import Admitter, Endpoint
+from webhook.evaluators import EvaluationProcesses, Evaluation, evaluate_job
+from webhook.metrics import Metrics
+from webhook.policy_store import PolicySnapshot, PolicyStore
+from webhook.settings import ServerSettings
+
+LOADER = functools.partial(policy_set.load, settings=GPUSettings())
+REVIEWS = sorted((ROOT / "tests" / "data" / "admissionreviews").glob("*.json"))
+SAMPLE = ROOT / "examples" / "admission" / "gpu-pod-review.json"
+LIBRARY = ROOT / "policies" / "library"
+
+
+def admitter(timer: ManualTimer) -> Admitter:
+    store = PolicyStore(None, LOADER)
+    assert store.load().outcome == "loaded"
+    namespaces = StaticNamespaces({"team-a": {"metadata": {"name": "team-a", "labels": {
+        "team": "a"}}}}, "test")
+    return Admitter(store, namespaces, ServerSettings(deadline_ms=2500), Metrics(),
+                    concurrent.futures.ThreadPoolExecutor(1), timer=timer)
+
+
+def comparable(decision):
+    return (decision.allowed, decision.decision, decision.message, decision.reason,
+            decision.warnings, dict(decision.audit_annotations), decision.patch,
+            decision.denied_by, decision.policy_outcomes, decision.fallback)
+
+
+async def in_process(adm: Admitter, body: bytes, endpoint: Endpoint):
+    try:
+        envelope = wire.decode_envelope(body, max_depth=adm.settings.max_depth)
+        return envelope.uid, comparable(await adm.admit(envelope, endpoint))
+    except wire.WireError as error:
+        return error.status, error.message
+
+
+async def in_worker(pool: EvaluationProcesses, adm: Admitter, body: bytes, endpoint: Endpoint,
+                    snapshot: PolicySnapshot | None = None):
+    await pool.turns.acquire()
+    try:
+        envelope, decision = await pool.decide(adm, snapshot or adm.store.current, body, None,
+                                               endpoint, 0.0)
+    except wire.WireError as error:
+        return error.status, error.message
+    assert decision.policy_set is (snapshot or adm.store.current)
+    return envelope.uid, comparable(decision)
+
+
+def bodies() -> list[bytes]:
+    found = [path.read_bytes() for path in [*REVIEWS, SAMPLE]]
+    big = json.loads(SAMPLE.read_text())  # an env-heavy pod, as in benchmarks/webhook_burst.py
+    big["request"]["object"]["spec"]["containers"][0]["env"] = [
+        {"name": f"VAR_{i}", "value": f"value-{i}"} for i in range(3000)]
+    duplicate = SAMPLE.read_bytes().replace(b'"uid": "0b8f', b'"uid": "x", "uid": "0b8f', 1)
+    return [*found, json.dumps(big).encode(), duplicate, b"[]"]
+
+
+def test_a_worker_answers_as_this_process_does_on_the_corpus_reviews():
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        pool = EvaluationProcesses(1, timer, grace_s=2.5)
+        try:
+            for body in bodies():
+                for endpoint in (Endpoint.VALIDATE, Endpoint.MUTATE):
+                    assert await in_worker(pool, adm, body, endpoint) == \
+                        await in_process(adm, body, endpoint)
+        finally:
+            pool.shutdown()
+        return adm
+
+    adm = asyncio.run(main())
+    denied = adm.metrics.registry.get_sample_value(
+        "gpuguard_admission_fallbacks_total", {"endpoint": "validate", "cause": "deadline"})
+    assert not denied  # nothing ran out of time: the answers above are the engine's
+
+
+def test_a_request_is_answered_by_the_generation_served_when_it_arrived(tmp_path: Path):
+    policy = tmp_path / "policies" / "equal.yaml"
+    policy.parent.mkdir()
+    policy.write_bytes((LIBRARY / "gpu-requests-equal-limits.yaml").read_bytes())
+    store = PolicyStore([str(policy.parent)], LOADER)
+    assert store.load().outcome == "loaded"
+    first = store.current
+    # The reload: the same file now holds another policy as well (nothing lost), which the
+    # sample pod passes too; the request that arrived before it is decided by generation 1.
+    policy.write_bytes(policy.read_bytes() + b"\n---\n" +
+                       (LIBRARY / "require-queue-label.yaml").read_bytes())
+    assert store.check().outcome == "retry" and store.check().outcome == "loaded"
+    second = store.current
+    assert (first.generation, second.generation) == (1, 2)
+    assert first.digest != second.digest
+
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        adm.store = store
+        pool = EvaluationProcesses(1, timer, grace_s=2.5)
+        try:
+            body = SAMPLE.read_bytes()
+            old = await in_worker(pool, adm, body, Endpoint.VALIDATE, first)  # arrived first
+            new = await in_worker(pool, adm, body, Endpoint.VALIDATE, second)
+            envelope = wire.decode_envelope(body, max_depth=100)
+            review = adm.review_input(envelope)
+            expected = []
+            for snapshot in (first, second):
+                verdict = snapshot.engine.evaluate(review, mutate=False, validate=True)
+                expected.append(verdict.denied_by)
+        finally:
+            pool.shutdown()
+        return old, new, expected
+
+    old, new, expected = asyncio.run(main())
+    assert old[1][7] == expected[0] == ("gpu-requests-equal-limits",)  # denied_by
+    assert new[1][7] == expected[1]
+
+
+def _stale(job: Evaluation):
+    """A worker told of a generation whose recipe builds another set."""
+    from dataclasses import replace
+    return evaluate_job(replace(job, digest="sha256:" + "0" * 64))
+
+
+def test_a_recipe_that_builds_another_set_is_refused_not_evaluated():
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        pool = EvaluationProcesses(1, timer, grace_s=2.5, evaluate=_stale)
+        try:
+            return await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
+        finally:
+            pool.shutdown()
+
+    _, decision = asyncio.run(main())
+    allowed, kind, message, reason = decision[:4]
+    assert (allowed, kind, reason) == (False, "denied", "InternalError")
+    assert "is not generation 1" in message
+
+
+def _crash_first(job: Evaluation):
+    if job.token == 1:
+        os._exit(3)
+    return evaluate_job(job)
+
+
+def _raise_first(job: Evaluation):
+    if job.token == 1:
+        raise RuntimeError("engine bug")
+    return evaluate_job(job)
+
+
+@pytest.mark.parametrize("worker", [_crash_first, _raise_first], ids=["exits", "raises"])
+def test_a_failing_worker_denies_with_a_status_and_the_pool_recovers(worker):
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        pool = EvaluationProcesses(1, timer, grace_s=2.5, evaluate=worker)
+        try:
+            body = SAMPLE.read_bytes()
+            failed = await in_worker(pool, adm, body, Endpoint.VALIDATE)
+            after = await in_worker(pool, adm, body, Endpoint.VALIDATE)
+            expected = await in_process(adm, body, Endpoint.VALIDATE)
+            return failed, after, expected, pool.replaced
+        finally:
+            pool.shutdown()
+
+    failed, after, expected, replaced = asyncio.run(main())
+    allowed, kind, message, reason = failed[1][:4]
+    assert (allowed, kind, reason) == (False, "denied", "InternalError")
+    assert message.startswith("gpuguard: the evaluation failed")
+    wire_answer = wire.response(wire.Envelope("admission.k8s.io/v1", "u", {}), allowed=allowed,
+                                message=message, reason=reason)
+    assert wire_answer["response"]["status"]["code"] == 500  # a Kubernetes Status, not a 5xx
+    assert after == expected
+    assert replaced == (1 if worker is _crash_first else 0)
+
+
+def _hang(job: Evaluation):
+    Path(os.environ["GPUGUARD_TEST_MARK"]).write_text("running")
+    time.sleep(3600)  # killed when the pool replaces the process
+
+
+def test_a_hung_worker_is_answered_at_the_deadline_and_replaced(tmp_path: Path, monkeypatch):
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("GPUGUARD_TEST_MARK", str(mark))
+
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        pool = EvaluationProcesses(1, timer, grace_s=5.0, evaluate=_hang)
+        try:
+            task = asyncio.create_task(in_worker(pool, adm, SAMPLE.read_bytes(),
+                                                 Endpoint.VALIDATE))
+            while not mark.exists():  # the job is running in the worker
+                await asyncio.sleep(0.01)
+            assert not task.done()
+            timer.advance(2.5)  # the deadline
+            answer = await task
+            assert pool.replaced == 0 and pool.turns.locked()  # held by the abandoned job
+            timer.advance(5.0)  # the grace: the worker is replaced
+            await pool.turns.acquire()
+            replaced = pool.replaced
+            pool.turns.release()
+            return answer, replaced
+        finally:
+            pool.shutdown()
+
+    (_, decision), replaced = asyncio.run(main())
+    allowed, kind, message = decision[:3]
+    assert not allowed and kind == "denied"
+    assert "did not finish within the 2500 ms deadline" in message
+    assert "gpu-requests-equal-limits" in message  # a failurePolicy Fail policy of the library
+    assert decision[9] == "deadline"
+    assert replaced == 1
