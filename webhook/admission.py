@@ -64,7 +64,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.authorization import Authorizer
+from policies.authorization import Authorizer, Unavailable
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
 from policies.facts.review import ReviewError, ReviewInput, from_request
@@ -312,14 +312,22 @@ class Admitter:
         """The cluster's RuntimeClass names now, None while not known."""
         return self.runtime_classes() if self.runtime_classes is not None else None
 
+    def local_authorizer(self) -> Unavailable | bool | None:
+        """The authorizer when it needs no cluster (None or :class:`Unavailable`, which
+        pickle), else False."""
+        if self.authorizer is None or isinstance(self.authorizer, Unavailable):
+            return self.authorizer
+        return False
+
     def offloadable(self, snapshot: PolicySnapshot | None, endpoint: Endpoint) -> bool:
         """Whether a request under ``snapshot`` may be decided in an evaluation process
         (:mod:`webhook.evaluators`): not when it needs this process's cluster clients — the
         quota ledger (GPUQuota documents, ``/validate``) or the authorizer's
         SubjectAccessReviews — nor a recorder or the objects in the log line, which need the
-        request here."""
-        if snapshot is None or snapshot.engine.uses_authorizer or self.recorder is not None \
-                or self.settings.log_objects:
+        request here. An authorizer that asks nobody (none, or :class:`~policies.authorization.
+        Unavailable`: standalone, every check an errored decision) goes with the request."""
+        if snapshot is None or self.recorder is not None or self.settings.log_objects or \
+                (snapshot.engine.uses_authorizer and self.local_authorizer() is False):
             return False
         return not (self.quota is not None and endpoint == Endpoint.VALIDATE
                     and snapshot.engine.policies.quotas)

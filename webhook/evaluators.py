@@ -41,6 +41,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any
 
+from policies.authorization import Unavailable
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired
 from webhook import wire
@@ -104,6 +105,7 @@ class Evaluation:
     now: datetime.datetime
     deadline_at: float  # time.monotonic() seconds (one clock for every process of the host)
     deadline_ms: int
+    authorizer: Unavailable | None = None  # one that asks nobody (Admitter.offloadable)
 
 
 # In a worker process: the decoded request of the job in hand, and the engines by generation.
@@ -205,7 +207,8 @@ def evaluate_job(job: Evaluation) -> Decision | Decoded:
             try:
                 verdict = snapshot.engine.evaluate(
                     review, mutate=mutate, validate=not mutate,
-                    expired=lambda: time.monotonic() >= job.deadline_at)
+                    expired=lambda: time.monotonic() >= job.deadline_at,
+                    authorizer=job.authorizer)
             except EvaluationExpired:
                 decision = fallback_decision(snapshot, review, endpoint, DEADLINE,
                                              f"the evaluation did not finish within the "
@@ -285,10 +288,11 @@ class EvaluationProcesses:
 
     def _job(self, snapshot: PolicySnapshot, token: int, endpoint: str,
              namespace_object: Mapping[str, Any] | None, classes: frozenset[str] | None,
-             now: datetime.datetime, left_s: float, deadline_ms: int) -> Evaluation:
+             now: datetime.datetime, left_s: float, deadline_ms: int,
+             authorizer: Unavailable | None = None) -> Evaluation:
         return Evaluation(token, snapshot.generation, snapshot.digest, self.recipe(snapshot),
                           endpoint, namespace_object, classes, now, time.monotonic() + left_s,
-                          deadline_ms)
+                          deadline_ms, authorizer)
 
     def warm(self, snapshot: PolicySnapshot) -> None:
         """Have every process build ``snapshot``'s engine now (after a load), not at its first
@@ -402,7 +406,8 @@ class EvaluationProcesses:
         namespace = admitter.namespaces.get(decoded.namespace) if decoded.namespace else None
         job = self._job(snapshot, token, endpoint, dict(namespace) if namespace else None,
                         admitter.runtime_classes_now(), admitter.clock(),
-                        deadline_at - timer.now(), settings.deadline_ms)
+                        deadline_at - timer.now(), settings.deadline_ms,
+                        authorizer if (authorizer := admitter.local_authorizer()) else None)
         try:
             decision: Decision | Decoded = await self._run(slot, deadline_at, self._evaluate,
                                                            job)

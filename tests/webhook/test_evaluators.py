@@ -13,19 +13,21 @@ import os
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
+from policies.authorization import Unavailable
 from policies.facts.resource_names import GPUSettings
-from policies.policy.loader import read_policy_files
 from tests.fakes.fake_timer import ManualTimer
 from tests.paths import ROOT
 from webhook import wire
 from webhook.admission import Admitter, Endpoint
-from webhook.evaluators import EvaluationProcesses, Evaluation, evaluate_job
+from webhook.evaluators import Evaluation, EvaluationProcesses, evaluate_job
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
+from webhook.server import Server
 from webhook.settings import ServerSettings
 
 LOADER = functools.partial(policy_set.load, settings=GPUSettings())
@@ -34,13 +36,14 @@ SAMPLE = ROOT / "examples" / "admission" / "gpu-pod-review.json"
 LIBRARY = ROOT / "policies" / "library"
 
 
-def admitter(timer: ManualTimer) -> Admitter:
+def admitter(timer: ManualTimer, authorizer=None) -> Admitter:
     store = PolicyStore(None, LOADER)
     assert store.load().outcome == "loaded"
     namespaces = StaticNamespaces({"team-a": {"metadata": {"name": "team-a", "labels": {
         "team": "a"}}}}, "test")
     return Admitter(store, namespaces, ServerSettings(deadline_ms=2500), Metrics(),
-                    concurrent.futures.ThreadPoolExecutor(1), timer=timer)
+                    concurrent.futures.ThreadPoolExecutor(1), timer=timer,
+                    authorizer=authorizer)
 
 
 def comparable(decision):
@@ -81,7 +84,10 @@ def bodies() -> list[bytes]:
 def test_a_worker_answers_as_this_process_does_on_the_corpus_reviews():
     async def main():
         timer = ManualTimer()
-        adm = admitter(timer)
+        # gpu-requesters asks the authorizer: standalone's answers the same in both processes
+        adm = admitter(timer, Unavailable("gpuguard serve runs standalone"))
+        assert adm.store.current.engine.uses_authorizer and \
+            adm.offloadable(adm.store.current, Endpoint.VALIDATE)
         pool = EvaluationProcesses(1, timer, grace_s=2.5)
         try:
             for body in bodies():
@@ -198,25 +204,28 @@ def test_a_failing_worker_denies_with_a_status_and_the_pool_recovers(worker):
     assert replaced == (1 if worker is _crash_first else 0)
 
 
-def _hang(job: Evaluation):
-    Path(os.environ["GPUGUARD_TEST_MARK"]).write_text("running")
+def _hang(mark: str, job: Evaluation):
+    Path(mark).write_text("running")
     time.sleep(3600)  # killed when the pool replaces the process
 
 
-def test_a_hung_worker_is_answered_at_the_deadline_and_replaced(tmp_path: Path, monkeypatch):
+def test_a_hung_worker_is_answered_at_the_deadline_and_replaced(tmp_path: Path):
     mark = tmp_path / "mark"
-    monkeypatch.setenv("GPUGUARD_TEST_MARK", str(mark))
 
     async def main():
         timer = ManualTimer()
         adm = admitter(timer)
-        pool = EvaluationProcesses(1, timer, grace_s=5.0, evaluate=_hang)
+        pool = EvaluationProcesses(1, timer, grace_s=5.0,
+                                   evaluate=functools.partial(_hang, str(mark)))
         try:
             task = asyncio.create_task(in_worker(pool, adm, SAMPLE.read_bytes(),
                                                  Endpoint.VALIDATE))
-            while not mark.exists():  # the job is running in the worker
+            # Wait (bounded, not timed) until the job is known to run in the worker.
+            for _ in range(12_000):
+                if mark.exists() or task.done():
+                    break
                 await asyncio.sleep(0.01)
-            assert not task.done()
+            assert mark.exists() and not task.done()
             timer.advance(2.5)  # the deadline
             answer = await task
             assert pool.replaced == 0 and pool.turns.locked()  # held by the abandoned job
@@ -235,3 +244,36 @@ def test_a_hung_worker_is_answered_at_the_deadline_and_replaced(tmp_path: Path, 
     assert "gpu-requests-equal-limits" in message  # a failurePolicy Fail policy of the library
     assert decision[9] == "deadline"
     assert replaced == 1
+
+
+def test_the_server_sends_large_requests_to_the_processes_and_keeps_small_ones():
+    big = bodies()[-3]
+    duplicate = big.replace(b'"uid": "', b'"uid": "x", "uid": "', 1)
+    assert len(big) > ServerSettings().inline_max_bytes
+
+    async def answers(processes: int):
+        store = PolicyStore(None, LOADER)
+        server = Server(ServerSettings(host="127.0.0.1", port=0, shutdown_delay_s=0.0,
+                                       eval_processes=processes),
+                        store, StaticNamespaces({}, "test"), None, timer=ManualTimer())
+        await server.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                out = []
+                for body in (SAMPLE.read_bytes(), big, duplicate):
+                    async with session.post(f"http://127.0.0.1:{server.port}/validate",
+                                            data=body, headers={
+                                                "Content-Type": "application/json"}) as r:
+                        out.append((r.status, await r.json()))
+                sent = server.processes._token if server.processes is not None else None
+            return out, sent
+        finally:
+            await server.shutdown()
+
+    threads, _ = asyncio.run(answers(0))
+    processes, sent = asyncio.run(answers(1))
+    assert processes == threads
+    assert [status for status, _ in processes] == [200, 200, 400]
+    assert processes[2][1]["kind"] == "Status"
+    assert processes[2][1]["message"].startswith("request.uid: duplicate key")
+    assert sent == 2  # the two large bodies; the sample pod stayed in this process
