@@ -312,12 +312,12 @@ class Admitter:
         """The cluster's RuntimeClass names now, None while not known."""
         return self.runtime_classes() if self.runtime_classes is not None else None
 
-    def local_authorizer(self) -> Unavailable | bool | None:
-        """The authorizer when it needs no cluster (None or :class:`Unavailable`, which
-        pickle), else False."""
+    def local_authorizer(self) -> tuple[bool, Unavailable | None]:
+        """``(True, authorizer)`` when the authorizer needs no cluster (None or
+        :class:`Unavailable`, which pickle); ``(False, None)`` otherwise."""
         if self.authorizer is None or isinstance(self.authorizer, Unavailable):
-            return self.authorizer
-        return False
+            return True, self.authorizer
+        return False, None
 
     def offloadable(self, snapshot: PolicySnapshot | None, endpoint: Endpoint) -> bool:
         """Whether a request under ``snapshot`` may be decided in an evaluation process
@@ -327,7 +327,7 @@ class Admitter:
         request here. An authorizer that asks nobody (none, or :class:`~policies.authorization.
         Unavailable`: standalone, every check an errored decision) goes with the request."""
         if snapshot is None or self.recorder is not None or self.settings.log_objects or \
-                (snapshot.engine.uses_authorizer and self.local_authorizer() is False):
+                (snapshot.engine.uses_authorizer and not self.local_authorizer()[0]):
             return False
         return not (self.quota is not None and endpoint == Endpoint.VALIDATE
                     and snapshot.engine.policies.quotas)

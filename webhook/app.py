@@ -307,7 +307,13 @@ class AdmissionHandlers:
         """
         assert self.processes is not None
         coding = self._headers(request)
-        data = await self._large_body(request, started_at, turn, self.processes.turns)
+        try:
+            data = await self._large_body(request, started_at, turn, self.processes.turns)
+        except BaseException:
+            if turn[0]:  # a turn of the processes, not of _end_large's in-process turns
+                turn[0] = False
+                self.processes.turns.release()
+            raise
         turn[0] = False  # decide() gives it back, once its process is free
         return await self.processes.decide(self.admitter, snapshot, data, coding, endpoint,
                                            self._now() - started_at)

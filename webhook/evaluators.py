@@ -32,8 +32,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import datetime
+import gc
 import logging
 import multiprocessing
+import os
 import pickle
 import time
 from collections.abc import Callable, Mapping
@@ -65,6 +67,10 @@ from webhook.policy_store import PolicySnapshot
 from webhook.timer import Timer
 
 LOG = logging.getLogger("gpuguard.webhook.evaluators")
+QUIET_S = 5.0
+"""Seconds without a request in any process before the idle check (class docstring)."""
+RECYCLE_GROWTH = 0.2
+"""Growth over its warm resident memory past which an idle process is replaced (0.2: +20 %)."""
 _KEPT_ENGINES = 2  # the set served and the one before it (requests that arrived before a reload)
 
 
@@ -115,6 +121,17 @@ _ENGINES: dict[tuple[int, str], PolicySnapshot] = {}
 
 def _initialize() -> None:
     fix_mmap_threshold()  # a decoded 3 MiB body goes back to the system when freed
+    # Decoding a 3 MiB body makes ~10^5 objects, which would set off full collections over the
+    # engine again and again; a request's objects hold no cycles, and each job ends with a
+    # young-generation collection (:func:`_after_job`), what a cycle an engine cache makes
+    # needs; the engines themselves are frozen once built.
+    gc.disable()
+
+
+def _after_job() -> None:
+    gc.collect(1)
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM()  # the decoded body's pages back to the system between bursts
 
 
 def _log_request(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,12 +188,26 @@ def _engine(job: Evaluation) -> PolicySnapshot:
         while len(_ENGINES) >= _KEPT_ENGINES:
             del _ENGINES[next(iter(_ENGINES))]
         _ENGINES[key] = snapshot
+        gc.collect()
+        gc.freeze()  # out of every later collection's scan (as the server does at start)
     return snapshot
 
 
+def rss_job() -> int:
+    """In a worker: its resident memory in KiB (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def warm_job(job: Evaluation) -> int:
-    """In a worker: build ``job``'s policy set ahead of its requests; returns its generation."""
-    return _engine(job).generation
+    """In a worker: build ``job``'s policy set ahead of its requests; returns the resident KiB
+    after (the process's baseline, see :class:`EvaluationProcesses`)."""
+    _engine(job)
+    _after_job()
+    return rss_job()
 
 
 def evaluate_job(job: Evaluation) -> Decision | Decoded:
@@ -222,17 +253,19 @@ def evaluate_job(job: Evaluation) -> Decision | Decoded:
         return replace(decision, review=None, policy_set=None)
     finally:
         del envelope
-        if MALLOC_TRIM is not None:
-            MALLOC_TRIM()  # the decoded body's pages back to the system between bursts
+        _after_job()
 
 
 class _Slot:
-    """One evaluation process: its own executor of one worker."""
+    """One evaluation process: its own executor of one worker; its resident KiB once warm
+    (``baseline``, 0 until known) and whether it ran a request since the last idle check."""
 
-    __slots__ = ("executor",)
+    __slots__ = ("baseline", "executor", "used")
 
     def __init__(self, executor: concurrent.futures.ProcessPoolExecutor) -> None:
         self.executor = executor
+        self.baseline = 0
+        self.used = False
 
 
 class EvaluationProcesses:
@@ -249,9 +282,16 @@ class EvaluationProcesses:
 
     ``turns`` (a semaphore of ``count``) bounds the large requests being read and decided;
     :meth:`decide` gives the turn back when its slot is free again.
+
+    Memory after a burst: a process that decoded many large bodies keeps part of their memory
+    (Python's arenas and malloc's, fragmented by what the engine caches between them). Once no
+    request has been in a process for ``quiet_s`` and every process is free, each one that ran
+    requests and holds more than ``1 + recycle_growth`` times its resident memory once warm is
+    replaced by a fresh one, which builds the served set at once — off any request's path.
     """
 
     def __init__(self, count: int, timer: Timer, *, grace_s: float,
+                 quiet_s: float = QUIET_S, recycle_growth: float = RECYCLE_GROWTH,
                  context: str = "forkserver",
                  decode: Callable[..., Decoded] = decode_job,
                  evaluate: Callable[[Evaluation], Decision | Decoded] = evaluate_job,
@@ -267,7 +307,12 @@ class EvaluationProcesses:
         self._recipes: dict[tuple[int, str], bytes] = {}
         self._token = 0
         self._holding: set[asyncio.Task[None]] = set()
+        self._warm: Evaluation | None = None  # the last warm-up job (for replaced processes)
         self.replaced = 0
+        self.quiet_s = quiet_s
+        self.recycle_growth = recycle_growth
+        self._last_used = 0.0
+        self._idle_check: asyncio.Task[None] | None = None
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         return concurrent.futures.ProcessPoolExecutor(1, mp_context=self._context,
@@ -297,11 +342,20 @@ class EvaluationProcesses:
     def warm(self, snapshot: PolicySnapshot) -> None:
         """Have every process build ``snapshot``'s engine now (after a load), not at its first
         request; a failure shows at that request."""
-        job = self._job(snapshot, 0, Endpoint.VALIDATE, None, None,
-                        datetime.datetime.now(datetime.UTC), 0.0, 0)
+        job = self._warm = self._job(snapshot, 0, Endpoint.VALIDATE, None, None,
+                                     datetime.datetime.now(datetime.UTC), 0.0, 0)
         for slot in self._slots:
-            with contextlib.suppress(RuntimeError, BrokenProcessPool):
-                slot.executor.submit(warm_job, job)
+            self._warm_slot(slot, job)
+
+    def _warm_slot(self, slot: _Slot, job: Evaluation) -> None:
+        def baseline(future: concurrent.futures.Future[int]) -> None:  # in a pool thread
+            if not future.cancelled() and future.exception() is None and \
+                    slot.executor is executor:
+                slot.baseline = future.result()
+
+        executor = slot.executor
+        with contextlib.suppress(RuntimeError, BrokenProcessPool):
+            executor.submit(warm_job, job).add_done_callback(baseline)
 
     def _replace(self, slot: _Slot, why: str) -> None:
         """Kill ``slot``'s process and start another."""
@@ -313,12 +367,43 @@ class EvaluationProcesses:
                 process.kill()
         old.shutdown(wait=False, cancel_futures=True)
         slot.executor = self._executor()
+        slot.baseline, slot.used = 0, False
+        if self._warm is not None:  # the new process builds the set served now, not at a request
+            self._warm_slot(slot, self._warm)
         self.replaced += 1
         LOG.warning("evaluation process replaced", extra={"fields": {"why": why}})
 
     def _give(self, slot: _Slot) -> None:
+        slot.used = True
         self._free.append(slot)
         self.turns.release()
+        self._last_used = self.timer.now()
+        if self._idle_check is None or self._idle_check.done():
+            self._idle_check = asyncio.get_running_loop().create_task(self._recycle_when_idle())
+
+    async def _recycle_when_idle(self) -> None:
+        """Replace the processes that kept memory of a burst, once the pool is quiet (see the
+        class docstring)."""
+        while True:
+            await self.timer.sleep(max(0.0, self._last_used + self.quiet_s - self.timer.now()))
+            if self.timer.now() >= self._last_used + self.quiet_s and \
+                    len(self._free) == len(self._slots):
+                break
+            if self.timer.now() >= self._last_used + self.quiet_s:
+                self._last_used = self.timer.now()  # busy: look again a quiet period later
+        for slot in list(self._free):
+            if not slot.used or not slot.baseline:
+                continue
+            slot.used = False
+            try:
+                rss = await asyncio.wrap_future(slot.executor.submit(rss_job))
+            except Exception:  # a broken process is replaced by the next request
+                continue
+            # No await since the check: a request cannot have taken the slot in between.
+            if slot in self._free and not slot.used and \
+                    rss > slot.baseline * (1 + self.recycle_growth):
+                self._replace(slot, f"it held {rss // 1024} MiB after a burst, "
+                              f"{slot.baseline // 1024} MiB once warm")
 
     async def _run(self, slot: _Slot, deadline_at: float, function: Callable[..., Any],
                    *args: Any) -> Any:
@@ -407,7 +492,7 @@ class EvaluationProcesses:
         job = self._job(snapshot, token, endpoint, dict(namespace) if namespace else None,
                         admitter.runtime_classes_now(), admitter.clock(),
                         deadline_at - timer.now(), settings.deadline_ms,
-                        authorizer if (authorizer := admitter.local_authorizer()) else None)
+                        admitter.local_authorizer()[1])
         try:
             decision: Decision | Decoded = await self._run(slot, deadline_at, self._evaluate,
                                                            job)
@@ -442,5 +527,7 @@ class EvaluationProcesses:
 
     def shutdown(self) -> None:
         """Stop every process (jobs in flight are dropped)."""
+        if self._idle_check is not None:
+            self._idle_check.cancel()
         for slot in self._slots:
             slot.executor.shutdown(wait=False, cancel_futures=True)

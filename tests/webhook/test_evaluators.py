@@ -15,15 +15,19 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from gpuguard import policy_set
 from kube.namespaces import StaticNamespaces
 from policies.authorization import Unavailable
 from policies.facts.resource_names import GPUSettings
 from tests.fakes.fake_timer import ManualTimer
+from tests.fakes.webhook_harness import Harness
 from tests.paths import ROOT
 from webhook import wire
 from webhook.admission import Admitter, Endpoint
+from webhook.app import HANDLERS_KEY, build_app
+from webhook.connections import handler_args
 from webhook.evaluators import Evaluation, EvaluationProcesses, evaluate_job
 from webhook.metrics import Metrics
 from webhook.policy_store import PolicySnapshot, PolicyStore
@@ -277,3 +281,77 @@ def test_the_server_sends_large_requests_to_the_processes_and_keeps_small_ones()
     assert processes[2][1]["kind"] == "Status"
     assert processes[2][1]["message"].startswith("request.uid: duplicate key")
     assert sent == 2  # the two large bodies; the sample pod stayed in this process
+
+
+def test_a_large_request_past_its_deadline_waiting_for_a_process_turn_gives_the_turn_back():
+    big = bodies()[-3]
+
+    async def main():
+        clock = [0.0]
+        harness = Harness(None, authorizer=Unavailable("standalone"),
+                          settings=ServerSettings(port=0))
+        pool = EvaluationProcesses(1, harness.timer, grace_s=2.5)
+        app = build_app(harness.admitter, harness.health, harness.metrics, harness.settings,
+                        processes=pool, clock=lambda: clock[0])
+        server = TestServer(app)
+        await server.start_server(**handler_args(keepalive_s=120.0))
+        handlers = app[HANDLERS_KEY]
+
+        async def post():
+            async with aiohttp.ClientSession() as session, session.post(
+                    server.make_url("/validate"), data=big,
+                    headers={"Content-Type": "application/json"}) as response:
+                return response.status, await response.json()
+
+        try:
+            await pool.turns.acquire()  # another large request holds the only turn
+            late = asyncio.create_task(post())
+            for _ in range(12_000):  # bounded wait until it waits for the turn
+                if handlers.large_in_flight == 1:
+                    break
+                await asyncio.sleep(0.01)
+            clock[0] = 3.0  # past its 2.5 s deadline
+            pool.turns.release()
+            first = await late
+            # With the turn lost, this one would wait for ever: bounded, not timed.
+            second = await asyncio.wait_for(post(), 300)
+        finally:
+            pool.shutdown()
+            await server.close()
+            harness.close()
+        return first, second
+
+    (status, body), (again, answer) = asyncio.run(main())
+    assert status == 429 and body["kind"] == "Status" and "past its 2500 ms deadline" in \
+        body["message"]
+    assert again == 200 and answer["response"]["allowed"] is False  # decided in the process
+
+
+@pytest.mark.parametrize(("growth", "replaced"), [(-1.0, 1), (1000.0, 0)],
+                         ids=["grew", "did-not-grow"])
+def test_an_idle_process_that_kept_memory_of_a_burst_is_replaced(growth, replaced):
+    async def main():
+        timer = ManualTimer()
+        adm = admitter(timer)
+        pool = EvaluationProcesses(1, timer, grace_s=2.5, quiet_s=5.0, recycle_growth=growth)
+        try:
+            pool.warm(adm.store.current)
+            before = await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
+            assert pool._slots[0].baseline > 0  # known once the warm-up job ran
+            timer.advance(4.9)
+            await asyncio.sleep(0)
+            assert pool.replaced == 0  # not quiet long enough yet
+            timer.advance(0.1)
+            for _ in range(12_000):  # bounded wait for the idle check to end
+                if pool._idle_check.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert pool._idle_check.done()
+            after = await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
+            return before, after, pool.replaced
+        finally:
+            pool.shutdown()
+
+    before, after, count = asyncio.run(main())
+    assert count == replaced
+    assert after == before  # a replaced process answers as the one before it
