@@ -258,13 +258,15 @@ def evaluate_job(job: Evaluation) -> Decision | Decoded:
 
 class _Slot:
     """One evaluation process: its own executor of one worker; its resident KiB once warm
-    (``baseline``, 0 until known) and whether it ran a request since the last idle check."""
+    (``baseline``, 0 until known; raised to what it holds at its first idle check after
+    requests, ``settled``) and whether it ran a request since the last idle check."""
 
-    __slots__ = ("baseline", "executor", "used")
+    __slots__ = ("baseline", "executor", "settled", "used")
 
     def __init__(self, executor: concurrent.futures.ProcessPoolExecutor) -> None:
         self.executor = executor
         self.baseline = 0
+        self.settled = False
         self.used = False
 
 
@@ -286,8 +288,9 @@ class EvaluationProcesses:
     Memory after a burst: a process that decoded many large bodies keeps part of their memory
     (Python's arenas and malloc's, fragmented by what the engine caches between them). Once no
     request has been in a process for ``quiet_s`` and every process is free, each one that ran
-    requests and holds more than ``1 + recycle_growth`` times its resident memory once warm is
-    replaced by a fresh one, which builds the served set at once — off any request's path.
+    requests and holds more than ``1 + recycle_growth`` times its settled resident memory — what
+    it held at its first such check, its working set — is replaced by a fresh one, which builds
+    the served set at once, off any request's path (a request arriving meanwhile waits for it).
     """
 
     def __init__(self, count: int, timer: Timer, *, grace_s: float,
@@ -339,23 +342,29 @@ class EvaluationProcesses:
                           endpoint, namespace_object, classes, now, time.monotonic() + left_s,
                           deadline_ms, authorizer)
 
-    def warm(self, snapshot: PolicySnapshot) -> None:
+    def warm(self, snapshot: PolicySnapshot) -> list[concurrent.futures.Future[int]]:
         """Have every process build ``snapshot``'s engine now (after a load), not at its first
-        request; a failure shows at that request."""
+        request; returns the jobs (the server waits for the first load's before it listens); a
+        failure shows at the first request."""
         job = self._warm = self._job(snapshot, 0, Endpoint.VALIDATE, None, None,
                                      datetime.datetime.now(datetime.UTC), 0.0, 0)
-        for slot in self._slots:
-            self._warm_slot(slot, job)
+        return [future for slot in self._slots
+                if (future := self._warm_slot(slot, job)) is not None]
 
-    def _warm_slot(self, slot: _Slot, job: Evaluation) -> None:
+    def _warm_slot(self, slot: _Slot,
+                   job: Evaluation) -> concurrent.futures.Future[int] | None:
         def baseline(future: concurrent.futures.Future[int]) -> None:  # in a pool thread
             if not future.cancelled() and future.exception() is None and \
                     slot.executor is executor:
                 slot.baseline = future.result()
 
         executor = slot.executor
-        with contextlib.suppress(RuntimeError, BrokenProcessPool):
-            executor.submit(warm_job, job).add_done_callback(baseline)
+        try:
+            future = executor.submit(warm_job, job)
+        except (RuntimeError, BrokenProcessPool):
+            return None
+        future.add_done_callback(baseline)
+        return future
 
     def _replace(self, slot: _Slot, why: str) -> None:
         """Kill ``slot``'s process and start another."""
@@ -367,7 +376,7 @@ class EvaluationProcesses:
                 process.kill()
         old.shutdown(wait=False, cancel_futures=True)
         slot.executor = self._executor()
-        slot.baseline, slot.used = 0, False
+        slot.baseline, slot.used, slot.settled = 0, False, False
         if self._warm is not None:  # the new process builds the set served now, not at a request
             self._warm_slot(slot, self._warm)
         self.replaced += 1
@@ -398,6 +407,9 @@ class EvaluationProcesses:
             try:
                 rss = await asyncio.wrap_future(slot.executor.submit(rss_job))
             except Exception:  # a broken process is replaced by the next request
+                continue
+            if not slot.settled:  # its first requests' working set (caches, arenas): the base
+                slot.baseline, slot.settled = max(slot.baseline, rss), True
                 continue
             # No await since the check: a request cannot have taken the slot in between.
             if slot in self._free and not slot.used and \

@@ -55,6 +55,11 @@ evaluates a large review; at 5 ms per take, a 3 MiB body read in 64 KiB pieces c
 quarter of a second. 1 ms keeps ``/readyz`` answered within tens of milliseconds through a burst
 of large reviews, for a few per cent of the threads' throughput."""
 
+WARM_TIMEOUT_S = 60.0
+"""The longest start-up waits for the evaluation processes to build the first policy set before
+listening (a cold process imports and compiles in seconds); past it, the first large requests
+wait for them instead."""
+
 
 class TLSSource(Protocol):
     """A server TLS context that can re-read its certificate files (``certs.tls.ReloadingTLS``)."""
@@ -158,6 +163,7 @@ class Server:
         self.app = build_app(self.admitter, self.health, self.metrics, settings,
                              decode_executor=self.decode_executor, memory=self.memory,
                              middlewares=(self.guard.middleware,), processes=self.processes)
+        self._warming: list[concurrent.futures.Future[int]] = []
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._port = 0
@@ -176,7 +182,7 @@ class Server:
         if result.outcome == LOADED and result.snapshot is not None:
             snapshot = result.snapshot
             if self.processes is not None:  # built there before its first large request
-                self.processes.warm(snapshot)
+                self._warming = self.processes.warm(snapshot)
             self.metrics.policy_reloads.labels("success").inc()
             self.metrics.policy_set_served(snapshot.identity)
             LOG.info("policy set loaded", extra={"fields": {
@@ -267,6 +273,10 @@ class Server:
                     loop.call_soon_threadsafe(wake.set)
             self.policy_objects.start(changed)
         await self.load_policies(force=True)
+        if self._warming:  # ready only once the evaluation processes hold the set (bounded)
+            await asyncio.wait([asyncio.wrap_future(f) for f in self._warming],
+                               timeout=WARM_TIMEOUT_S)
+            self._warming = []
         self.namespaces.start(loop)
         args = handler_args(keepalive_s=self.settings.keepalive_s)
         self.runner = web.AppRunner(self.app, handle_signals=False,

@@ -338,6 +338,7 @@ def test_an_idle_process_that_kept_memory_of_a_burst_is_replaced(growth, replace
             pool.warm(adm.store.current)
             before = await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
             assert pool._slots[0].baseline > 0  # known once the warm-up job ran
+            pool._slots[0].settled = True  # as after its first idle check (its working set)
             timer.advance(4.9)
             await asyncio.sleep(0)
             assert pool.replaced == 0  # not quiet long enough yet
