@@ -34,6 +34,7 @@ import contextlib
 import datetime
 import gc
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -277,6 +278,10 @@ class EvaluationProcesses:
         count: processes (``--eval-processes``).
         timer: the clock of request deadlines (:mod:`webhook.timer`; tests inject one).
         grace_s: how long a job may run past its deadline before its process is replaced.
+        worker_deadline: also stop an evaluation in its process at the deadline (on the
+            host's monotonic clock, the one ``timer`` is in a server), so that its fallback can
+            name the policies that match; False for tests whose ``timer`` moves by hand (this
+            process still answers at its deadline).
         context: the multiprocessing start method (forkserver: a clean interpreter, no copy of
             the server's threads or sockets).
         decode / evaluate: the worker functions (module-level, picklable); tests pass others
@@ -295,7 +300,7 @@ class EvaluationProcesses:
 
     def __init__(self, count: int, timer: Timer, *, grace_s: float,
                  quiet_s: float = QUIET_S, recycle_growth: float = RECYCLE_GROWTH,
-                 context: str = "forkserver",
+                 worker_deadline: bool = True, context: str = "forkserver",
                  decode: Callable[..., Decoded] = decode_job,
                  evaluate: Callable[[Evaluation], Decision | Decoded] = evaluate_job,
                  ) -> None:
@@ -312,6 +317,7 @@ class EvaluationProcesses:
         self._holding: set[asyncio.Task[None]] = set()
         self._warm: Evaluation | None = None  # the last warm-up job (for replaced processes)
         self.replaced = 0
+        self.worker_deadline = worker_deadline
         self.quiet_s = quiet_s
         self.recycle_growth = recycle_growth
         self._last_used = 0.0
@@ -339,7 +345,8 @@ class EvaluationProcesses:
              now: datetime.datetime, left_s: float, deadline_ms: int,
              authorizer: Unavailable | None = None) -> Evaluation:
         return Evaluation(token, snapshot.generation, snapshot.digest, self.recipe(snapshot),
-                          endpoint, namespace_object, classes, now, time.monotonic() + left_s,
+                          endpoint, namespace_object, classes, now,
+                          time.monotonic() + left_s if self.worker_deadline else math.inf,
                           deadline_ms, authorizer)
 
     def warm(self, snapshot: PolicySnapshot) -> list[concurrent.futures.Future[int]]:

@@ -157,8 +157,10 @@ class Server:
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,
                                      on_sweep_closed=self.memory.request)
+        # A process can stop at the deadline itself only on the host's clock, not a test's.
         self.processes = EvaluationProcesses(
-            settings.eval_processes, self.timer, grace_s=settings.deadline_s) \
+            settings.eval_processes, self.timer, grace_s=settings.deadline_s,
+            worker_deadline=isinstance(self.timer, MonotonicTimer)) \
             if settings.eval_processes else None
         self.app = build_app(self.admitter, self.health, self.metrics, settings,
                              decode_executor=self.decode_executor, memory=self.memory,

@@ -92,7 +92,7 @@ def test_a_worker_answers_as_this_process_does_on_the_corpus_reviews():
         adm = admitter(timer, Unavailable("gpuguard serve runs standalone"))
         assert adm.store.current.engine.uses_authorizer and \
             adm.offloadable(adm.store.current, Endpoint.VALIDATE)
-        pool = EvaluationProcesses(1, timer, grace_s=2.5)
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=2.5)
         try:
             for body in bodies():
                 for endpoint in (Endpoint.VALIDATE, Endpoint.MUTATE):
@@ -128,7 +128,7 @@ def test_a_request_is_answered_by_the_generation_served_when_it_arrived(tmp_path
         timer = ManualTimer()
         adm = admitter(timer)
         adm.store = store
-        pool = EvaluationProcesses(1, timer, grace_s=2.5)
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=2.5)
         try:
             body = SAMPLE.read_bytes()
             old = await in_worker(pool, adm, body, Endpoint.VALIDATE, first)  # arrived first
@@ -158,7 +158,8 @@ def test_a_recipe_that_builds_another_set_is_refused_not_evaluated():
     async def main():
         timer = ManualTimer()
         adm = admitter(timer)
-        pool = EvaluationProcesses(1, timer, grace_s=2.5, evaluate=_stale)
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=2.5,
+                                   evaluate=_stale)
         try:
             return await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
         finally:
@@ -187,7 +188,8 @@ def test_a_failing_worker_denies_with_a_status_and_the_pool_recovers(worker):
     async def main():
         timer = ManualTimer()
         adm = admitter(timer)
-        pool = EvaluationProcesses(1, timer, grace_s=2.5, evaluate=worker)
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=2.5,
+                                   evaluate=worker)
         try:
             body = SAMPLE.read_bytes()
             failed = await in_worker(pool, adm, body, Endpoint.VALIDATE)
@@ -219,7 +221,7 @@ def test_a_hung_worker_is_answered_at_the_deadline_and_replaced(tmp_path: Path):
     async def main():
         timer = ManualTimer()
         adm = admitter(timer)
-        pool = EvaluationProcesses(1, timer, grace_s=5.0,
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=5.0,
                                    evaluate=functools.partial(_hang, str(mark)))
         try:
             task = asyncio.create_task(in_worker(pool, adm, SAMPLE.read_bytes(),
@@ -290,7 +292,7 @@ def test_a_large_request_past_its_deadline_waiting_for_a_process_turn_gives_the_
         clock = [0.0]
         harness = Harness(None, authorizer=Unavailable("standalone"),
                           settings=ServerSettings(port=0))
-        pool = EvaluationProcesses(1, harness.timer, grace_s=2.5)
+        pool = EvaluationProcesses(1, harness.timer, worker_deadline=False, grace_s=2.5)
         app = build_app(harness.admitter, harness.health, harness.metrics, harness.settings,
                         processes=pool, clock=lambda: clock[0])
         server = TestServer(app)
@@ -333,7 +335,8 @@ def test_an_idle_process_that_kept_memory_of_a_burst_is_replaced(growth, replace
     async def main():
         timer = ManualTimer()
         adm = admitter(timer)
-        pool = EvaluationProcesses(1, timer, grace_s=2.5, quiet_s=5.0, recycle_growth=growth)
+        pool = EvaluationProcesses(1, timer, worker_deadline=False, grace_s=2.5, quiet_s=5.0,
+                                   recycle_growth=growth)
         try:
             pool.warm(adm.store.current)
             before = await in_worker(pool, adm, SAMPLE.read_bytes(), Endpoint.VALIDATE)
