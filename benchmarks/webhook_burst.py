@@ -16,15 +16,16 @@ Prints the ``/readyz`` latency (p50 / p99 / max) before the load connections ope
 burst (the connections open just before it: the server closes idle ones beyond
 ``--max-idle-connections`` after a grace period), the reviews'
 statuses and latencies, how many answers were decided by failurePolicy (deadline), and the
-server's resident memory (VmRSS): at the start (ready, after one warm-up review), at its peak,
-after the burst with the connections still open and idle, and after they close. Machine-readable
-lines follow, ``name: value``.
+server's resident memory (VmRSS; its child processes' — the evaluation processes — apart): at
+the start (ready, after one warm-up review), at its peak, after the burst with the connections
+still open and idle, and after they close. Machine-readable lines follow, ``name: value``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import json
 import multiprocessing
@@ -91,6 +92,27 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def descendants_rss_kib(pid: int) -> int:
+    """Resident KiB of every process below ``pid`` (the evaluation processes of
+    ``--eval-processes`` and their forkserver), 0 when there are none."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    total, stack = 0, list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        stack.extend(children.get(child, []))
+        with contextlib.suppress(OSError, RuntimeError):  # it exited meanwhile
+            total += rss_kib(child)
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -299,6 +321,7 @@ def main() -> int:
                                                                b'"burst-warm-up"'))
             time.sleep(1.0)
             rss_start = rss_kib(server.pid)
+            workers_start = descendants_rss_kib(server.pid)
             stop, go, probing = context.Event(), context.Event(), context.Event()
             opened, idle, release = context.Event(), context.Event(), context.Event()
             probes: multiprocessing.queues.Queue = context.Queue()
@@ -341,6 +364,7 @@ def main() -> int:
             loader.join(60)
             time.sleep(args.settle_s)
             rss_closed = rss_kib(server.pid)
+            workers_closed = descendants_rss_kib(server.pid)
             mappings = rss_by_mapping(server.pid)
             counters = server_metrics(port, ca)
             stop.set()
@@ -386,6 +410,9 @@ def main() -> int:
               f"with {args.concurrency} idle connections {rss_idle / 1024:.1f} MiB, after they "
               f"closed {rss_closed / 1024:.1f} MiB "
               f"({100 * (rss_closed - rss_start) / rss_start:+.1f} % of the start)")
+        print(f"RSS of the server's child processes (evaluation processes): start "
+              f"{workers_start / 1024:.1f} MiB, after the connections closed "
+              f"{workers_closed / 1024:.1f} MiB")
         print("RSS after they closed, by mapping:",
               ", ".join(f"{k} {v / 1024:.1f} MiB" for k, v in mappings.items()))
         print("server metrics:", ", ".join(f"{k} {v:g}" for k, v in counters.items()))
@@ -399,6 +426,11 @@ def main() -> int:
             "rss_start_mib": rss_start / 1024, "rss_peak_mib": max(peak) / 1024,
             "rss_idle_connections_mib": rss_idle / 1024, "rss_closed_mib": rss_closed / 1024,
             "rss_closed_vs_start_percent": 100 * (rss_closed - rss_start) / rss_start,
+            "children_rss_start_mib": workers_start / 1024,
+            "children_rss_closed_mib": workers_closed / 1024,
+            "total_rss_closed_vs_start_percent": 100 * (
+                rss_closed + workers_closed - rss_start - workers_start) / (
+                rss_start + workers_start),
         }
         for name, value in figures.items():
             print(f"{name}: {value:.1f}")

@@ -100,6 +100,11 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         "read, decoded and evaluated at once per worker; the others wait unread, "
                         "and one whose deadline passes while waiting gets 429 "
                         "(default %(default)s)")
+    parser.add_argument("--eval-processes", type=int, default=ServerSettings.eval_processes,
+                        metavar="N", help="worker processes that decode and evaluate bodies "
+                        "over --inline-max-bytes, per worker, one request each at a time (not "
+                        "for policy sets with GPUQuota or authorizer checks); 0: threads "
+                        "(default %(default)s)")
     parser.add_argument("--decode-threads", type=int, default=ServerSettings.decode_threads,
                         metavar="N", help="threads decoding request bodies over "
                         "--inline-max-bytes and compressed ones, per worker "

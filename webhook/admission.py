@@ -69,7 +69,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from kube.quota_ledger import QuotaDecision
-from policies.authorization import Attributes, Authorizer
+from policies.authorization import Attributes, Authorizer, Unavailable
 from policies.authorization import Decision as AuthorizerDecision
 from policies.authorization import Verdict as AuthorizerVerdict
 from policies.cel.runtime import checked_json
@@ -186,7 +186,28 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
     return tuple(seen)
 
 
-def _namespace_of(request: Mapping[str, Any]) -> str | None:
+def review_of(request: Mapping[str, Any], namespace_object: Mapping[str, Any] | None,
+              now: datetime.datetime, runtime_classes: frozenset[str] | None) -> ReviewInput:
+    """The engine's view of ``request`` with its namespace object and the cluster's
+    RuntimeClass names (None: not known); the same in this process and an evaluation process.
+
+    Raises:
+        WireError: 400 when the AdmissionRequest cannot be evaluated (bad ``operation``,
+            ``object`` not an object, ...); the message names the field.
+    """
+    try:
+        review = from_request(request, namespace_object=namespace_object, now=now)
+    except ReviewError as exc:
+        raise bad_request(str(exc)) from None
+    if review.kind[2] == "Namespace" and namespace_object is not None:
+        # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
+        review = dataclasses.replace(review, namespace_object=None)
+    if runtime_classes is not None:  # a setRuntimeClassName naming a missing class is not applied
+        review = dataclasses.replace(review, runtime_classes=runtime_classes)
+    return review
+
+
+def namespace_of(request: Mapping[str, Any]) -> str | None:
     """The request's namespace as :func:`policies.facts.review.from_request` reads it."""
     namespace = request.get("namespace")
     if not namespace:
@@ -320,19 +341,33 @@ class Admitter:
                 ``object`` not an object, ...); the message names the field.
         """
         request = envelope.request
-        namespace = _namespace_of(request)
-        namespace_object = self.namespaces.get(namespace) if namespace else None
-        try:
-            review = from_request(request, namespace_object=namespace_object, now=self.clock())
-        except ReviewError as exc:
-            raise bad_request(str(exc)) from None
-        if review.kind[2] == "Namespace" and namespace_object is not None:
-            # A Namespace is cluster-scoped: namespaceSelector uses its own labels.
-            review = dataclasses.replace(review, namespace_object=None)
-        classes = self.runtime_classes() if self.runtime_classes is not None else None
-        if classes is not None:  # a setRuntimeClassName naming a missing class is not applied
-            review = dataclasses.replace(review, runtime_classes=classes)
-        return review
+        namespace = namespace_of(request)
+        return review_of(request, self.namespaces.get(namespace) if namespace else None,
+                         self.clock(), self.runtime_classes_now())
+
+    def runtime_classes_now(self) -> frozenset[str] | None:
+        """The cluster's RuntimeClass names now, None while not known."""
+        return self.runtime_classes() if self.runtime_classes is not None else None
+
+    def local_authorizer(self) -> tuple[bool, Unavailable | None]:
+        """``(True, authorizer)`` when the authorizer needs no cluster (None or
+        :class:`Unavailable`, which pickle); ``(False, None)`` otherwise."""
+        if self.authorizer is None or isinstance(self.authorizer, Unavailable):
+            return True, self.authorizer
+        return False, None
+
+    def offloadable(self, snapshot: PolicySnapshot | None, endpoint: Endpoint) -> bool:
+        """Whether a request under ``snapshot`` may be decided in an evaluation process
+        (:mod:`webhook.evaluators`): not when it needs this process's cluster clients — the
+        quota ledger (GPUQuota documents, ``/validate``) or the authorizer's
+        SubjectAccessReviews — nor a recorder or the objects in the log line, which need the
+        request here. An authorizer that asks nobody (none, or :class:`~policies.authorization.
+        Unavailable`: standalone, every check an errored decision) goes with the request."""
+        if snapshot is None or self.recorder is not None or self.settings.log_objects or \
+                (snapshot.engine.uses_authorizer and not self.local_authorizer()[0]):
+            return False
+        return not (self.quota is not None and endpoint == Endpoint.VALIDATE
+                    and snapshot.engine.policies.quotas)
 
     async def admit(self, envelope: Envelope, endpoint: Endpoint, *,
                     waited_s: float = 0.0, abandoned: Abandoned | None = None) -> Decision:
@@ -481,16 +516,9 @@ class Admitter:
         except Exception as exc:  # an engine bug: the policies' failurePolicy decides
             return self._fallback(snapshot, review, endpoint, EXCEPTION,
                                   f"the evaluation failed ({type(exc).__name__}: {exc})")
-        outcomes = policy_outcomes(verdict) if verdict.results else ()
         if verdict.allowed and not review.dry_run and self.recorder is not None:
             self.recorder.record(review, verdict, endpoint)
-        return _make_decision(
-            allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
-            message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
-            audit_annotations=verdict.audit_annotations,
-            patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
-            policy_outcomes=outcomes, fallback=None, review=review, policy_set=snapshot,
-        )
+        return decision_of(verdict, review, snapshot, mutate)
 
     def _pause_inline(self, seconds: float) -> None:
         """Note an evaluation that held the event loop for ``seconds``, past its slice; at the
@@ -513,17 +541,46 @@ class Admitter:
                   cause: str, what: str) -> Decision:
         """The failurePolicy answer when the evaluation cannot be used (see module docstring)."""
         self.metrics.fallbacks.labels(endpoint, cause).inc()
+        return fallback_decision(snapshot, review, endpoint, cause, what)
+
+
+def decision_of(verdict: Verdict, review: ReviewInput, snapshot: PolicySnapshot,
+                mutate: bool) -> Decision:
+    """The :class:`Decision` of an engine verdict (``mutate``: the ``/mutate`` endpoint's)."""
+    return _make_decision(
+        allowed=verdict.allowed, decision=ALLOWED if verdict.allowed else DENIED,
+        message=verdict.message, reason=verdict.reason, warnings=verdict.warning_texts,
+        audit_annotations=verdict.audit_annotations,
+        patch=verdict.patch if mutate else (), denied_by=verdict.denied_by,
+        policy_outcomes=policy_outcomes(verdict) if verdict.results else (), fallback=None,
+        review=review, policy_set=snapshot,
+    )
+
+
+def fallback_decision(snapshot: PolicySnapshot, review: ReviewInput | None, endpoint: Endpoint,
+                      cause: str, what: str) -> Decision:
+    """The failurePolicy answer when the evaluation cannot be used (see module docstring).
+
+    ``review`` None: the request was never decoded here (an evaluation process did not answer
+    in time): every policy of the endpoint counts as matching, as one whose match cannot be
+    decided does, so any ``failurePolicy: Fail`` policy denies.
+    """
+    if review is None:
+        failing = [p.name for p in snapshot.engine.policies.policies
+                   if _relevant(p, endpoint) and p.failure_policy == FailurePolicy.FAIL]
+        matched = len([p for p in snapshot.engine.policies.policies if _relevant(p, endpoint)])
+    else:
         failing, matched = fail_closed_policies(snapshot, review, endpoint)
-        if failing:
-            message = (f"gpuguard: {what}; denied because these matching policies have "
-                       f"failurePolicy Fail: {', '.join(failing)}")
-            return Decision(allowed=False, decision=DENIED, message=message,
-                            reason="Forbidden", denied_by=tuple(failing),
-                            policy_outcomes=tuple((name, RuleOutcome.ERROR) for name in failing),
-                            fallback=cause, review=review, policy_set=snapshot)
-        scope = "the matching policies have failurePolicy Ignore" if matched else \
-            "no policy with failurePolicy Fail matches it"
-        return Decision(allowed=True, decision=ALLOWED,
-                        warnings=(f"gpuguard: {what}; allowed without policy checks because "
-                                  f"{scope}",),
+    if failing:
+        message = (f"gpuguard: {what}; denied because these matching policies have "
+                   f"failurePolicy Fail: {', '.join(failing)}")
+        return Decision(allowed=False, decision=DENIED, message=message,
+                        reason="Forbidden", denied_by=tuple(failing),
+                        policy_outcomes=tuple((name, RuleOutcome.ERROR) for name in failing),
                         fallback=cause, review=review, policy_set=snapshot)
+    scope = "the matching policies have failurePolicy Ignore" if matched else \
+        "no policy with failurePolicy Fail matches it"
+    return Decision(allowed=True, decision=ALLOWED,
+                    warnings=(f"gpuguard: {what}; allowed without policy checks because "
+                              f"{scope}",),
+                    fallback=cause, review=review, policy_set=snapshot)

@@ -21,7 +21,11 @@ one info line, counted as ``disconnected``.
 Where a body is decoded: one of at most ``inline_max_bytes``, not compressed, on the event loop
 (as its evaluation, see :mod:`webhook.admission`); a larger or compressed one — inflating, JSON,
 the envelope — in the decode threads, so that one 3 MiB review (tens of milliseconds of JSON) or
-a compressed bomb never holds the loop that answers ``/readyz`` and reads other requests.
+a compressed bomb never holds the loop that answers ``/readyz`` and reads other requests. With
+evaluation processes (``--eval-processes``), a large request whose policy set needs nothing of
+this process (no quota ledger, no SubjectAccessReview) is decoded and evaluated in one of them
+instead (:mod:`webhook.evaluators`): JSON decoding and CEL hold the GIL, so in threads they still
+slowed the loop.
 
 Each admission logs one JSON line (uid, kind, namespace/name, operation, decision, latency;
 object bodies only with ``log_objects``).
@@ -45,9 +49,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook import logs, wire
 from webhook.admission import ENDPOINTS, Admitter, Decision, Endpoint
+from webhook.evaluators import EvaluationProcesses
 from webhook.health import Health
 from webhook.memory import MemoryReturn
 from webhook.metrics import CONTENT_TYPE, Metrics
+from webhook.policy_store import PolicySnapshot
 from webhook.settings import ServerSettings
 
 ADMISSION_LOG = logging.getLogger("gpuguard.webhook.admission")
@@ -153,14 +159,20 @@ class AdmissionHandlers:
         clock: monotonic seconds for the deadline's accounting (a request's arrival, its wait
             for a turn); None: the event loop's clock. Tests inject one so that "past the
             deadline" does not depend on how busy the machine is.
+        processes: the evaluation processes (``--eval-processes``): a large request that
+            :meth:`~webhook.admission.Admitter.offloadable` allows is read in one of their
+            turns and decoded and decided there (:mod:`webhook.evaluators`); None: in this
+            process's threads.
     """
 
     def __init__(self, admitter: Admitter, health: Health, metrics: Metrics,
                  settings: ServerSettings, *,
                  decode_executor: concurrent.futures.Executor | None = None,
                  memory: MemoryReturn | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 processes: EvaluationProcesses | None = None) -> None:
         self._clock = clock
+        self.processes = processes
         self.admitter = admitter
         self.health = health
         self.metrics = metrics
@@ -274,9 +286,49 @@ class AdmissionHandlers:
             ClientDisconnected: the client went away while sending the body.
         """
         coding = self._headers(request)
+        data = await self._large_body(request, started_at, turn, self._turns)
+        decode = functools.partial(wire.decode_body, data, coding,
+                                   max_bytes=self.settings.max_body_bytes,
+                                   max_depth=self.settings.max_depth)
+        del data  # the thread holds the bytes until they are decoded
+        return await asyncio.get_running_loop().run_in_executor(self.decode_executor, decode)
+
+    async def _offloaded(self, request: web.Request, endpoint: Endpoint, started_at: float,
+                         turn: list[bool], snapshot: PolicySnapshot,
+                         ) -> tuple[wire.Envelope, Decision]:
+        """A large request decided in an evaluation process (:mod:`webhook.evaluators`) with
+        ``snapshot``, the set served when it arrived: its body read in one of the processes'
+        turns, then handed over with the turn.
+
+        Raises:
+            WireError: as :meth:`_large_envelope` and
+                :meth:`~webhook.evaluators.EvaluationProcesses.decide` say.
+            ClientDisconnected: the client went away while sending the body.
+        """
+        assert self.processes is not None
+        coding = self._headers(request)
+        try:
+            data = await self._large_body(request, started_at, turn, self.processes.turns)
+        except BaseException:
+            if turn[0]:  # a turn of the processes, not of _end_large's in-process turns
+                turn[0] = False
+                self.processes.turns.release()
+            raise
+        turn[0] = False  # decide() gives it back, once its process is free
+        return await self.processes.decide(self.admitter, snapshot, data, coding, endpoint,
+                                           self._now() - started_at)
+
+    async def _large_body(self, request: web.Request, started_at: float, turn: list[bool],
+                          turns: asyncio.Semaphore) -> bytes:
+        """Take one of ``turns`` and read a large body in it (see the class docstring).
+
+        Raises:
+            WireError: 429 (the deadline passed while waiting), 413, 408 or 400.
+            ClientDisconnected: the client went away while sending the body.
+        """
         limit = self.settings.max_body_bytes
         body = _Body()
-        await self._turns.acquire()
+        await turns.acquire()
         turn[0] = True
         if self._now() - started_at >= self.settings.deadline_s:
             # Read it all the same (in turn, to keep the loop quick): the connection stays
@@ -285,15 +337,12 @@ class AdmissionHandlers:
             self._check_deadline(started_at, body)
         if not await self._read_body(request, limit, body, TURN_READ_S):
             turn[0] = False  # a slow body: let the others go first
-            self._turns.release()
+            turns.release()
             await self._read_body(request, limit, body)
-            await self._turns.acquire()
+            await turns.acquire()
             turn[0] = True
             self._check_deadline(started_at, body)
-        decode = functools.partial(wire.decode_body, body.data(), coding, max_bytes=limit,
-                                   max_depth=self.settings.max_depth)
-        del body  # the thread holds the bytes until they are decoded
-        return await asyncio.get_running_loop().run_in_executor(self.decode_executor, decode)
+        return body.data()
 
     def _begin_large(self) -> None:
         self.large_in_flight += 1
@@ -349,7 +398,7 @@ class AdmissionHandlers:
 
     def _release_large(self, held: bool) -> None:
         if held:
-            self._turns.release()
+            self._turns.release()  # only the in-process path's turns are left held here
         if self.memory is not None:
             self.memory.end()
 
@@ -374,18 +423,28 @@ class AdmissionHandlers:
             if not self._authorized(request):
                 raise wire.WireError(401, "Unauthorized", f"/{endpoint} requires a client "
                                      "certificate signed by the CA given to --client-ca")
-            if self.large(request):
+            snapshot = self.admitter.store.current  # the set this request is answered by
+            if self.large(request) and self.processes is not None and \
+                    self.admitter.offloadable(snapshot, Endpoint(endpoint)):
+                assert snapshot is not None
                 large = [False]
                 self._begin_large()
-                envelope = await self._large_envelope(request, started_at, large)
+                envelope, decision = await self._offloaded(request, Endpoint(endpoint),
+                                                           started_at, large, snapshot)
             else:
-                envelope = await self._envelope(request)
-            # A large request's deadline counts its wait for a decode turn and its read; a
-            # small one's read is bounded by the body timeout and not counted, so the deadline
-            # is the admitter's own clock alone (tests move it by hand).
-            waited_s = self._now() - started_at if large is not None else 0.0
-            decision = await self.admitter.admit(envelope, Endpoint(endpoint), waited_s=waited_s,
-                                                 abandoned=running.append)
+                if self.large(request):
+                    large = [False]
+                    self._begin_large()
+                    envelope = await self._large_envelope(request, started_at, large)
+                else:
+                    envelope = await self._envelope(request)
+                # A large request's deadline counts its wait for a decode turn and its read; a
+                # small one's read is bounded by the body timeout and not counted, so the
+                # deadline is the admitter's own clock alone (tests move it by hand).
+                waited_s = self._now() - started_at if large is not None else 0.0
+                decision = await self.admitter.admit(envelope, Endpoint(endpoint),
+                                                     waited_s=waited_s,
+                                                     abandoned=running.append)
         except wire.WireError as error:
             seconds = time.perf_counter() - start
             self.metrics.observe(endpoint, _OUTCOMES.get(error.status, "bad_request"), seconds)
@@ -549,10 +608,11 @@ def build_app(admitter: Admitter, health: Health, metrics: Metrics,
               decode_executor: concurrent.futures.Executor | None = None,
               memory: MemoryReturn | None = None,
               middlewares: tuple[Any, ...] = (),
-              clock: Callable[[], float] | None = None) -> web.Application:
+              clock: Callable[[], float] | None = None,
+              processes: EvaluationProcesses | None = None) -> web.Application:
     """The application (see module docstring); ``app[HANDLERS_KEY]`` holds the handlers.
 
-    ``decode_executor`` / ``memory`` / ``clock``: see :class:`AdmissionHandlers`;
+    ``decode_executor`` / ``memory`` / ``clock`` / ``processes``: see :class:`AdmissionHandlers`;
     ``middlewares`` run outside the ``Status`` one (the connection guard's). Serve it with
     aiohttp's body decompression off (:func:`webhook.connections.handler_args`): this app
     inflates bodies itself, under the limit and off the loop.
@@ -561,7 +621,8 @@ def build_app(admitter: Admitter, health: Health, metrics: Metrics,
     app = web.Application(client_max_size=settings.max_body_bytes,
                           middlewares=[*middlewares, status_errors])
     handlers = AdmissionHandlers(admitter, health, metrics, settings,
-                                 decode_executor=decode_executor, memory=memory, clock=clock)
+                                 decode_executor=decode_executor, memory=memory, clock=clock,
+                                 processes=processes)
     app[HANDLERS_KEY] = handlers
     for endpoint in ENDPOINTS:
         app.router.add_post(f"/{endpoint}", _endpoint(handlers, endpoint))

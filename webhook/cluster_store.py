@@ -214,7 +214,8 @@ class ClusterPolicyStore(PolicyStore):
         snapshot = PolicySnapshot(engine, current.generation + 1 if current else 1,
                                   (*(f.path for f in files.files),
                                    *(o.source for o in result.served.values())),
-                                  tuple(result.built.warnings))
+                                  tuple(result.built.warnings), result.snapshot,
+                                  self._loader)
         self._current = snapshot
         self._served = files.digest
         self._publish(objects, serving=True)

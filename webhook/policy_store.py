@@ -85,12 +85,18 @@ class PolicySnapshot:
         generation: 1 for the first load, +1 per accepted reload.
         files: the policy files read (empty for the built-in library).
         warnings: loader warnings.
+        source: the snapshot of files (and cluster objects) the engine was built from, None
+            for the built-in library: an evaluation process rebuilds the same engine from it
+            (:mod:`webhook.evaluators`).
+        loader: what built it from ``source``.
     """
 
     engine: Engine
     generation: int
     files: tuple[str, ...]
     warnings: tuple[str, ...]
+    source: Snapshot | None = None
+    loader: Loader | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -257,7 +263,7 @@ class PolicyStore:
         generation = self._current.generation + 1 if self._current else 1
         served = PolicySnapshot(loaded.engine, generation,
                                 tuple(f.path for f in snapshot.files) if snapshot else (),
-                                tuple(loaded.warnings))
+                                tuple(loaded.warnings), snapshot, self._loader)
         self._current = served
         self._served = digest
         self._rejected = None

@@ -5,7 +5,8 @@ it fails, answering ``/readyz`` 503 with the errors and retrying on every policy
 the namespace source, listening over HTTPS (``SO_REUSEPORT`` when several workers share the
 port) through the connection guard (:mod:`webhook.connections`: header-read timeout, connection
 and idle caps), the watch of the cluster's policy objects (``--cluster-policies``: each change
-wakes a policy check at once), the threads that decode large bodies, the heap trim after bursts
+wakes a policy check at once), the threads that decode large bodies, the evaluation processes
+(:mod:`webhook.evaluators`), the heap trim after bursts
 (:mod:`webhook.memory`), the process-wide settings of a server (GIL switch interval, malloc's
 mmap threshold, asyncio's TLS read size), the periodic policy check (:meth:`PolicyStore.check`,
 hot reload) and certificate check (``reload_if_changed`` on the TLS object: new handshakes get
@@ -37,6 +38,7 @@ from policies.authorization import Authorizer
 from webhook.admission import Admitter, NamespaceSource, Recorder
 from webhook.app import HANDLERS_KEY, build_app
 from webhook.connections import ConnectionGuard, GuardedSite, handler_args, limit_tls_reads
+from webhook.evaluators import EvaluationProcesses
 from webhook.health import Health
 from webhook.memory import MemoryReturn, fix_mmap_threshold
 from webhook.metrics import Metrics
@@ -52,6 +54,11 @@ GIL up at every socket read and write and must take it back from a thread that d
 evaluates a large review; at 5 ms per take, a 3 MiB body read in 64 KiB pieces cost the loop a
 quarter of a second. 1 ms keeps ``/readyz`` answered within tens of milliseconds through a burst
 of large reviews, for a few per cent of the threads' throughput."""
+
+WARM_TIMEOUT_S = 60.0
+"""The longest start-up waits for the evaluation processes to build the first policy set before
+listening (a cold process imports and compiles in seconds); past it, the first large requests
+wait for them instead."""
 
 
 class TLSSource(Protocol):
@@ -150,9 +157,15 @@ class Server:
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.max_connections,
                                      self.metrics, max_idle=settings.max_idle_connections,
                                      on_sweep_closed=self.memory.request)
+        # A process can stop at the deadline itself only on the host's clock, not a test's.
+        self.processes = EvaluationProcesses(
+            settings.eval_processes, self.timer, grace_s=settings.deadline_s,
+            worker_deadline=isinstance(self.timer, MonotonicTimer)) \
+            if settings.eval_processes else None
         self.app = build_app(self.admitter, self.health, self.metrics, settings,
                              decode_executor=self.decode_executor, memory=self.memory,
-                             middlewares=(self.guard.middleware,))
+                             middlewares=(self.guard.middleware,), processes=self.processes)
+        self._warming: list[concurrent.futures.Future[int]] = []
         self.runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._port = 0
@@ -170,6 +183,8 @@ class Server:
     def _record_reload(self, result: ReloadResult) -> None:
         if result.outcome == LOADED and result.snapshot is not None:
             snapshot = result.snapshot
+            if self.processes is not None:  # built there before its first large request
+                self._warming = self.processes.warm(snapshot)
             self.metrics.policy_reloads.labels("success").inc()
             self.metrics.policy_set_served(snapshot.identity)
             LOG.info("policy set loaded", extra={"fields": {
@@ -260,6 +275,10 @@ class Server:
                     loop.call_soon_threadsafe(wake.set)
             self.policy_objects.start(changed)
         await self.load_policies(force=True)
+        if self._warming:  # ready only once the evaluation processes hold the set (bounded)
+            await asyncio.wait([asyncio.wrap_future(f) for f in self._warming],
+                               timeout=WARM_TIMEOUT_S)
+            self._warming = []
         self.namespaces.start(loop)
         args = handler_args(keepalive_s=self.settings.keepalive_s)
         self.runner = web.AppRunner(self.app, handle_signals=False,
@@ -315,6 +334,8 @@ class Server:
             await asyncio.to_thread(self.policy_objects.stop)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.decode_executor.shutdown(wait=False, cancel_futures=True)
+        if self.processes is not None:
+            self.processes.shutdown()
         if self.quota_executor is not None:
             self.quota_executor.shutdown(wait=False, cancel_futures=True)
         LOG.info("stopped", extra={"fields": {"drained": in_flight}})

@@ -49,6 +49,11 @@ class ServerSettings:
             fill each turn of the event loop with TLS reads, and every read makes the loop take
             the GIL back from the threads that decode and evaluate: a burst of large reviews
             would starve the health probes (see :mod:`webhook.app`).
+        eval_processes: worker processes per server worker that decode and evaluate large
+            requests (as ``max_large_requests`` says which) whose policy set needs no cluster
+            call of this process (quota ledger, SubjectAccessReview): JSON decoding and CEL hold
+            the GIL, so in threads they slow the event loop (see :mod:`webhook.evaluators`).
+            Each holds one request at a time; 0: large requests stay in this process's threads.
         decode_threads: threads decoding (``Content-Encoding``, JSON, envelope) bodies over
             ``inline_max_bytes``. Few are enough: JSON decoding holds the GIL.
         header_timeout_s: the longest a connection may take, from its TCP accept or from the
@@ -91,6 +96,7 @@ class ServerSettings:
     eval_threads: int = 4
     max_large_requests: int = 1
     decode_threads: int = 2
+    eval_processes: int = 0
     header_timeout_s: float = 10.0
     body_timeout_s: float = 10.0
     keepalive_s: float = 120.0
@@ -117,7 +123,7 @@ class ServerSettings:
                      "max_large_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
-        for name in ("max_idle_connections", "inline_max_bytes"):
+        for name in ("max_idle_connections", "inline_max_bytes", "eval_processes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative, got {getattr(self, name)}")
         for name in ("policy_reload_s", "tls_reload_s", "header_timeout_s", "body_timeout_s",

@@ -458,7 +458,7 @@ def _same(a, b):
     '{"s": "\\ud800", "t": "\\udc00x"}',  # lone surrogate escapes: accepted, as before
     '{"f": 1e400, "g": -1e400}',  # out of range: infinity, as before
     '{"f": 0.1, "g": -0.0, "h": 5e-324, "i": 1.7976931348623157e308, "j": 1E2, "k": 10}',
-    '{"u": "\u00e9\\u00e9\\ud83d\\ude00\\u0000", "\\n": "\\"", "a": 1, "a": 2}',
+    '{"u": "\u00e9\\u00e9\\ud83d\\ude00\\u0000", "\\n": "\\"", "a": 1, "b": 2}',
     '[true, false, null, [], {}, "", 0, -1]',
 ])
 def test_json_is_read_exactly_as_the_standard_library_reads_it(text):
@@ -529,7 +529,7 @@ def test_a_deep_branch_behind_wide_levels_is_too_deep():
 @pytest.mark.parametrize("text", [
     '{"i": 999999999999999999, "j": -999999999999999999, "k": 0, "z": -0}',  # 18 digits
     '{"f": 1.7976931348623157e308, "g": 5e-324, "h": -0.0, "e": 1E2}',
-    '{"u": "\\u00e9\\ud83d\\ude00\\u0000 \\" \\\\", "\\u00e9k": "v", "a": 1, "a": 2}',
+    '{"u": "\\u00e9\\ud83d\\ude00\\u0000 \\" \\\\", "\\u00e9k": "v", "a": 1, "b": 2}',
     '{"l": [true, false, null, [], {}, ""], "m": {"n": {"o": [1, [2, [3]]]}}}',
     '[' * 100 + ']' * 100,
 ])
@@ -702,3 +702,23 @@ async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
     assert not any(value is objects[0] or value is objects[1] for value in walked)
     if walked:
         assert any(value is objects[2] or value is objects[3] for value in walked)
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    (b'{"a": 1, "a": 2}', "a"),
+    (b'{"request":{"object":{"spec":{"containers":[{"securityContext":'
+     b'{"privileged":true,"privileged":false}}]}}}}',
+     "request.object.spec.containers[0].securityContext.privileged"),
+    (b'{"x": {"a b": 1, "a\\u0020b": 2}}', 'x["a b"]'),  # an escape spelling the same key
+], ids=["top", "nested", "escaped"])
+def test_a_duplicate_key_is_a_400_naming_its_path(body, path):
+    with pytest.raises(wire.WireError) as caught:
+        wire.decode_json(body, max_depth=100)
+    assert caught.value.status == 400
+    assert caught.value.message.startswith(f"{path}: duplicate key in the request body")
+
+
+def test_the_same_key_in_different_objects_is_not_a_duplicate():
+    body = b'{\n  "a": {"name": 1},\n  "b": [{"name": 2}, {"name": 3}]\n}'
+    assert wire.decode_json(body, max_depth=100) == {"a": {"name": 1},
+                                                      "b": [{"name": 2}, {"name": 3}]}
