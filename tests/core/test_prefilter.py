@@ -770,3 +770,20 @@ def test_whatever_the_facts_see_is_sent(case: tuple[dict[str, Any], bool]) -> No
     assert called == placed
     if seen_by_facts(pod_facts(pod["spec"], pod["metadata"])):
         assert called
+
+
+# --- property: every hostPath the facts count as exposing devices is sent ---------------------
+
+PATH_PIECES = ("/", "//", ".", "..", "dev", "nvidia0", "nvidiactl", "dri", "shm", "var", "DEV",
+               "devices", ".cache", "kfd")
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(pieces=st.lists(st.sampled_from(PATH_PIECES), min_size=1, max_size=6))
+def test_whatever_host_path_the_facts_count_is_sent(pieces: list[str]) -> None:
+    path = "".join(pieces)
+    template = cpu_template()
+    _in_container("containers", lambda c, t: _host_path(path)(c, t))(template)
+    pod = _pod(template)
+    if pod_facts(pod["spec"], pod["metadata"]).unrequested_access:
+        assert PODS.calls(pod), path
