@@ -1087,7 +1087,7 @@ def _access(
             note(reach, f"env[{index}]", f"{name}={value} without requesting a GPU")
     # An env entry of the same name wins over envFrom (Kubernetes API, EnvFromSource), so only
     # the device variables env leaves unset can come from the ConfigMap / Secret.
-    set_by_env = {env.get("name") for _, env in env_list}
+    set_by_env = {env.get("name") for _, env in env_list} if env_from else ()
     for index, source in env_from:
         names = _env_from_device_names(source, set_by_env)
         if names:
@@ -1139,10 +1139,13 @@ def _host_path_exposure(path: str) -> str | None:
     """
     if path == "":
         return None
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        return " (a '..' element: the API server refuses it, the target is unknown)"
-    cleaned = "/" + "/".join(parts)
+    if "." not in path and "//" not in path:  # the usual spelling: only outer slashes to drop
+        cleaned = "/" + path.strip("/")
+    else:
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            return " (a '..' element: the API server refuses it, the target is unknown)"
+        cleaned = "/" + "/".join(parts)
     if cleaned == "/":
         return " (the whole host filesystem, /dev included)"
     if cleaned != "/dev" and not cleaned.startswith(_DEVICE_PATHS):

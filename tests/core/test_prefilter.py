@@ -783,7 +783,7 @@ PATH_PIECES = ("/", "//", ".", "..", "dev", "nvidia0", "nvidiactl", "dri", "shm"
 def test_whatever_host_path_the_facts_count_is_sent(pieces: list[str]) -> None:
     path = "".join(pieces)
     template = cpu_template()
-    _in_container("containers", lambda c, t: _host_path(path)(c, t))(template)
+    _in_container("containers", _host_path(path))(template)
     pod = _pod(template)
     if pod_facts(pod["spec"], pod["metadata"]).unrequested_access:
         assert PODS.calls(pod), path
