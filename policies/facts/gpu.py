@@ -75,6 +75,11 @@ _DEVICE_ENV = (
 )
 _NO_DEVICE_VALUES = {"", "void", "none"}
 _DEVICE_PATHS = ("/dev/nvidia", "/dev/dri", "/dev/kfd", "/dev/accel", "/dev/neuron")
+# Capabilities that make a container "privileged" to the NVIDIA toolkit (it then ignores device
+# restrictions), upper case without CAP_; "ALL" is every capability to containerd and CRI-O
+# (capabilities.add is matched case-insensitively, with or without the CAP_ prefix).
+_PRIVILEGED_CAPABILITIES = ("SYS_ADMIN",)
+_ALL_CAPABILITIES = "ALL"
 _CONTAINER_TYPES = ("initContainers", "containers", "ephemeralContainers")
 _N = TypeVar("_N", int, Fraction)
 ZERO: Final = Fraction(0)
@@ -1051,9 +1056,17 @@ def _access(
     added = [str(c).upper().removeprefix("CAP_") for c in
              _seq(_map(security, "capabilities", f"{container.path}.securityContext", out),
                   "add", f"{container.path}.securityContext.capabilities", out)]
-    if "SYS_ADMIN" in added:
-        note(privileged, "securityContext.capabilities.add", "adds capability SYS_ADMIN")
+    if _ALL_CAPABILITIES in added:
+        note(privileged, "securityContext.capabilities.add",
+             f"adds capability ALL (every capability, {', '.join(_PRIVILEGED_CAPABILITIES)} "
+             "included)")
+    else:
+        for capability in _PRIVILEGED_CAPABILITIES:
+            if capability in added:
+                note(privileged, "securityContext.capabilities.add",
+                     f"adds capability {capability}")
     env_list = _entries(container_spec, "env", container.path, out)
+    env_from = _entries(container_spec, "envFrom", container.path, out)
     mounts = _entries(container_spec, "volumeMounts", container.path, out)
     if container.asks_gpu:
         return reach, privileged
@@ -1072,15 +1085,72 @@ def _access(
         value = str(env.get("value") or "").strip()
         if value.lower() not in _NO_DEVICE_VALUES:
             note(reach, f"env[{index}]", f"{name}={value} without requesting a GPU")
+    # An env entry of the same name wins over envFrom (Kubernetes API, EnvFromSource), so only
+    # the device variables env leaves unset can come from the ConfigMap / Secret.
+    set_by_env = {env.get("name") for _, env in env_list} if env_from else ()
+    for index, source in env_from:
+        names = _env_from_device_names(source, set_by_env)
+        if names:
+            note(reach, f"envFrom[{index}]", f"{_env_from_source(source)} may set "
+                 f"{', '.join(names)} (value unknown) without requesting a GPU")
     for index, mount in mounts:
         host_path = volumes.get(str(mount.get("name")))
         if host_path is None:
             continue
-        normalised = "/" + host_path.strip("/")
-        if normalised == "/dev" or normalised.startswith(_DEVICE_PATHS):
+        exposure = _host_path_exposure(host_path)
+        if exposure is not None:
             note(reach, f"volumeMounts[{index}]",
-                 f"mounts hostPath {host_path} without requesting a GPU")
+                 f"mounts hostPath {host_path}{exposure} without requesting a GPU")
     return reach, privileged
+
+
+def _env_from_device_names(source: Mapping[str, Any], set_by_env: Collection[Any]) -> list[str]:
+    """The device env variables (``_DEVICE_ENV``) one ``envFrom`` entry could set: the ones its
+    ``prefix`` (none: ``""``) begins and ``set_by_env`` (the container's ``env`` names) does not
+    override. The ConfigMap / Secret's keys are unknown at admission, so any of them may."""
+    prefix = source.get("prefix")
+    prefix = "" if prefix is None else str(prefix)
+    return [n for n in _DEVICE_ENV if n.startswith(prefix) and n not in set_by_env]
+
+
+def _env_from_source(source: Mapping[str, Any]) -> str:
+    """``envFrom`` entry -> ``"envFrom ConfigMap 'gpu-env'"`` (prefix included when set)."""
+    for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+        ref = source.get(key)
+        if isinstance(ref, Mapping):
+            named = f"{kind} {str(ref.get('name'))!r}"
+            break
+    else:
+        named = "an unknown source"
+    prefix = source.get("prefix")
+    return f"envFrom {named}" + (f" with prefix {str(prefix)!r}" if prefix else "")
+
+
+def _host_path_exposure(path: str) -> str | None:
+    """Whether a hostPath ``path`` exposes GPU device files: None when it does not, else the
+    note for the finding (``""`` for a path already written clean).
+
+    The path is cleaned as the kernel resolves it when the kubelet mounts it (repeated ``/`` and
+    ``.`` elements dropped; relative read from ``/``, as before); it exposes devices when it is
+    ``/dev``, an ancestor of ``/dev`` (``/``: the whole host filesystem) or under a device path
+    of ``_DEVICE_PATHS``. A ``..`` element the API server refuses (``validatePathNoBacksteps``),
+    so its target is unknown here and it counts as exposing. An empty path (refused: required)
+    exposes nothing. Symlinks on the node cannot be seen from the pod spec.
+    """
+    if path == "":
+        return None
+    if "." not in path and "//" not in path:  # the usual spelling: only outer slashes to drop
+        cleaned = "/" + path.strip("/")
+    else:
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            return " (a '..' element: the API server refuses it, the target is unknown)"
+        cleaned = "/" + "/".join(parts)
+    if cleaned == "/":
+        return " (the whole host filesystem, /dev included)"
+    if cleaned != "/dev" and not cleaned.startswith(_DEVICE_PATHS):
+        return None
+    return "" if cleaned == path else f" (= {cleaned})"
 
 
 def _metadata_path(spec_path: str) -> str:

@@ -8,9 +8,12 @@ webhooks that saw every pod). A pod or pod template is sent when it has any of:
   :func:`policies.facts.resource_names.classify` does not call ``OTHER`` (:func:`~policies.
   resource_names.name_patterns`: exact names, prefixes, the accelerator hint);
 - DRA ``spec.resourceClaims``;
-- an env var the GPU runtimes read to expose devices (``policies.facts.gpu``'s device env list);
-- a ``hostPath`` volume on ``/dev`` or a GPU device path (``policies.facts.gpu``'s device paths);
-- a privileged container, or one that adds ``SYS_ADMIN`` (the NVIDIA toolkit's "privileged");
+- an env var the GPU runtimes read to expose devices (``policies.facts.gpu``'s device env list),
+  or an ``envFrom`` whose prefix (none, or one such as ``NVIDIA_``) could produce one;
+- a ``hostPath`` volume on ``/dev``, a GPU device path (``policies.facts.gpu``'s device paths) or
+  ``/``, or with a ``.`` / ``..`` element (the facts clean the path; CEL cannot, so it sends it);
+- a privileged container, or one that adds ``SYS_ADMIN`` or ``ALL`` (the NVIDIA toolkit's
+  "privileged");
 - a KAI / Run:ai (``policies.facts.gpu.KAI_*``) or HAMi placement annotation;
 
 a KubeVirt VM when its domain lists ``gpus`` or ``hostDevices``, and an operator's own
@@ -46,9 +49,11 @@ from typing import Final
 # The device env vars, device paths and container types are policies.facts.gpu's own tables,
 # imported so that the conditions follow them (it has no public names for them yet).
 from policies.facts.gpu import (
+    _ALL_CAPABILITIES,
     _CONTAINER_TYPES,
     _DEVICE_ENV,
     _DEVICE_PATHS,
+    _PRIVILEGED_CAPABILITIES,
     KAI_CONTAINER,
     KAI_DEVICES,
     KAI_FRACTION,
@@ -161,12 +166,23 @@ def gpu_resource_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str
 
 
 def device_path_regex() -> str:
-    """RE2 for a hostPath that reaches GPU devices: ``/dev`` itself or a device path of
-    ``policies.facts.gpu``, with any number of slashes where the facts strip or expect one."""
+    """RE2 for a hostPath that may reach GPU devices, a superset of what the facts clean and
+    count (``policies.facts.gpu._host_path_exposure``): ``/`` (any number of slashes), any path
+    with a ``.`` or ``..`` element, and ``/dev`` itself or a device path of
+    ``policies.facts.gpu``, with any number of slashes where the facts collapse or expect one.
+    Not the empty string (the value of a volume without a hostPath)."""
     names = [p.removeprefix("/dev/") for p in _DEVICE_PATHS]
     if any(p == n for p, n in zip(_DEVICE_PATHS, names, strict=True)):
         raise ValueError(f"device paths must lie under /dev/: {_DEVICE_PATHS}")
-    return f"^/*dev(?:/*$|/+(?:{_regex_words(names)}))"
+    return (r"^/+$|(?:^|/)\.\.?(?:/|$)"
+            f"|^/*dev(?:/*$|/+(?:{_regex_words(names)}))")
+
+
+def capability_regex() -> str:
+    """RE2 for a ``capabilities.add`` entry the facts call privileged: ``ALL`` or one of
+    ``policies.facts.gpu``'s privileged capabilities, any case, with or without ``CAP_``."""
+    words = _regex_words(c.lower() for c in (*_PRIVILEGED_CAPABILITIES, _ALL_CAPABILITIES))
+    return f"(?i)^(?:cap_)?(?:{words})$"
 
 
 def container_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
@@ -177,9 +193,11 @@ def container_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
         f"{resources}.?limits.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
         f"{resources}.?requests.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
         f"{var}.?env.orValue([]).exists(e, e.?name.orValue('') in {_list(_DEVICE_ENV)})",
+        f"{var}.?envFrom.orValue([]).exists(f, "
+        f"{_list(_DEVICE_ENV)}.exists(n, n.startsWith(f.?prefix.orValue(''))))",
         f"{security}.?privileged.orValue(false) == true",
         f"{security}.?capabilities.?add.orValue([]).exists(x, "
-        f"x.matches('(?i)^(?:cap_)?sys_admin$'))",
+        f"x.matches({_quote(capability_regex())}))",
     ))
 
 

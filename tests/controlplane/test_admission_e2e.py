@@ -454,6 +454,46 @@ def test_match_conditions_of_the_deploy_file_are_evaluated_by_the_api_server(
     assert ("validate", "plain") not in sent and ("mutate", "plain") not in sent, sent
 
 
+# The trial's pods that reach GPUs without requesting one (tests/data/access): the shipped
+# matchConditions must send each to gpuguard, which denies it as `gpuguard check` does.
+ACCESS = REPO / "tests" / "data" / "access"
+ACCESS_DENIED = (("cap-all.yaml", "cap-all"), ("cap-all.yaml", "cap-all-nogpu"),
+                 ("hostpaths.yaml", "hp0"), ("hostpaths.yaml", "hp2"), ("hostpaths.yaml", "hp3"),
+                 ("hostpaths.yaml", "hp4"), ("hostpath-dotdev.yaml", "hp"),
+                 ("envfrom.yaml", "envfrom"), ("envfrom.yaml", "envfrom-prefix"))
+
+
+def _access_pod(name: str, pod: str, namespace: str) -> dict[str, Any]:
+    [found] = [d for d in yaml.safe_load_all((ACCESS / name).read_text(encoding="utf-8"))
+               if d and d["metadata"]["name"] == pod]
+    found["metadata"]["namespace"] = namespace
+    return found
+
+
+def test_gpu_access_without_a_request_is_sent_and_denied(cluster, webhook, make_namespace
+                                                         ) -> None:
+    namespace = make_namespace("access")
+    for name, pod_name in ACCESS_DENIED:
+        pod = _access_pod(name, pod_name, namespace)
+        verdict = checked(pod)
+        assert not verdict["allowed"], pod_name
+        assert verdict["message"].startswith(("no-privileged-gpu: ",
+                                              "no-unrequested-gpu-access: ")), verdict
+        done = cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+        assert done.returncode == 1, pod_name
+        assert f"{DENIED_BY}{verdict['message']}" in done.stderr, done.stderr
+    # a '..' element the API server refuses itself (after the mutating webhook, which sends it)
+    done = cluster.kubectl("create", "-f", "-",
+                           input=json.dumps(_access_pod("hostpaths.yaml", "hp6", namespace)))
+    assert done.returncode == 1 and "must not contain '..'" in done.stderr, done.stderr
+    before = len(webhook.decisions())
+    for name, pod_name in (("hostpaths.yaml", "hp9"), ("envfrom.yaml", "env-lower")):
+        done = cluster.kubectl("create", "-f", "-",
+                               input=json.dumps(_access_pod(name, pod_name, namespace)))
+        assert done.returncode == 0, done.stderr  # /dev/shm, CUDA_VISIBLE_DEVICES: no GPU
+    assert not [d for d in webhook.decisions()[before:] if d.get("namespace") == namespace]
+
+
 def test_certificate_rotation_while_the_api_server_keeps_calling(cluster, webhook,
                                                                  make_namespace) -> None:
     namespace = make_namespace("rotation")

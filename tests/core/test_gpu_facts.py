@@ -632,3 +632,173 @@ def test_mig_single_view_is_the_record_fields():
     names = [f.name for f in dataclasses.fields(MigSingle)]
     assert list(facts.mig_single.to_dict()) == names == list(gpu_data(workload)["migSingle"])
     assert facts.mig_single.to_dict()["status"] == "unknown"  # a plain string for JSON and CEL
+
+
+# --- GPU access without a request: capabilities, hostPaths, envFrom (tests/data/access) ------
+
+
+def _access_pods(name):
+    documents, errors = read_documents([str(DATA / "access" / name)])
+    assert not errors
+    return {d.body["metadata"]["name"]: d.body for d in documents}
+
+
+@pytest.mark.parametrize("capability", ["ALL", "all", "CAP_ALL", "SYS_ADMIN", "sys_admin",
+                                        "CAP_SYS_ADMIN", "cap_sys_admin", "Cap_Sys_Admin"])
+def test_capability_all_or_sys_admin_in_any_spelling_is_privileged(capability):
+    pods = _access_pods("cap-all.yaml")
+    for pod in pods.values():
+        pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = [
+            "NET_RAW", capability]
+    gpu_pod, cpu_pod = facts_of(pods["cap-all"]), facts_of(pods["cap-all-nogpu"])
+    path = "spec.containers[0].securityContext.capabilities.add"
+    expected = ("adds capability ALL (every capability, SYS_ADMIN included)"
+                if capability.upper().removeprefix("CAP_") == "ALL"
+                else "adds capability SYS_ADMIN")
+    assert [(a.path, a.reason) for a in gpu_pod.privileged] == [(path, expected)]
+    assert gpu_pod.unrequested_access == ()  # the GPU container asked for its GPU
+    assert [(a.path, a.reason) for a in cpu_pod.unrequested_access] == [
+        (path, f"{expected}: sees every device on the node without requesting a GPU")]
+
+
+def test_other_capabilities_are_not_privileged():
+    pod = _access_pods("cap-all.yaml")["cap-all-nogpu"]
+    pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = [
+        "NET_ADMIN", "ALLX", "SYS_ADMINISTRATOR", "CAP_NET_RAW"]
+    facts = facts_of(pod)
+    assert facts.privileged == () and facts.unrequested_access == ()
+
+
+# hostPath as written -> the note after "mounts hostPath <path>" (None: no finding); the trial's
+# pods hp0..hp15 (their path is their annotation).
+HOST_PATHS = {
+    "/": " (the whole host filesystem, /dev included)",
+    "/dev": "",
+    "//dev": " (= /dev)",
+    "/./dev": " (= /dev)",
+    "/dev/./nvidia0": " (= /dev/nvidia0)",
+    "/dev/../dev/nvidia0": " (a '..' element: the API server refuses it, the target is unknown)",
+    "/var/../dev": " (a '..' element: the API server refuses it, the target is unknown)",
+    "/dev/nvidia0": "",
+    "/DEV": None,  # paths are case-sensitive
+    "/dev/shm": None,
+    "/run/nvidia/driver": None,
+    "/dev/dri/card0": "",
+    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": None,
+    "/dev/vfio": None,
+    "/dev/infiniband": None,
+    "/sys/bus/pci": None,
+}
+
+
+@pytest.mark.parametrize("name", [f"hp{i}" for i in range(16)])
+def test_host_paths_are_cleaned_as_the_kernel_resolves_them(name):
+    pod = _access_pods("hostpaths.yaml")[name]
+    path = pod["metadata"]["annotations"]["path"]
+    facts = facts_of(pod)
+    note = HOST_PATHS[path]
+    if note is None:
+        assert facts.unrequested_access == ()
+        return
+    [access] = facts.unrequested_access
+    assert access.path == "spec.containers[0].volumeMounts[0]"
+    assert access.reason == f"mounts hostPath {path}{note} without requesting a GPU"
+
+
+@pytest.mark.parametrize(("path", "note"), [
+    ("/dev/", " (= /dev)"), ("//", " (the whole host filesystem, /dev included)"),
+    ("/.", " (the whole host filesystem, /dev included)"), ("/dev//nvidiactl", " (= /dev/nvidiactl)"),
+    ("dev", " (= /dev)"), ("/dev/dri/", " (= /dev/dri)"), ("/devices", None), ("/dev.d", None),
+    ("/home/.cache", None), ("/var/lib/kubelet", None), ("", None),
+])
+def test_host_path_spellings(path, note):
+    pod = _access_pods("hostpath-dotdev.yaml")["hp"]
+    pod["spec"]["volumes"][0]["hostPath"]["path"] = path
+    facts = facts_of(pod)
+    if note is None:
+        assert facts.unrequested_access == ()
+    else:
+        [access] = facts.unrequested_access
+        assert access.reason == f"mounts hostPath {path}{note} without requesting a GPU"
+
+
+def test_host_path_dot_dev_of_the_trial_is_dev():
+    [access] = facts_of(_access_pods("hostpath-dotdev.yaml")["hp"]).unrequested_access
+    assert access.reason == "mounts hostPath /./dev (= /dev) without requesting a GPU"
+
+
+ALL_DEVICE_ENV = ("NVIDIA_VISIBLE_DEVICES, NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES, "
+                  "HABANA_VISIBLE_DEVICES")
+
+
+def test_env_from_a_config_map_may_set_the_device_env_vars():
+    pods = _access_pods("envfrom.yaml")
+    reasons = {name: [(a.path, a.reason) for a in facts_of(pod).unrequested_access]
+               for name, pod in pods.items()}
+    assert reasons == {
+        "envfrom": [("spec.containers[0].envFrom[0]", f"envFrom ConfigMap 'gpu-env' may set "
+                     f"{ALL_DEVICE_ENV} (value unknown) without requesting a GPU")],
+        "envfrom-prefix": [("spec.containers[0].envFrom[0]", "envFrom ConfigMap 'gpu-env' with "
+                            "prefix 'NVIDIA_' may set NVIDIA_VISIBLE_DEVICES, "
+                            "NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES (value "
+                            "unknown) without requesting a GPU")],
+        "env-valuefrom": [("spec.containers[0].env[0]", "NVIDIA_VISIBLE_DEVICES is set from a "
+                           "reference (value unknown) without requesting a GPU")],
+        "env-lower": [],  # other names: env names are case-sensitive
+        "env-dup": [("spec.containers[0].env[0]",
+                     "NVIDIA_VISIBLE_DEVICES=all without requesting a GPU")],
+        "env-dup2": [("spec.containers[0].env[1]",
+                      "NVIDIA_VISIBLE_DEVICES=all without requesting a GPU")],
+        "env-space": [],
+    }
+
+
+@pytest.mark.parametrize(("source", "names"), [
+    ({"secretRef": {"name": "s"}}, ALL_DEVICE_ENV),
+    ({"prefix": "HABANA_", "secretRef": {"name": "s"}}, "HABANA_VISIBLE_DEVICES"),
+    ({"prefix": "NVIDIA_VISIBLE_DEVICES", "configMapRef": {"name": "c"}},
+     "NVIDIA_VISIBLE_DEVICES"),
+    ({"prefix": "N", "configMapRef": {"name": "c", "optional": True}},
+     "NVIDIA_VISIBLE_DEVICES, NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES"),
+    ({"prefix": "APP_", "configMapRef": {"name": "c"}}, None),
+    ({"prefix": "nvidia_", "configMapRef": {"name": "c"}}, None),
+    ({"prefix": "NVIDIA_VISIBLE_DEVICES_", "configMapRef": {"name": "c"}}, None),
+])
+def test_env_from_prefixes(source, names):
+    pod = _access_pods("envfrom.yaml")["envfrom"]
+    pod["spec"]["containers"][0]["envFrom"] = [source]
+    facts = facts_of(pod)
+    if names is None:
+        assert facts.unrequested_access == ()
+        return
+    [access] = facts.unrequested_access
+    assert f" may set {names} (value unknown) without requesting a GPU" in access.reason
+    assert access.reason.startswith("envFrom Secret 's'" if "secretRef" in source
+                                    else "envFrom ConfigMap 'c'")
+
+
+def test_env_entries_win_over_env_from():
+    # Kubernetes: a variable set in env overrides one of the same name from envFrom.
+    pod = _access_pods("envfrom.yaml")["envfrom-prefix"]
+    container = pod["spec"]["containers"][0]
+    container["env"] = [{"name": n, "value": "void"} for n in (
+        "NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES")]
+    assert facts_of(pod).unrequested_access == ()
+    container["env"].pop()
+    [access] = facts_of(pod).unrequested_access
+    assert "may set NVIDIA_MIG_MONITOR_DEVICES (value unknown)" in access.reason
+
+
+def test_env_from_in_a_gpu_container_is_its_own_business():
+    pod = _access_pods("envfrom.yaml")["envfrom"]
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    facts = facts_of(pod)
+    assert facts.requested and facts.unrequested_access == ()
+
+
+def test_malformed_env_from_is_invalid_not_a_crash():
+    pod = _access_pods("envfrom.yaml")["envfrom"]
+    pod["spec"]["containers"][0]["envFrom"] = ["gpu-env", {"prefix": 7, "configMapRef": "x"}]
+    facts = facts_of(pod)
+    assert facts.invalid == ("spec.containers[0].envFrom[0]: expected a map, got str",)
+    assert facts.unrequested_access == ()  # prefix "7" can produce no device variable

@@ -251,7 +251,11 @@ def test_resource_name_test_is_the_registry() -> None:
 # --- the corpus ------------------------------------------------------------------------------
 
 # Sent although the GPU facts count nothing, and why that is right.
-SENT_BEYOND_THE_FACTS: set[tuple[str, str]] = set()  # none since the facts read KubeVirt DRA
+SENT_BEYOND_THE_FACTS = {
+    # NVIDIA_VISIBLE_DEVICES " void" and "VOID": no devices to the facts; the conditions look at
+    # names, not values (tests/data/access/envfrom.yaml).
+    ("Pod", "env-space"),
+}
 # Counted by the facts (to say what the author meant) but never sent, and why that is right.
 COUNTED_NOT_SENT = {
     # workerGroupSpecs written as a map: the CRD's structural schema (an array) rejects it before
@@ -306,6 +310,38 @@ def test_gpuguards_own_pods_are_not_sent() -> None:
                     assert not hook.calls(obj), (name, hook.name)
 
 
+# The trial's pods that reach GPUs without asking (tests/data/access): sent, the others not.
+ACCESS_SENT = {
+    "cap-all.yaml": {"cap-all", "cap-all-nogpu"},
+    "hostpaths.yaml": {"hp0", "hp1", "hp2", "hp3", "hp4", "hp5", "hp6", "hp7", "hp11"},
+    "hostpath-dotdev.yaml": {"hp"},
+    "envfrom.yaml": {"envfrom", "envfrom-prefix", "env-valuefrom", "env-dup", "env-dup2",
+                     "env-space"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCESS_SENT))
+def test_access_without_a_request_is_sent(name: str) -> None:
+    documents, errors = read_documents([str(ROOT / "tests" / "data" / "access" / name)])
+    assert not errors
+    sent = set()
+    for document in documents:
+        pod = document.body
+        pod_name = pod["metadata"]["name"]
+        called = PODS.calls(pod)
+        assert MUTATE.calls(pod) == called
+        if called:
+            sent.add(pod_name)
+        if seen_by_facts(pod_facts(pod["spec"], pod["metadata"])):
+            assert called, pod_name
+        # the same pod as a Deployment's template reaches the workloads webhook alike
+        deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": pod_name, "namespace": "team-a"},
+                      "spec": {"template": {"metadata": pod["metadata"], "spec": pod["spec"]}}}
+        assert WORKLOADS.calls(deployment) == called, pod_name
+    assert sent == ACCESS_SENT[name]
+
+
 # --- each signal, each container type, each template location --------------------------------
 
 CPU_CONTAINER = {"name": "app", "image": "registry.example.com/app:1",
@@ -350,6 +386,10 @@ def _security(**context: Any) -> Any:
     return lambda c, _: c.update({"securityContext": context})
 
 
+def _env_from(**source: Any) -> Any:
+    return lambda c, _: c.setdefault("envFrom", []).append(source)
+
+
 CONTAINER_SIGNALS = {
     "whole GPU": _limits("nvidia.com/gpu"),
     "GPU in requests only": _limits("nvidia.com/gpu", side="requests"),
@@ -369,14 +409,22 @@ CONTAINER_SIGNALS = {
         "NVIDIA_VISIBLE_DEVICES", valueFrom={"configMapKeyRef": {"name": "c", "key": "k"}}),
     "NVIDIA_MIG_MONITOR_DEVICES": _env("NVIDIA_MIG_MONITOR_DEVICES", value="all"),
     "HABANA_VISIBLE_DEVICES": _env("HABANA_VISIBLE_DEVICES", value="0"),
+    "envFrom a ConfigMap": _env_from(configMapRef={"name": "gpu-env"}),
+    "envFrom a Secret, prefix NVIDIA_": _env_from(prefix="NVIDIA_", secretRef={"name": "s"}),
     "hostPath /dev": _host_path("/dev"),
     "hostPath /dev/nvidia0": _host_path("/dev/nvidia0"),
     "hostPath //dev//nvidiactl": _host_path("//dev//nvidiactl"),
     "hostPath /dev/dri/": _host_path("/dev/dri/"),
     "hostPath /dev/kfd": _host_path("/dev/kfd"),
+    "hostPath /": _host_path("/"),
+    "hostPath /./dev": _host_path("/./dev"),
+    "hostPath /dev/./nvidia0": _host_path("/dev/./nvidia0"),
+    "hostPath /var/../dev": _host_path("/var/../dev"),
     "privileged": _security(privileged=True),
     "SYS_ADMIN": _security(capabilities={"add": ["SYS_ADMIN"]}),
     "cap_sys_admin": _security(capabilities={"add": ["NET_RAW", "cap_sys_admin"]}),
+    "ALL": _security(capabilities={"add": ["ALL"]}),
+    "CAP_all": _security(capabilities={"add": ["CAP_all"]}),
 }
 
 
@@ -681,6 +729,8 @@ NOISE = {
     "env": _env("CUDA_VISIBLE_DEVICES", value="all"),
     "void": _env("PATH", value="/usr/bin"),
     "hostPath": _host_path("/var/lib/kubelet"),
+    "hostPath /dev/shm": _host_path("/dev/shm"),
+    "envFrom prefix APP_": _env_from(prefix="APP_", configMapRef={"name": "app"}),
     "capability": _security(capabilities={"add": ["NET_ADMIN", "SYS_PTRACE"]}),
     "not privileged": _security(privileged=False, runAsNonRoot=True),
 }
@@ -720,3 +770,20 @@ def test_whatever_the_facts_see_is_sent(case: tuple[dict[str, Any], bool]) -> No
     assert called == placed
     if seen_by_facts(pod_facts(pod["spec"], pod["metadata"])):
         assert called
+
+
+# --- property: every hostPath the facts count as exposing devices is sent ---------------------
+
+PATH_PIECES = ("/", "//", ".", "..", "dev", "nvidia0", "nvidiactl", "dri", "shm", "var", "DEV",
+               "devices", ".cache", "kfd")
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(pieces=st.lists(st.sampled_from(PATH_PIECES), min_size=1, max_size=6))
+def test_whatever_host_path_the_facts_count_is_sent(pieces: list[str]) -> None:
+    path = "".join(pieces)
+    template = cpu_template()
+    _in_container("containers", _host_path(path))(template)
+    pod = _pod(template)
+    if pod_facts(pod["spec"], pod["metadata"]).unrequested_access:
+        assert PODS.calls(pod), path

@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonpatch
 import pytest
 import pytest_asyncio
+import yaml
 
 from tests.fakes.webhook_harness import (
     DATA,
@@ -467,3 +468,54 @@ def test_documented_webhook_match_condition_selects_gpu_objects_only():
     assert selected(bug_review("kyverno-kyverno-4374.yaml")) is True  # DELETE
     assert selected(bug_review("Project-HAMi-HAMi-160.yaml", "non_gpu_system_pod")) is False
     assert selected(bug_review("NVIDIA-k8s-device-plugin-61.yaml", "zero_gpu")) is True
+
+
+# --- GPU access without a request (tests/data/access, a trial's finds) -------------------------
+
+# file -> pod -> the library policy that denies it and a piece of its message (None: allowed)
+ACCESS_DENIALS = {
+    "cap-all.yaml": {
+        "cap-all": ("no-privileged-gpu", "adds capability ALL (every capability, SYS_ADMIN "
+                    "included), in a pod that requests GPUs"),
+        "cap-all-nogpu": ("no-unrequested-gpu-access", "adds capability ALL (every capability, "
+                          "SYS_ADMIN included): sees every device on the node")},
+    "hostpaths.yaml": {
+        "hp0": ("no-unrequested-gpu-access", "mounts hostPath / (the whole host filesystem, "
+                "/dev included)"),
+        "hp3": ("no-unrequested-gpu-access", "mounts hostPath /./dev (= /dev)"),
+        "hp4": ("no-unrequested-gpu-access", "mounts hostPath /dev/./nvidia0 (= /dev/nvidia0)"),
+        "hp6": ("no-unrequested-gpu-access", "mounts hostPath /var/../dev (a '..' element"),
+        "hp9": None,  # /dev/shm
+    },
+    "envfrom.yaml": {
+        "envfrom": ("no-unrequested-gpu-access", "envFrom ConfigMap 'gpu-env' may set "
+                    "NVIDIA_VISIBLE_DEVICES"),
+        "envfrom-prefix": ("no-unrequested-gpu-access", "envFrom ConfigMap 'gpu-env' with prefix "
+                           "'NVIDIA_' may set NVIDIA_VISIBLE_DEVICES"),
+        "env-lower": None},
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", sorted(ACCESS_DENIALS))
+async def test_library_denies_gpu_access_without_a_request(library_client, name):
+    pods = {d["metadata"]["name"]: d for d in yaml.safe_load_all(
+        (DATA / "access" / name).read_text(encoding="utf-8")) if d}
+    for pod_name, expected in ACCESS_DENIALS[name].items():
+        pod = pods[pod_name]
+        body = envelope({"uid": f"u-{pod_name}", "kind": {"group": "", "version": "v1",
+                                                          "kind": "Pod"},
+                         "resource": {"group": "", "version": "v1", "resource": "pods"},
+                         "namespace": "team-llm", "operation": "CREATE", "object": pod,
+                         "userInfo": {"username": "system:admin", "groups": ["system:masters"]}})
+        status, answer = await post(library_client, "validate", body)
+        assert status == 200
+        check_review_response(answer, body, "validate")
+        response = answer["response"]
+        if expected is None:
+            assert response["allowed"] is True, (pod_name, response)
+            continue
+        policy, piece = expected
+        assert response["allowed"] is False, pod_name
+        message = response["status"]["message"]
+        assert f"{policy}: " in message and piece in message, (pod_name, message)
