@@ -329,7 +329,7 @@ def _allocated_profiles(
     return found
 
 
-def _slice_profiles(spec: Mapping[str, Any]) -> dict[tuple[str, str, str], str | None]:
+def slice_mig_profiles(spec: Mapping[str, Any]) -> dict[tuple[str, str, str], str | None]:
     """``(driver, pool, device) -> MIG profile`` (None: not a MIG slice) of one ResourceSlice:
     the NVIDIA driver's ``type: mig`` devices with their ``profile`` attribute (v1 ``devices[]
     .attributes``; v1beta1 under ``devices[].basic``)."""
@@ -384,7 +384,7 @@ def dra_objects(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
             if isinstance(driver, str) and isinstance(where, str):
                 per_node = slices.setdefault(driver, {})
                 per_node[where] = per_node.get(where, 0) + len(_list(spec.get("devices")))
-            devices.update(_slice_profiles(spec))
+            devices.update(slice_mig_profiles(spec))
     templates: dict[tuple[str | None, str], ClaimDevices] = {}
     claims: dict[tuple[str | None, str], ClaimDevices] = {}
     for obj in found:
