@@ -71,8 +71,8 @@ class ClaimDevices:
 
     Attributes:
         device_class: the first request's class (``firstAvailable``: its preferred entry).
-        count: GPU devices (MIG slices included); None when unknown (``allocationMode: All``, an unusable count,
-            alternatives of different counts).
+        count: GPU devices (MIG slices included); None when unknown (``allocationMode: All``,
+            an unusable count, alternatives of different counts).
         gpu: True when every counted request is for GPUs, False when none is (an IMEX channel,
             a NIC: the claim is not counted), None when a class's kind is unknown.
         unknown: why the GPU-equivalents of the claim are unknown although its count is known
@@ -298,7 +298,8 @@ def _mig_request(name: str, profiles: list[str | None], count: int | None,
     """Count one MIG request's slices by profile; a profile not pinned (or alternatives of
     different profiles, or a MIG alternative beside a whole GPU) is unknown, never a GPU."""
     pinned = set(profiles)
-    profile = pinned.pop() if len(pinned) == 1 else UNKNOWN_MIG_PROFILE
+    one = pinned.pop() if len(pinned) == 1 else None
+    profile = one if one is not None else UNKNOWN_MIG_PROFILE
     slices = count if count is not None else 1  # at least one slice
     migs[profile] = migs.get(profile, 0) + slices
     if profile == UNKNOWN_MIG_PROFILE:

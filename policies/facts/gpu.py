@@ -1012,8 +1012,8 @@ def _dra(
                 out.unknown.append(f"{path}: {what}: {known.unknown}; its GPU-equivalents are "
                                    "unknown")
             else:
-                slices = sum(_mig_equivalents(p, model, out) * n for p, n in migs.items())
-                equivalents += (count - sum(migs.values()) + slices) / shared_by
+                slices = sum((_mig_equivalents(p, model, out) * n for p, n in migs.items()), ZERO)
+                equivalents += (Fraction(count - sum(migs.values())) + slices) / shared_by
         else:
             out.unknown.append(f"{path}: {what} is not in the input; its device count is unknown")
         if shared_by > 1:
