@@ -163,3 +163,10 @@ def test_a_replicated_template_multiplies_the_slices() -> None:
                   "spec": {"replicas": 3, "template": {"spec": pod["spec"]}}}
     facts = _total([*objects, deployment], "d")
     assert dict(facts.mig) == {"1g.10gb": 6} and facts.gpu_equivalents == Fraction(6, 7)
+
+
+def test_whole_gpu_claims_stay_exact_fractions() -> None:
+    objects = documents(TRIAL + "dra.yaml") + documents(TRIAL + "pods.yaml")
+    facts = _total(objects, "p-v1-exactly")
+    assert type(facts.equivalents_known) is Fraction and facts.equivalents_known == 2
+    assert dict(facts.mig) == {}
