@@ -58,7 +58,7 @@ from policies.facts.review import (
     namespace_stub,
     runtime_class_names,
 )
-from policies.facts.workloads import workload_facts
+from policies.facts.workloads import dra_index_of, workload_facts
 from policies.json_fields import mapping_at
 from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
@@ -114,6 +114,7 @@ class Snapshot:
     index: PodUsageIndex
     rbac: list[Mapping[str, Any]] = field(default_factory=list)
     runtime_classes: frozenset[str] | None = None
+    dra: list[Mapping[str, Any]] = field(default_factory=list)  # resource.k8s.io objects
 
 
 def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, list[str]]:
@@ -123,10 +124,13 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
     labels: dict[str, dict[str, str]] = {}
     pods = []
     rbac: list[Mapping[str, Any]] = []
+    dra: list[Mapping[str, Any]] = []
     for document in documents:
         body = document.body
         if is_rbac_object(body):
             rbac.append(body)
+        if str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
+            dra.append(body)
         metadata = mapping_at(body, "metadata")
         if body.get("kind") == "Namespace" and isinstance(metadata.get("name"), str):
             raw = mapping_at(metadata, "labels")
@@ -136,7 +140,7 @@ def read_snapshot(paths: list[str], settings: GPUSettings) -> tuple[Snapshot, li
     index = PodUsageIndex(lambda name: labels.get(name, {}), settings)
     index.replace(pods)
     classes = runtime_class_names(d.body for d in documents)
-    return Snapshot(labels, index, rbac, classes), [*(f"--snapshot: {e}" for e in errors),
+    return Snapshot(labels, index, rbac, classes, dra), [*(f"--snapshot: {e}" for e in errors),
                                      *documents_of(documents, errors, paths, "--snapshot")]
 
 
@@ -178,7 +182,7 @@ def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings,
     computed here only when no policy applied."""
     facts = verdict.facts
     if facts is None and isinstance(review.object, Mapping):
-        facts = workload_facts(review.object, settings=settings)
+        facts = workload_facts(review.object, settings=settings, dra=review.dra)
     if facts is None:
         return []
     modelled = [facts.workload.not_modelled] if facts.workload.not_modelled else []
@@ -273,12 +277,16 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     if args.snapshot:
         snapshot, snapshot_errors = read_snapshot(args.snapshot, settings)
         problems.extend(snapshot_errors)
+    # Pods' DRA claims are resolved against the ResourceClaimTemplates, ResourceClaims,
+    # DeviceClasses and ResourceSlices of -f and --snapshot, as the API server would have them.
+    dra = dra_index_of([*(d.body for d in documents), *(snapshot.dra if snapshot else ())])
+    if snapshot is not None:
         if not engine.policies.quotas and not engine.uses_authorizer:
             print("gpuguard: note: --snapshot given but the policy files hold no GPUQuota "
                   "documents", file=sys.stderr)
         quota_check = QuotaAdmission(
             engine.policies.quotas, QuotaLedger(MemoryLedgerStore(), snapshot.index),
-            snapshot.index.namespace_labels, settings)
+            snapshot.index.namespace_labels, settings, dra)
     authorizer = _authorizer(engine, snapshot)
     now = datetime.datetime.now(datetime.UTC)
     # The cluster's RuntimeClasses, from the RuntimeClass objects of -f and --snapshot (None:
@@ -290,8 +298,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     located: list[tuple[str, int | None]] = []  # each entry's file and line, for -o sarif
     for document in documents:
         try:
-            review = _with_runtime_classes(_review(document, args, labels, now, snapshot),
-                                           classes)
+            review = dataclasses.replace(_with_runtime_classes(
+                _review(document, args, labels, now, snapshot), classes), dra=dra)
         except ReviewError as exc:
             problems.append(f"{document.location}: {exc}")
             continue

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from policies.facts.dra import DraIndex
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.json_fields import mapping_at
 from policies.policy.quota import (
@@ -422,15 +423,18 @@ class QuotaAdmission:
         ledger: the reservation ledger.
         namespace_labels: namespace name → its labels (the namespace watch), for team scopes.
         settings: GPU naming, for the GPU facts.
+        dra: the DRA objects pods' claims are resolved against (``check``: those of its
+            input); None: none known (a claim's devices are unknown).
     """
 
     def __init__(self, quotas: Iterable[Quota], ledger: QuotaLedger,
                  namespace_labels: Callable[[str], Mapping[str, Any]] = lambda name: {},
-                 settings: GPUSettings = DEFAULT_SETTINGS) -> None:
+                 settings: GPUSettings = DEFAULT_SETTINGS, dra: DraIndex | None = None) -> None:
         self.quotas = tuple(sorted(quotas, key=lambda q: q.name))  # one order on every replica
         self.ledger = ledger
         self.namespace_labels = namespace_labels
         self.settings = settings
+        self.dra = dra
 
     def admit(self, request: Mapping[str, Any]) -> QuotaDecision:
         """Check (and, unless dryRun, reserve) one AdmissionRequest against every quota.
@@ -442,7 +446,8 @@ class QuotaAdmission:
         if not self.quotas or request.get("subResource"):
             return QuotaDecision()
         charge = request_charge(str(request.get("operation") or ""), request.get("object"),
-                                request.get("oldObject"), settings=self.settings)
+                                request.get("oldObject"), settings=self.settings,
+                                dra=self.dra)
         if charge is None or charge.usage.empty:
             return QuotaDecision()
         key, namespace, name = reservation_key(request)

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from audit.scan.ownership import ObjectKey, controller_of, group_of
+from policies.facts.dra import DraIndex
 from policies.facts.gpu import KAI_CONTAINER, KAI_DEVICES, KAI_FRACTION, KAI_MEMORY, pod_facts
 from policies.facts.quantity import MAX_COUNT, QuantityError, parse_quantity
 from policies.facts.resource_names import GPUSettings
@@ -204,14 +205,18 @@ class PodReader:
 
     Args:
         settings: GPU naming and sharing.
-        claim_templates: DRA ResourceClaimTemplates known so far, by (namespace, name).
+        claim_templates: DRA ResourceClaimTemplates known so far, by (namespace, name), as
+            ``(device class, count)`` pairs.
+        dra: the DRA objects known so far (templates, claims, DeviceClasses); replaces
+            ``claim_templates`` when given (its MIG slices keep their profiles).
     """
 
     def __init__(self, settings: GPUSettings,
                  claim_templates: Mapping[tuple[str | None, str], tuple[str | None, int | None]]
-                 | None = None) -> None:
+                 | None = None, *, dra: DraIndex | None = None) -> None:
         self._settings = settings
         self._claims = claim_templates if claim_templates is not None else {}
+        self._dra = dra
         self._cache: dict[str, TemplateUsage] = {}
         self._by_revision: dict[tuple[ObjectKey, str], TemplateUsage] = {}
         self.computed = 0  # spec analyses actually run (the rest came from the cache)
@@ -225,7 +230,7 @@ class PodReader:
             return cached
         self.computed += 1
         facts = pod_facts(spec, metadata, settings=self._settings,
-                          claim_templates=self._claims, namespace=namespace)
+                          claim_templates=self._claims, namespace=namespace, dra=self._dra)
         kai_share = None
         if facts.kai and facts.kai.fraction is not None:
             kai_share = Fraction(str(facts.kai.fraction)) * facts.kai.devices

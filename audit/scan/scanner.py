@@ -28,7 +28,15 @@ from audit.scan.result import PolicySetInfo, ScanResult
 from audit.scan.utilization import Metrics, utilization_report
 from audit.settings import AuditSettings
 from policies.engine.evaluation import Engine
-from policies.facts.workloads import claim_template_devices, find_workload
+from policies.facts.dra import (
+    ClaimDevices,
+    DeviceClassFacts,
+    DraIndex,
+    claim_devices,
+    device_class_facts,
+    slice_mig_profiles,
+)
+from policies.facts.workloads import find_workload
 from policies.json_fields import mapping_at
 from policies.policy.model import policy_digest, rule_names
 from policies.policy.quota import ZERO, Quota, QuotaStatus, Usage, pod_charge
@@ -65,8 +73,14 @@ class Scanner:
         self.ownership = Ownership()
         self.compliance = Compliance(engine, settings, self.ownership, memo)
         self.placement = Placement(settings)
-        self.claims: dict[tuple[str | None, str], tuple[str | None, int | None]] = {}
-        self.pods = PodReader(settings.gpu, self.claims)
+        # The DRA objects seen so far (the store orders them before pods): pods' claims are
+        # resolved with them, MIG slices by profile (an allocated claim's from ResourceSlices).
+        self._templates: dict[tuple[str | None, str], ClaimDevices] = {}
+        self._claims: dict[tuple[str | None, str], ClaimDevices] = {}
+        self._device_classes: dict[str, DeviceClassFacts] = {}
+        self._slice_devices: dict[tuple[str, str, str], str | None] = {}
+        self._dra = DraIndex(self._templates, self._claims, {}, self._device_classes)
+        self.pods = PodReader(settings.gpu, dra=self._dra)
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.present: dict[ObjectKey, bool] = {}  # workload objects -> asks for GPUs
         self.errors: list[str] = []
@@ -88,6 +102,18 @@ class Scanner:
         # objects given more than once, by kind: what the warnings name (Pods: the first copy
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
+
+    def _dra_inventory(self, body: Mapping[str, Any]) -> None:
+        """A DeviceClass (its MIG profile, kind) or ResourceSlice (its MIG devices' profiles)."""
+        if body.get("kind") == "DeviceClass":
+            facts = device_class_facts(body)
+            if facts.name:
+                self._device_classes[facts.name] = facts
+        else:
+            spec = body.get("spec")
+            self._slice_devices.update(slice_mig_profiles(spec if isinstance(spec, Mapping)
+                                                          else {}))
+        self.ignored[str(body.get("kind"))] = self.ignored.get(str(body.get("kind")), 0) + 1
 
     def feed(self, item: Document | LoadError) -> None:
         """Take one document (or one reading error)."""
@@ -120,7 +146,12 @@ class Scanner:
                     str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
                 key = key_of(body)
                 if key is not None:
-                    self.claims[(key.namespace, key.name)] = claim_template_devices(body)
+                    found = self._templates if kind == "ResourceClaimTemplate" else self._claims
+                    found[(key.namespace, key.name)] = claim_devices(
+                        body, self._device_classes, None, self._slice_devices)
+            elif kind in ("DeviceClass", "ResourceSlice") and \
+                    str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
+                self._dra_inventory(body)
             elif kind in _NOT_WORKLOADS:
                 self.ignored[str(kind)] = self.ignored.get(str(kind), 0) + 1
             else:
@@ -188,7 +219,7 @@ class Scanner:
             self.unrecognized.setdefault(resource, []).append(
                 f"Pod {usage.key.namespace or ''}/{usage.key.name}".replace(" /", " "))
         if self.quotas:
-            charge = pod_charge(body, self.settings.gpu).usage
+            charge = pod_charge(body, self.settings.gpu, self._dra).usage
             if charge.pods:
                 namespace = str(usage.key.namespace or "")
                 self.quota_usage[namespace] = self.quota_usage.get(namespace, ZERO) + charge

@@ -54,6 +54,7 @@ from policies.engine.compiled import (
     compile_policies,
 )
 from policies.engine.messages import expression_message, expression_problem, static_message
+from policies.facts.dra import DraIndex
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
@@ -426,18 +427,19 @@ class Engine:
         except CelEvaluationError as exc:
             return f"the request cannot be evaluated: {exc.message}"
 
-    def _facts(self, obj: Mapping[str, Any] | None) -> WorkloadFacts | None:
+    def _facts(self, obj: Mapping[str, Any] | None,
+               dra: DraIndex | None = None) -> WorkloadFacts | None:
         if not isinstance(obj, Mapping):
             return None
-        return workload_facts(obj, settings=self.settings)
+        return workload_facts(obj, settings=self.settings, dra=dra)
 
     def _data(self, base: dict[str, Any], current: Mapping[str, Any] | None,
-              subject: Mapping[str, Any] | None) -> _RequestData:
+              subject: Mapping[str, Any] | None, dra: DraIndex | None = None) -> _RequestData:
         """GPU facts (of ``subject``: the object, or oldObject on DELETE) and the prepared CEL
         data with ``object`` = ``current`` (null on DELETE, as in Kubernetes); an internal failure
         becomes an error text every applicable policy reports under its failurePolicy."""
         try:
-            facts = self._facts(subject)
+            facts = self._facts(subject, dra)
             return _RequestData(self.environment, facts, self._base(base, current, facts))
         except Exception as exc:  # a bug here (facts or their CEL view) must not crash admission
             return _RequestData(
@@ -510,7 +512,7 @@ class Engine:
             "namespaceObject": review.namespace_object, "quota": quota or {},
             "authorizer": authorizer,
         }
-        data = self._data(base, current, review.subject)
+        data = self._data(base, current, review.subject, review.dra)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
             # reinvocationPolicy IfNeeded (MutatingAdmissionPolicy): a policy that ran before
@@ -525,7 +527,7 @@ class Engine:
                     if expired is not None and expired():
                         raise EvaluationExpired
                     if stale:
-                        data, stale = self._data(base, current, current), False
+                        data, stale = self._data(base, current, current, review.dra), False
                     run.begin()
                     try:
                         changed = self._mutation_pass(compiled, current, data, run, point)
@@ -544,7 +546,7 @@ class Engine:
                         invoked.append(compiled.index)
         if validate:
             if stale:
-                data = self._data(base, current, current)
+                data = self._data(base, current, current, review.dra)
             run.begin()
             checks = authz.checks_made()
             values = self._evaluate_combined(applicable, data)

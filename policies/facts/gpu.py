@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any, Final, TypeVar
 
 from policies.facts import mig, vgpu
-from policies.facts.dra import ClaimDevices, DraIndex
+from policies.facts.dra import MIG_DEVICE_CLASSES, UNKNOWN_MIG_PROFILE, ClaimDevices, DraIndex
 from policies.facts.quantity import (
     MAX_COUNT,
     QuantityError,
@@ -172,6 +172,8 @@ class DraClaim:
     ``resource_claim`` names the ResourceClaim (not a template) the pod uses: one allocation for
     every pod naming it, so totals count it once (:meth:`GPUFacts.scaled` does not multiply it)
     and each of its ``shared_by`` pods of the input gets ``count / shared_by`` GPU-equivalents.
+    ``mig`` is the MIG slices among ``count`` by profile (``unknown``: a profile not pinned),
+    also counted in the pod's ``mig``.
     """
 
     name: str
@@ -181,9 +183,11 @@ class DraClaim:
     path: str
     resource_claim: str | None = None
     shared_by: int = 1
+    mig: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``{name, template, resource_claim, shared_by, device_class, count, path}``."""
+        """JSON form: ``{name, template, resource_claim, shared_by, device_class, count, mig,
+        path}``."""
         return {
             "name": self.name,
             "template": self.template,
@@ -191,6 +195,7 @@ class DraClaim:
             "shared_by": self.shared_by,
             "device_class": self.device_class,
             "count": self.count,
+            "mig": dict(sorted(self.mig.items())),
             "path": self.path,
         }
 
@@ -970,10 +975,13 @@ def _kai(
 def _dra(
     spec: Mapping[str, Any], spec_path: str, namespace: str | None, index: DraIndex,
     containers: Sequence[_Container], out: _Collector, claims_path: str | None = None,
+    model: str | None = None,
 ) -> tuple[tuple[DraClaim, ...], Fraction]:
     """Pod-level ResourceClaims that ask for GPUs, resolved against the DRA objects of the
     input: (claims, their known GPU-equivalents). A claim whose devices are not GPUs (an IMEX
-    channel) is left out; one whose count or size is unknown is named in ``unknown``."""
+    channel) is left out; one whose count or size is unknown is named in ``unknown``. Its MIG
+    slices are valued as the ``nvidia.com/mig-<profile>`` form is (``model``: the GPU the pod
+    is pinned to), the rest of its devices as whole GPUs."""
     claims = []
     equivalents = ZERO
     for index_, entry in _entries(spec, "resourceClaims", spec_path, out):
@@ -996,10 +1004,11 @@ def _dra(
         shared_by = index.users(namespace, str(claim_name)) if claim_name and not template else 1
         device_class: str | None = None
         count: int | None = None
+        migs: Mapping[str, int] = {}
         if known is not None:
             if known.gpu is False:
                 continue  # a claim for something other than a GPU (a NIC, an IMEX channel)
-            device_class, count = known.device_class, known.count
+            device_class, count, migs = known.device_class, known.count, known.mig
             if count is None:
                 out.unknown.append(f"{path}: {what} states no usable device count "
                                    "(allocationMode All, an invalid count, or alternatives of "
@@ -1008,14 +1017,15 @@ def _dra(
                 out.unknown.append(f"{path}: {what}: {known.unknown}; its GPU-equivalents are "
                                    "unknown")
             else:
-                equivalents += Fraction(count, shared_by)
+                slices = sum((_mig_equivalents(p, model, out) * n for p, n in migs.items()), ZERO)
+                equivalents += (Fraction(count - sum(migs.values())) + slices) / shared_by
         else:
             out.unknown.append(f"{path}: {what} is not in the input; its device count is unknown")
         if shared_by > 1:
             out.shared = True
         claims.append(DraClaim(name, str(template) if template else None, device_class, count,
                                path, str(claim_name) if claim_name and not template else None,
-                               shared_by))
+                               shared_by, dict(migs)))
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
@@ -1034,6 +1044,11 @@ def _legacy_index(
     templates = {}
     for key, (cls, count) in claim_templates.items():
         is_gpu = device_class_is_gpu(cls) if cls is not None else False
+        if cls in MIG_DEVICE_CLASSES:  # the pair has no profile: MIG slices of unknown profile
+            templates[key] = ClaimDevices(cls, count, True, f"DeviceClass {cls!r} gives MIG "
+                                          "slices of unknown profile",
+                                          {UNKNOWN_MIG_PROFILE: count or 1})
+            continue
         templates[key] = ClaimDevices(cls, count, False if cls is None else is_gpu,
                                       None if is_gpu else f"DeviceClass {cls!r} may not be a GPU")
     return DraIndex(templates=templates)
@@ -1258,7 +1273,7 @@ def pod_facts(
     _map(metadata, "labels", _metadata_path(spec_path), out)  # queue labels: policies read them
     kai, kai_equivalents = _kai(annotations, plain, _metadata_path(spec_path), out)
     claims, dra_equivalents = _dra(spec, spec_path, namespace, dra_index, plain, out,
-                                  claims_path)
+                                  claims_path, placement.model)
 
     gpus: dict[str, int] = {}
     for resource in dict.fromkeys(r for c in plain for r in c.counts):
@@ -1275,6 +1290,9 @@ def pod_facts(
         parsed = mig.profile_from_resource(resource)
         if parsed is not None and not parsed[1]:
             migs[parsed[0]] = gpus.pop(resource)
+    for claim in claims:  # DRA MIG slices: the same facts as nvidia.com/mig-<profile>
+        for profile, slices in claim.mig.items():
+            migs[profile] = migs.get(profile, 0) + slices
     equivalents = _effective([(c, c.equivalents or ZERO) for c in plain])
     equivalents = _add(equivalents, kai_equivalents)
     equivalents = _add(equivalents, dra_equivalents)

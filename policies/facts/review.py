@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from policies.facts.dra import DraIndex
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
 from policies.records import maker
@@ -103,6 +104,9 @@ class ReviewInput:
             (the webhook's RuntimeClass watch, RuntimeClass objects given to ``check``); None
             when unknown. A ``setRuntimeClassName`` mutation naming a class outside a known set
             is not applied.
+        dra: the DRA objects (ResourceClaimTemplates, ResourceClaims, DeviceClasses,
+            ResourceSlices) the pod's claims are resolved against (``check``: those of ``-f``
+            and ``--snapshot``); None: none known, a claim's devices are unknown.
     """
 
     operation: str
@@ -119,6 +123,7 @@ class ReviewInput:
     namespace_object: Mapping[str, Any] | None = None
     now: datetime.datetime = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     runtime_classes: frozenset[str] | None = None
+    dra: DraIndex | None = None
 
     @property
     def subject(self) -> Mapping[str, Any] | None:

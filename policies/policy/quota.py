@@ -27,7 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 from policies.facts import mig
-from policies.facts.gpu import pinned_product
+from policies.facts.dra import UNKNOWN_MIG_PROFILE, DraIndex
+from policies.facts.gpu import DraClaim, pinned_product
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.workloads import workload_facts
 from policies.json_fields import mapping_at
@@ -164,24 +165,42 @@ ZERO = Usage()
 
 @dataclass(frozen=True)
 class Charge:
-    """What one pod (or one request) adds: its usage and why its size may be unknown."""
+    """What one pod (or one request) adds: its usage and why its size may be unknown;
+    ``mig_unknown`` why its MIG slices by profile may be unknown (DRA slices of unknown profile,
+    a DRA claim whose devices are not known), so ``mig`` limits cannot be checked."""
 
     usage: Usage
     unknown_reasons: tuple[str, ...] = ()
+    mig_unknown: tuple[str, ...] = ()
 
 
-def pod_charge(pod: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS) -> Charge:
+def _mig_unknown(claims: Iterable[DraClaim]) -> tuple[str, ...]:
+    """Why a pod's MIG slices are not all known: a DRA claim with slices of unknown profile, or
+    one whose ResourceClaim / template is not known (its devices may be MIG slices)."""
+    reasons = []
+    for claim in claims:
+        if UNKNOWN_MIG_PROFILE in claim.mig:
+            reasons.append(f"{claim.path}: {claim.mig[UNKNOWN_MIG_PROFILE]} MIG slice(s) of "
+                           "unknown profile")
+        elif claim.device_class is None and claim.count is None:
+            reasons.append(f"{claim.path}: the devices of {claim.template or claim.resource_claim}"
+                           " are not known (they may be MIG slices)")
+    return tuple(reasons)
+
+
+def pod_charge(pod: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS,
+               dra: DraIndex | None = None) -> Charge:
     """The usage one Pod object counts for (its effective requests, init containers included).
 
-    Returns zero usage for finished pods (``status.phase`` Succeeded/Failed) and objects that are
-    not Pods.
+    ``dra``: the DRA objects its claims are resolved against (None: none known). Returns zero
+    usage for finished pods (``status.phase`` Succeeded/Failed) and objects that are not Pods.
     """
     if not isinstance(pod, Mapping) or pod.get("kind", "Pod") != "Pod":
         return Charge(ZERO)
     status = pod.get("status")
     if isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES:
         return Charge(ZERO)
-    facts = workload_facts({**pod, "kind": "Pod"}, settings=settings)
+    facts = workload_facts({**pod, "kind": "Pod"}, settings=settings, dra=dra)
     if facts is None or not facts.total.requested:
         return Charge(Usage(pods=1))
     total = facts.total
@@ -193,32 +212,35 @@ def pod_charge(pod: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS)
             gpu_equivalents=equivalents,
             gpus={k: v for k, v in total.gpus.items() if v},
             gpu_memory_mib=total.gpu_memory_mib or 0,
-            mig={k: v for k, v in total.mig.items() if v},
+            mig={k: v for k, v in total.mig.items() if v and k != UNKNOWN_MIG_PROFILE},
             products={product: equivalents} if product and equivalents else {},
             pods=1,
             unknown=1 if total.unknown else 0,
         ),
         tuple(total.unknown),
+        _mig_unknown(total.dra_claims),
     )
 
 
 def request_charge(operation: str, obj: Mapping[str, Any] | None,
                    old_object: Mapping[str, Any] | None = None, *,
-                   settings: GPUSettings = DEFAULT_SETTINGS) -> Charge | None:
+                   settings: GPUSettings = DEFAULT_SETTINGS,
+                   dra: DraIndex | None = None) -> Charge | None:
     """The charge of one admission request, or None when quota does not apply to it.
 
     Only Pods are charged (a workload's pods are charged when they are created, not the workload
     itself). CREATE charges the pod; UPDATE charges the increase over ``old_object`` only;
-    DELETE / CONNECT and other kinds charge nothing (None).
+    DELETE / CONNECT and other kinds charge nothing (None). ``dra`` resolves DRA claims.
     """
     if not isinstance(obj, Mapping) or obj.get("kind") != "Pod":
         return None
     if operation == "CREATE":
-        return pod_charge(obj, settings)
+        return pod_charge(obj, settings, dra)
     if operation == "UPDATE":
-        new = pod_charge(obj, settings)
-        old = pod_charge(old_object, settings) if isinstance(old_object, Mapping) else Charge(ZERO)
-        return Charge(new.usage.increase_over(old.usage), new.unknown_reasons)
+        new = pod_charge(obj, settings, dra)
+        old = pod_charge(old_object, settings, dra) if isinstance(old_object, Mapping) \
+            else Charge(ZERO)
+        return Charge(new.usage.increase_over(old.usage), new.unknown_reasons, new.mig_unknown)
     return None
 
 
@@ -297,7 +319,9 @@ class Quota:
         failure_policy: ``Fail`` (deny when usage cannot be known or reserved: the API is
             unreachable) or ``Ignore`` (admit without reserving).
         unknown_size: ``Deny`` or ``Allow`` a pod whose GPU-equivalents are unknown when a
-            GPU-equivalents, product or per-pod limit applies (Allow counts the known part).
+            GPU-equivalents, product or per-pod limit applies, or whose MIG slices are unknown
+            (:attr:`Charge.mig_unknown`) when a ``mig`` limit applies (Allow counts the known
+            part).
         source: ``file: document N`` it came from.
     """
 
@@ -445,6 +469,10 @@ def check(quota: Quota, used: Usage, charge: Charge) -> list[str]:
         if used_gib + need_gib > limits.gpu_memory_gib:
             problems.append(_message(who, used_gib, limits.gpu_memory_gib, need_gib,
                                      "GiB of GPU memory"))
+    if limits.mig and charge.mig_unknown and quota.unknown_size != "Allow":
+        problems.append(f"GPUQuota {quota.name}: the MIG slices of this pod are unknown "
+                        f"({'; '.join(charge.mig_unknown[:2])}), so its mig limits cannot be "
+                        "checked (unknownSize: Deny)")
     for profile, limit in limits.mig.items():
         asked = need.mig.get(profile, 0)
         if asked and used.mig.get(profile, 0) + asked > limit:

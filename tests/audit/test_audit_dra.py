@@ -65,3 +65,65 @@ def test_pods_sharing_a_resource_claim_are_unknown_not_zero(tmp_path, capsys):
     assert report["summary"]["gpu_pods"]["running"] == 5
     assert node["gpu_equivalents"]["allocated"] == 0.0
     assert node["gpu_equivalents"]["unknown_pods"] == 5
+
+
+MIG_TEMPLATE = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-slices, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly:
+          deviceClassName: mig.nvidia.com
+          count: 2
+          selectors:
+          - cel: {expression: "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}
+"""
+MIG_CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: allocated, namespace: ml}
+spec:
+  devices:
+    requests:
+    - name: gpus
+      exactly: {deviceClassName: mig.nvidia.com}
+status:
+  allocation:
+    devices:
+      results:
+      - {request: gpus, driver: gpu.nvidia.com, pool: n1, device: gpu-0-mig-1-0-3}
+"""
+MIG_SLICE = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-gpu.nvidia.com-x}
+spec:
+  driver: gpu.nvidia.com
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0-mig-1-0-3
+    attributes:
+      type: {string: mig}
+      profile: {string: 3g.40gb}
+"""
+
+
+def test_a_pod_of_a_mig_claim_template_is_worth_its_slices(tmp_path, capsys):
+    report = _audit(tmp_path, capsys, NODE, MIG_TEMPLATE,
+                    _pod("trainer", "resourceClaimTemplateName: two-slices"))
+    [node] = report["nodes"]
+    assert node["gpu_equivalents"]["allocated"] == round(2 / 7, 6)
+    assert node["gpu_equivalents"]["unknown_pods"] == 0
+
+
+def test_an_allocated_mig_claim_takes_its_profile_from_the_resource_slice(tmp_path, capsys):
+    pod = _pod("trainer", "resourceClaimName: allocated").replace(
+        "nodeName: n1", "nodeName: missing-node")  # valued by the pod alone: its claim
+    report = _audit(tmp_path, capsys, MIG_SLICE, MIG_CLAIM, pod)
+    assert report["summary"]["on_missing_nodes"]["gpu_equivalents"] == round(3 / 7, 6)
+    assert report["summary"]["on_missing_nodes"]["unknown_pods"] == 0

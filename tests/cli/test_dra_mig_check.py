@@ -1,0 +1,99 @@
+"""``check`` and ``gpus`` on DRA MIG claims (trial finding 2): a pod's ResourceClaimTemplate from
+``-f`` or ``--snapshot`` makes its MIG slices judged by ``mig-profile-allowed`` and GPUQuota
+``mig`` limits exactly as the ``nvidia.com/mig-<profile>`` form."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuguard.cli import main
+from tests.paths import TESTS
+
+TRIAL = TESTS / "data" / "trial"
+MIG_ONLY = str(TRIAL / "dra" / "mig-only.yaml")
+EXTENDED = str(TRIAL / "dra" / "mig-extended-resource-pod.yaml")
+LIBRARY_MIG = "policies/library/mig-profile-allowed.yaml"
+QUOTA = str(TRIAL / "quota" / "quota.yaml")
+SNAPSHOT = str(TRIAL / "quota" / "snap.yaml")
+DENIAL = ("mig-profile-allowed: MIG profile 1g.10gb is not allowed for team 'vision' (namespace "
+          "'team-llm', label gpuguard.io/team=vision); this team may not use MIG. Ask the platform "
+          "team to add 1g.10gb to params.allowedProfiles.vision of policy mig-profile-allowed.")
+QUOTA_DENIAL = ("namespace team-llm (GPUQuota llm-mig) uses 0 of 1 MIG 1g.10gb instances; this "
+                "pod needs 2 (headroom 1 MIG 1g.10gb instances)")
+
+
+def _check(capsys, *args: str) -> tuple[int, dict[str, dict]]:
+    code = main(["check", *args, "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    return code, {r["name"]: r for r in out["results"]}
+
+
+def test_mig_profile_allowed_denies_the_dra_claim_as_the_extended_resource_form(capsys) -> None:
+    team = ["--policies", LIBRARY_MIG, "--namespace-labels", "gpuguard.io/team=vision"]
+    code, dra = _check(capsys, "-f", MIG_ONLY, *team)
+    ext_code, ext = _check(capsys, "-f", EXTENDED, *team)
+    assert code == ext_code == 1
+    assert dra["p-mig"]["allowed"] is False and ext["p-mig-ext"]["allowed"] is False
+    assert dra["p-mig"]["message"] == ext["p-mig-ext"]["message"] == DENIAL
+    assert dra["p-cd"]["allowed"] and dra["p-vfio"]["allowed"]  # IMEX channel, VFIO: no MIG
+
+
+def test_a_mig_claim_of_unknown_profile_is_denied_by_mig_profile_allowed(capsys) -> None:
+    files = ["-f", str(TRIAL / "dra" / "dra.yaml"), "-f", str(TRIAL / "dra" / "pods.yaml")]
+    code, out = _check(capsys, *files, "--policies", LIBRARY_MIG,
+                       "--namespace-labels", "gpuguard.io/team=inference")
+    assert code == 1
+    denied = {n for n, r in out.items() if not r["allowed"]}
+    assert denied == {"p-v1-two-requests"}  # 2 mig.nvidia.com slices, no profile pinned
+    assert out["p-v1-two-requests"]["message"].startswith(
+        "mig-profile-allowed: MIG profile unknown is not allowed for team 'inference'")
+
+
+def test_gpuquota_mig_limit_denies_two_dra_slices(capsys) -> None:
+    code, out = _check(capsys, "-f", MIG_ONLY, "--policies", QUOTA, "--snapshot", SNAPSHOT)
+    assert code == 1
+    assert out["p-mig"]["allowed"] is False
+    assert out["p-mig"]["quota"]["denials"] == [QUOTA_DENIAL]
+    assert out["p-mig"]["quota"]["usage"]["request"]["mig"] == {"1g.10gb": 2}
+    assert out["p-cd"]["allowed"] and out["p-vfio"]["allowed"]
+
+
+def test_the_template_may_come_from_the_snapshot(tmp_path: Path, capsys) -> None:
+    text = Path(MIG_ONLY).read_text(encoding="utf-8").split("---\n")
+    templates, pods = tmp_path / "templates.yaml", tmp_path / "pods.yaml"
+    templates.write_text("---\n".join(text[:3]) + "---\n" + Path(SNAPSHOT).read_text(
+        encoding="utf-8"), encoding="utf-8")
+    pods.write_text("---\n".join(text[3:]), encoding="utf-8")
+    code, out = _check(capsys, "-f", str(pods), "--policies", QUOTA, "--snapshot", str(templates))
+    assert code == 1 and out["p-mig"]["quota"]["denials"] == [QUOTA_DENIAL]
+
+
+def test_a_claim_whose_devices_are_unknown_is_unknown_size_under_a_mig_limit(
+        tmp_path: Path, capsys) -> None:
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("\n".join(Path(MIG_ONLY).read_text(encoding="utf-8").split("---\n")[3:4]),
+                    encoding="utf-8")  # p-mig alone: its template is not known
+    code, out = _check(capsys, "-f", str(pods), "--policies", QUOTA, "--snapshot", SNAPSHOT)
+    assert code == 1
+    assert out["p-mig"]["quota"]["denials"] == [
+        "GPUQuota llm-mig: the MIG slices of this pod are unknown (spec.resourceClaims[0]: the "
+        "devices of mig-only are not known (they may be MIG slices)), so its mig limits cannot "
+        "be checked (unknownSize: Deny)"]
+    allow = tmp_path / "allow.yaml"
+    allow.write_text(Path(QUOTA).read_text(encoding="utf-8").replace(
+        "  limits:", "  unknownSize: Allow\n  limits:"), encoding="utf-8")
+    code, out = _check(capsys, "-f", str(pods), "--policies", str(allow), "--snapshot", SNAPSHOT)
+    assert code == 0 and out["p-mig"]["allowed"] is True
+
+
+def test_gpus_shows_the_mig_profile_and_two_sevenths(capsys) -> None:
+    assert main(["gpus", "-f", MIG_ONLY, "-o", "json"]) == 0
+    objects = {o["name"]: o for o in json.loads(capsys.readouterr().out)["objects"]}
+    total = objects["p-mig"]["total"]
+    assert total["mig"] == {"1g.10gb": 2} and total["gpus"] == {}
+    assert total["gpu_equivalents"] == round(2 / 7, 6)
+    assert total["dra"]["claims"][0]["mig"] == {"1g.10gb": 2}
+    assert main(["gpus", "-f", MIG_ONLY]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "p-mig" in line)
+    assert "1g.10gb: 2" in row and "0.285714" in row
