@@ -20,8 +20,8 @@ exposed as CEL functions. Every name is documented in ``docs/cel.md`` with an ex
 ``vendors``               list of string: ``nvidia``, ``amd``, ``intel``, ...
 ``migSingle``             map {status, profile}: ``unknown`` / ``pinned`` / ``excluded``
 ``kai``, ``hami``, ``dra`` maps (see docs/gpu-facts.md), ``{}`` when absent
-``unrequestedAccess``     list of {container, containerType, path, reason}
-``privileged``            list of {container, containerType, path, reason}
+``unrequestedAccess``     list of {container, containerType, path, reason, certain}
+``privileged``            list of {container, containerType, path, reason, certain}
 ``invalid``, ``warnings``, ``unknown``, ``unrecognized``  lists of string
 ``resourceProblems``      list of {container, containerType, path, field, resource, requests,
                           limits, problem}: the ``invalid`` entries about containers' extended
@@ -61,9 +61,9 @@ SCHEDULING_FIELDS = frozenset({
 })
 
 
-def _access(items: tuple[Access, ...]) -> list[dict[str, str]]:
+def _access(items: tuple[Access, ...]) -> list[dict[str, Any]]:
     return [{"container": a.container, "containerType": a.container_type, "path": a.path,
-             "reason": a.reason} for a in items]
+             "reason": a.reason, "certain": a.certain} for a in items]
 
 
 def _resource_problems(items: tuple[ResourceProblem, ...]) -> list[dict[str, str]]:

@@ -88,20 +88,28 @@ ZERO: Final = Fraction(0)
 
 @dataclass(frozen=True)
 class Access:
-    """A container that can reach GPUs (or is privileged); ``path`` is the offending field."""
+    """A container that can reach GPUs (or is privileged); ``path`` is the offending field.
+
+    ``certain`` is False when the access depends on content the object does not hold: an
+    ``envFrom`` without a prefix may set a device variable, or may not (its ConfigMap / Secret
+    keys are unknown at admission) — most applications that use ``envFrom`` set none, so the
+    library reports these and denies only the certain ones (param ``includeUncertain``).
+    """
 
     container: str
     container_type: str
     path: str
     reason: str
+    certain: bool = True
 
-    def to_dict(self) -> dict[str, str]:
-        """JSON form: ``{container, container_type, path, reason}``."""
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{container, container_type, path, reason, certain}``."""
         return {
             "container": self.container,
             "container_type": self.container_type,
             "path": self.path,
             "reason": self.reason,
+            "certain": self.certain,
         }
 
 
@@ -1062,8 +1070,9 @@ def _access(
     reach: list[Access] = []
     privileged: list[Access] = []
 
-    def note(target: list[Access], path: str, reason: str) -> None:
-        target.append(Access(container.name, container.ctype, f"{container.path}.{path}", reason))
+    def note(target: list[Access], path: str, reason: str, certain: bool = True) -> None:
+        target.append(Access(container.name, container.ctype, f"{container.path}.{path}", reason,
+                             certain))
 
     security = _map(container_spec, "securityContext", container.path, out)
     if security.get("privileged") is True:
@@ -1106,8 +1115,11 @@ def _access(
     for index, source in env_from:
         names = _env_from_device_names(source, set_by_env)
         if names:
+            # A prefix that begins a device variable asks for one; no prefix is every app's
+            # envFrom, which sets a device variable only if its ConfigMap / Secret has one.
             note(reach, f"envFrom[{index}]", f"{_env_from_source(source)} may set "
-                 f"{', '.join(names)} (value unknown) without requesting a GPU")
+                 f"{', '.join(names)} (value unknown) without requesting a GPU",
+                 certain=bool(source.get("prefix")))
     for index, mount in mounts:
         host_path = volumes.get(str(mount.get("name")))
         if host_path is None:

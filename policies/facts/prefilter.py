@@ -9,7 +9,9 @@ webhooks that saw every pod). A pod or pod template is sent when it has any of:
   resource_names.name_patterns`: exact names, prefixes, the accelerator hint);
 - DRA ``spec.resourceClaims``;
 - an env var the GPU runtimes read to expose devices (``policies.facts.gpu``'s device env list),
-  or an ``envFrom`` whose prefix (none, or one such as ``NVIDIA_``) could produce one;
+  or an ``envFrom`` whose prefix (such as ``NVIDIA_``) begins one — one without a prefix is
+  not sent: the library does not deny it by default (no-unrequested-gpu-access's
+  ``includeUncertain``), and every app that uses envFrom would otherwise depend on gpuguard;
 - a ``hostPath`` volume on ``/dev``, a GPU device path (``policies.facts.gpu``'s device paths) or
   ``/``, or with a ``.`` / ``..`` element (the facts clean the path; CEL cannot, so it sends it);
 - a privileged container, or one that adds ``SYS_ADMIN`` or ``ALL`` (the NVIDIA toolkit's
@@ -193,7 +195,7 @@ def container_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
         f"{resources}.?limits.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
         f"{resources}.?requests.orValue({{}}).exists(r, {gpu_resource_test('r', settings)})",
         f"{var}.?env.orValue([]).exists(e, e.?name.orValue('') in {_list(_DEVICE_ENV)})",
-        f"{var}.?envFrom.orValue([]).exists(f, "
+        f"{var}.?envFrom.orValue([]).exists(f, f.?prefix.orValue('') != '' && "
         f"{_list(_DEVICE_ENV)}.exists(n, n.startsWith(f.?prefix.orValue(''))))",
         f"{security}.?privileged.orValue(false) == true",
         f"{security}.?capabilities.?add.orValue([]).exists(x, "

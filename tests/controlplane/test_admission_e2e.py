@@ -460,7 +460,7 @@ ACCESS = REPO / "tests" / "data" / "access"
 ACCESS_DENIED = (("cap-all.yaml", "cap-all"), ("cap-all.yaml", "cap-all-nogpu"),
                  ("hostpaths.yaml", "hp0"), ("hostpaths.yaml", "hp2"), ("hostpaths.yaml", "hp3"),
                  ("hostpaths.yaml", "hp4"), ("hostpath-dotdev.yaml", "hp"),
-                 ("envfrom.yaml", "envfrom"), ("envfrom.yaml", "envfrom-prefix"))
+                 ("envfrom.yaml", "envfrom-prefix"))
 
 
 def _access_pod(name: str, pod: str, namespace: str) -> dict[str, Any]:
@@ -487,10 +487,11 @@ def test_gpu_access_without_a_request_is_sent_and_denied(cluster, webhook, make_
                            input=json.dumps(_access_pod("hostpaths.yaml", "hp6", namespace)))
     assert done.returncode == 1 and "must not contain '..'" in done.stderr, done.stderr
     before = len(webhook.decisions())
-    for name, pod_name in (("hostpaths.yaml", "hp9"), ("envfrom.yaml", "env-lower")):
+    for name, pod_name in (("hostpaths.yaml", "hp9"), ("envfrom.yaml", "env-lower"),
+                          ("envfrom.yaml", "envfrom")):
         done = cluster.kubectl("create", "-f", "-",
                                input=json.dumps(_access_pod(name, pod_name, namespace)))
-        assert done.returncode == 0, done.stderr  # /dev/shm, CUDA_VISIBLE_DEVICES: no GPU
+        assert done.returncode == 0, done.stderr  # /dev/shm, CUDA_VISIBLE_DEVICES, envFrom
     assert not [d for d in webhook.decisions()[before:] if d.get("namespace") == namespace]
 
 

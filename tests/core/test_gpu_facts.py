@@ -735,6 +735,11 @@ def test_env_from_a_config_map_may_set_the_device_env_vars():
     pods = _access_pods("envfrom.yaml")
     reasons = {name: [(a.path, a.reason) for a in facts_of(pod).unrequested_access]
                for name, pod in pods.items()}
+    certain = {name: [a.certain for a in facts_of(pod).unrequested_access]
+               for name, pod in pods.items()}
+    # Without a prefix the access depends on the ConfigMap's keys: listed, not certain.
+    assert certain["envfrom"] == [False] and certain["envfrom-prefix"] == [True]
+    assert certain["env-valuefrom"] == [True]
     assert reasons == {
         "envfrom": [("spec.containers[0].envFrom[0]", f"envFrom ConfigMap 'gpu-env' may set "
                      f"{ALL_DEVICE_ENV} (value unknown) without requesting a GPU")],

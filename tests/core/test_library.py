@@ -279,8 +279,8 @@ def test_message_privileged_mpijob() -> None:
         "(spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].securityContext.privileged): "
         "privileged container: sees every device on the node without requesting a GPU. A "
         "container that needs a GPU must request it in resources.limits (e.g. nvidia.com/gpu: "
-        "1); otherwise remove the setting (or set NVIDIA_VISIBLE_DEVICES=void; give an envFrom a "
-        "prefix such as APP_, or set the variables it may set in env), drop privileged "
+        "1); otherwise remove the setting (or set NVIDIA_VISIBLE_DEVICES=void; give an envFrom "
+        "another prefix than NVIDIA_, or set the variables it may set in env), drop privileged "
         "/ SYS_ADMIN and /dev host mounts. GPU system components belong in a namespace of "
         "params.exemptNamespaces of policy no-unrequested-gpu-access.",
     )
@@ -295,7 +295,7 @@ def test_message_ephemeral_debug_container() -> None:
         "(spec.ephemeralContainers[0].env[0]): NVIDIA_VISIBLE_DEVICES=all without requesting a "
         "GPU. A container that needs a GPU must request it in resources.limits (e.g. "
         "nvidia.com/gpu: 1); otherwise remove the setting (or set NVIDIA_VISIBLE_DEVICES=void; "
-        "give an envFrom a prefix such as APP_, or set the variables it may set in env), "
+        "give an envFrom another prefix than NVIDIA_, or set the variables it may set in env), "
         "drop privileged / SYS_ADMIN and /dev host mounts. GPU system components belong in a "
         "namespace of params.exemptNamespaces of policy no-unrequested-gpu-access."
     )

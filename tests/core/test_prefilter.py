@@ -120,9 +120,11 @@ def _without_nulls(value: Any) -> Any:
 
 def seen_by_facts(facts: GPUFacts) -> bool:
     """Whether the GPU facts count anything GPU about a pod: a request of any kind, a rejected
-    or unrecognised GPU resource, GPU access without a request, a privileged container."""
+    or unrecognised GPU resource, certain GPU access without a request (an envFrom without a
+    prefix is uncertain: not sent, see policies.facts.prefilter), a privileged container."""
     return bool(facts.requested or facts.effective_requests or facts.sources
-                or facts.resource_problems or facts.unrecognized or facts.unrequested_access
+                or facts.resource_problems or facts.unrecognized
+                or any(a.certain for a in facts.unrequested_access)
                 or facts.privileged or facts.kai or facts.dra_claims)
 
 
@@ -315,8 +317,8 @@ ACCESS_SENT = {
     "cap-all.yaml": {"cap-all", "cap-all-nogpu"},
     "hostpaths.yaml": {"hp0", "hp1", "hp2", "hp3", "hp4", "hp5", "hp6", "hp7", "hp11"},
     "hostpath-dotdev.yaml": {"hp"},
-    "envfrom.yaml": {"envfrom", "envfrom-prefix", "env-valuefrom", "env-dup", "env-dup2",
-                     "env-space"},
+    # "envfrom" (no prefix) is not sent: the library does not deny it by default
+    "envfrom.yaml": {"envfrom-prefix", "env-valuefrom", "env-dup", "env-dup2", "env-space"},
 }
 
 
@@ -409,7 +411,6 @@ CONTAINER_SIGNALS = {
         "NVIDIA_VISIBLE_DEVICES", valueFrom={"configMapKeyRef": {"name": "c", "key": "k"}}),
     "NVIDIA_MIG_MONITOR_DEVICES": _env("NVIDIA_MIG_MONITOR_DEVICES", value="all"),
     "HABANA_VISIBLE_DEVICES": _env("HABANA_VISIBLE_DEVICES", value="0"),
-    "envFrom a ConfigMap": _env_from(configMapRef={"name": "gpu-env"}),
     "envFrom a Secret, prefix NVIDIA_": _env_from(prefix="NVIDIA_", secretRef={"name": "s"}),
     "hostPath /dev": _host_path("/dev"),
     "hostPath /dev/nvidia0": _host_path("/dev/nvidia0"),
@@ -731,6 +732,8 @@ NOISE = {
     "hostPath": _host_path("/var/lib/kubelet"),
     "hostPath /dev/shm": _host_path("/dev/shm"),
     "envFrom prefix APP_": _env_from(prefix="APP_", configMapRef={"name": "app"}),
+    # every app's envFrom: not sent, else each such app would depend on gpuguard being up
+    "envFrom a ConfigMap, no prefix": _env_from(configMapRef={"name": "app-env"}),
     "capability": _security(capabilities={"add": ["NET_ADMIN", "SYS_PTRACE"]}),
     "not privileged": _security(privileged=False, runAsNonRoot=True),
 }

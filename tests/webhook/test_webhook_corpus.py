@@ -488,8 +488,7 @@ ACCESS_DENIALS = {
         "hp9": None,  # /dev/shm
     },
     "envfrom.yaml": {
-        "envfrom": ("no-unrequested-gpu-access", "envFrom ConfigMap 'gpu-env' may set "
-                    "NVIDIA_VISIBLE_DEVICES"),
+        "envfrom": None,  # no prefix: listed, not denied (includeUncertain: false)
         "envfrom-prefix": ("no-unrequested-gpu-access", "envFrom ConfigMap 'gpu-env' with prefix "
                            "'NVIDIA_' may set NVIDIA_VISIBLE_DEVICES"),
         "env-lower": None},
