@@ -291,9 +291,9 @@ def test_native_policies_without_rules_are_refused_as_the_api_server_refuses_the
     policy_set, errors = load_policies([str(path)], ENV)
     assert policy_set.names() == ()
     assert [str(e) for e in errors] == [
-        f"{path}:11: document 0: spec: validations or auditAnnotations must contain at least one "
+        f"{path}:12: document 0: spec: validations or auditAnnotations must contain at least one "
         "item: ValidatingAdmissionPolicy 'demo-policy.example.com' would have no effect",
-        f"{path}:33: document 2: spec: mutations must contain at least one item: "
+        f"{path}:34: document 2: spec: mutations must contain at least one item: "
         "MutatingAdmissionPolicy 'sidecar-policy.example.com' would have no effect"]
 
 
