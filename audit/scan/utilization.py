@@ -16,6 +16,13 @@ exporter generations are read: ``pod`` / ``namespace`` / ``container`` and ``pod
 names a pod, and *idle* when its mean utilization over the window is below the threshold; its
 GPU-equivalents (1, or the MIG profile's share) are split between the pods using it.
 
+Never counted, each with a warning in ``utilization.warnings``: a sample that is not a
+utilization (NaN, infinite, negative, above 100 % / a ratio above 1, or not a number in a query
+result) — it is neither idle nor busy, and a device with no other sample is left out — and, in the
+report, a pod the metrics name that is not in the snapshot (finished since the scrape, or another
+cluster's): a device with no pod of the snapshot is not allocated, and one shared with pods of the
+snapshot is split between those alone.
+
 Must not read the cluster or evaluate policies; the file is read whole (a scrape is small).
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +47,11 @@ from policies.sources import load_json
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 _METRICS = {GR_ENGINE_ACTIVE: 1.0, GPU_UTIL: 100.0}  # name -> divisor giving a 0-1 ratio
+#: How many series, devices or pods a warning names before "and N more".
+_EXAMPLES = 5
+# Labels that tell a series apart, in the order a warning prints them (the exporter's names).
+_IDENTITY = ("Hostname", "hostname", "node", "kubernetes_node", "gpu", "UUID", "uuid", "GPU_I_ID",
+             "namespace", "pod_namespace", "pod", "pod_name")
 _LABELS = {
     "pod": ("pod", "pod_name"),
     "namespace": ("namespace", "pod_namespace"),
@@ -106,8 +119,39 @@ class _Series:
         self.count = 0
 
 
-_Sample = tuple[str, dict[str, str], float, float | None]
-"""(metric name, labels, value, timestamp in seconds since the epoch or None)."""
+_Sample = tuple[str, dict[str, str], float | None, float | None]
+"""(metric name, labels, value — None when a query result's value is not a number —, timestamp
+in seconds since the epoch or None)."""
+
+
+#: What a utilization is, per metric (the exporter's units, shared/reference/gpu-domain.md
+#: section 7), for the warning about a sample that is not one.
+_RANGES = {GR_ENGINE_ACTIVE: "a ratio from 0 to 1", GPU_UTIL: "0 to 100 %"}
+
+
+def _refusal(name: str, value: float | None) -> str | None:
+    """The value of a sample of ``name`` that is not a utilization, as a warning prints it
+    (``NaN``, ``+Inf``, ``-5``, ``not a number``), or None when it is one: a finite number from
+    0 to 100 for DCGM_FI_DEV_GPU_UTIL, from 0 to 1 for DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
+    if value is None:
+        return "not a number"
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if not 0.0 <= value <= _METRICS[name]:
+        return f"{value:g}"
+    return None
+
+
+def _series_name(name: str, labels: Mapping[str, str]) -> str:
+    """``NAME{label="value",...}`` with the labels that identify the series."""
+    shown = ",".join(f'{k}="{labels[k]}"' for k in _IDENTITY if labels.get(k))
+    return f"{name}{{{shown}}}"
+
+
+def _more(shown: list[str], total: int) -> str:
+    return ", ".join(shown) + (f" and {total - len(shown)} more" if total > len(shown) else "")
 
 
 def _text_samples(text: str, source: str) -> list[_Sample]:
@@ -139,16 +183,17 @@ def _query_samples(data: Any, source: str, warnings: list[str]) -> list[_Sample]
         range_points, instant_point = series.get("values"), series.get("value")
         points: list[Any] = range_points if isinstance(range_points, list) else \
             [instant_point] if isinstance(instant_point, list) else []
-        values = []
+        values: list[tuple[float | None, float | None]] = []
         for point in points:
             try:
                 values.append((float(point[1]), float(point[0])))
             except (TypeError, ValueError, IndexError):
-                continue
+                values.append((None, None))  # refused, with a warning naming the series
         name = labels.pop("__name__", None)
         if name is None:
             unnamed += 1
-            name = GPU_UTIL if any(v > 1.0 for v, _ in values) else GR_ENGINE_ACTIVE
+            name = GPU_UTIL if any(v is not None and v > 1.0 for v, _ in values) \
+                else GR_ENGINE_ACTIVE
         if name not in _METRICS:
             continue
         found += [(name, labels, value, stamp) for value, stamp in values]
@@ -188,11 +233,42 @@ def read_metrics(path: str) -> Metrics:
         raise MetricsError(f"{path}: no {GR_ENGINE_ACTIVE} or {GPU_UTIL} sample ({what}); "
                            "expected a dcgm-exporter scrape (Prometheus text) or a Prometheus "
                            "query result holding them")
-    return _devices(path, samples, warnings)
+    before = len(warnings)
+    usable = _usable(path, samples, warnings)
+    if not usable:
+        raise MetricsError(f"{path}: every {GR_ENGINE_ACTIVE} / {GPU_UTIL} sample is refused, "
+                           "so idle GPUs cannot be measured: "
+                           f"{warnings[before].removeprefix(f'{path}: ')}")
+    return _devices(path, usable, warnings)
 
 
-def _devices(source: str, samples: list[tuple[str, dict[str, str], float, float | None]],
-             warnings: list[str]) -> Metrics:
+def _usable(source: str, samples: list[_Sample], warnings: list[str]) -> list[_Sample]:
+    """The samples that are utilizations; one warning per series with refused samples (the
+    first ``_EXAMPLES`` series, then one line for the rest)."""
+    usable: list[_Sample] = []
+    refused: dict[tuple[str, str], dict[str, int]] = {}  # (metric, series) -> value -> samples
+    for sample in samples:
+        name, labels, value, _ = sample
+        reason = _refusal(name, value)
+        if reason is None:
+            usable.append(sample)
+        else:
+            values = refused.setdefault((name, _series_name(name, labels)), {})
+            values[reason] = values.get(reason, 0) + 1
+    for (name, series), values in list(refused.items())[:_EXAMPLES]:
+        shown = ", ".join(f"{value} ({count} samples)" if count > 1 else value
+                          for value, count in values.items())
+        warnings.append(f"{source}: {series}: {sum(values.values())} sample(s) refused ({shown}; "
+                        f"a utilization is {_RANGES[name]}): counted neither idle nor busy")
+    if len(refused) > _EXAMPLES:
+        rest = list(refused.values())[_EXAMPLES:]
+        warnings.append(f"{source}: {len(rest)} more series with refused samples "
+                        f"({sum(sum(r.values()) for r in rest)} sample(s)); counted neither idle "
+                        "nor busy")
+    return usable
+
+
+def _devices(source: str, samples: list[_Sample], warnings: list[str]) -> Metrics:
     # device identity -> metric -> series; pods per device
     series: dict[tuple[Any, ...], dict[str, _Series]] = defaultdict(dict)
     pods: dict[tuple[Any, ...], set[tuple[str | None, str]]] = defaultdict(set)
@@ -204,6 +280,7 @@ def _devices(source: str, samples: list[tuple[str, dict[str, str], float, float 
                     labels.get("GPU_I_ID"))
         details.setdefault(identity, (labels.get("GPU_I_PROFILE"), labels.get("modelName")))
         entry = series[identity].setdefault(name, _Series())
+        assert value is not None  # _usable refused the others
         entry.total += value / _METRICS[name]
         entry.count += 1
         pod = _label(labels, "pod")
@@ -237,6 +314,11 @@ def utilization_report(metrics: Metrics, threshold: float,
                        workload_of: Any, team_of_namespace: Any) -> dict[str, Any]:
     """The ``utilization`` section of the report (see docs/audit-report.md).
 
+    A device is allocated when a pod of the snapshot uses it, its GPU-equivalents split between
+    those pods; pods the metrics name that the snapshot does not have are listed in
+    ``unmatched_pods`` and in one warning (count and examples), and count nowhere — not as
+    allocated, idle, a team's or a workload's.
+
     Args:
         metrics: the devices read by :func:`read_metrics`.
         threshold: utilization ratio below which an allocated device is idle.
@@ -249,6 +331,8 @@ def utilization_report(metrics: Metrics, threshold: float,
     by_team: dict[str | None, dict[str, Any]] = {}
     by_workload: dict[Any, dict[str, Any]] = {}
     unmatched: set[tuple[str | None, str]] = set()
+    unmatched_devices: list[Device] = []
+    known: dict[Device, tuple[tuple[str | None, str], ...]] = {}  # device -> its snapshot pods
     allocated = idle = 0
     idle_eq = Fraction(0)
     allocated_total = 0.0
@@ -258,7 +342,11 @@ def utilization_report(metrics: Metrics, threshold: float,
             "utilization_sum": 0.0})
         node["devices"] += 1
         node["utilization_sum"] += device.utilization
-        if not device.pods:
+        users = known[device] = tuple(p for p in device.pods if p in pods)
+        unmatched.update(p for p in device.pods if p not in pods)
+        if device.pods and not users:
+            unmatched_devices.append(device)
+        if not users:
             continue
         allocated += 1
         node["allocated"] += 1
@@ -268,18 +356,11 @@ def utilization_report(metrics: Metrics, threshold: float,
             idle += 1
             node["idle_allocated"] += 1
             idle_eq += device.gpu_equivalents
-        share = device.gpu_equivalents / len(device.pods)
-        for namespace, pod in device.pods:
-            found = pods.get((namespace, pod))
-            if found is None:
-                unmatched.add((namespace, pod))
-                workload: Any = ("Pod", namespace, pod)
-                ref = {"kind": "Pod", "group": "", "namespace": namespace, "name": pod}
-            else:
-                key = workload_of(found[0])
-                workload = key
-                ref = {"kind": key.kind, "group": key.group, "namespace": key.namespace,
-                       "name": key.name}
+        share = device.gpu_equivalents / len(users)
+        for namespace, pod in users:
+            workload = workload_of(pods[(namespace, pod)][0])
+            ref = {"kind": workload.kind, "group": workload.group,
+                   "namespace": workload.namespace, "name": workload.name}
             team = team_of_namespace(namespace)
             team_entry = by_team.setdefault(team, {"team": team, "devices": 0,
                                                    "idle_devices": 0,
@@ -302,6 +383,19 @@ def utilization_report(metrics: Metrics, threshold: float,
 
     def mean(total: float, count: int) -> float | None:
         return round(total / count, 4) if count else None
+
+    order = sorted(unmatched, key=lambda x: (namespace_order(x[0]), x[1]))
+    warnings = list(metrics.warnings)
+    if unmatched:
+        named = [f"{ns}/{p}" if ns else p for ns, p in order[:_EXAMPLES]]
+        devices = [d.label for d in unmatched_devices[:_EXAMPLES]]
+        left_out = (f"; {len(unmatched_devices)} device(s) used by none of the snapshot's pods "
+                    f"({_more(devices, len(unmatched_devices))}) are not counted as allocated "
+                    "or idle") if unmatched_devices else ""
+        warnings.append(
+            f"{metrics.source}: {len(unmatched)} pod(s) named by the metrics are not in the "
+            f"snapshot ({_more(named, len(unmatched))}): finished since the scrape, or of "
+            f"another cluster; they count for no team or workload{left_out}")
 
     return {
         "source": metrics.source,
@@ -340,10 +434,11 @@ def utilization_report(metrics: Metrics, threshold: float,
                             "samples": d.samples, "gpu_equivalents": round(
                                 float(d.gpu_equivalents), 6),
                             "pods": [{"namespace": ns, "pod": p, "team": team_of_namespace(ns)}
-                                     for ns, p in d.pods],
-                            "idle": bool(d.pods) and d.utilization < threshold}
+                                     for ns, p in known[d]],
+                            "unmatched_pods": [{"namespace": ns, "pod": p} for ns, p in d.pods
+                                               if (ns, p) not in pods],
+                            "idle": bool(known[d]) and d.utilization < threshold}
                            for d in metrics.devices],
-        "unmatched_pods": [{"namespace": ns, "pod": p} for ns, p in sorted(
-            unmatched, key=lambda x: (namespace_order(x[0]), x[1]))],
-        "warnings": list(metrics.warnings),
+        "unmatched_pods": [{"namespace": ns, "pod": p} for ns, p in order],
+        "warnings": warnings,
     }

@@ -18,6 +18,9 @@ custom-resource-definitions/#specifying-a-structural-schema):
   entries lint requires unique names for (``matchConditions``, ``variables``,
   :meth:`policies.policy.loader._Builder.rules`) become ``x-kubernetes-list-type: map`` keyed by
   ``name``.
+* ``anyOf`` / ``oneOf`` alternatives keep ``required`` and value rules on properties the node
+  itself specifies (GPUPolicy: validations, mutations or auditAnnotations present *and* not
+  empty); nothing else is structural inside them.
 * ``propertyNames`` (not in OpenAPI) becomes an ``x-kubernetes-validations`` CEL rule.
 * ``default`` is copied: the API server stores the value the loader assumes when the field is
   absent (``failurePolicy: Fail``, ``validationActions: [Deny]``), so ``kubectl get`` prints it.
@@ -171,10 +174,8 @@ def structural(node: Mapping[str, Any], defs: Mapping[str, Any],
             out[key] = node[key]
     for key in ("anyOf", "oneOf"):
         if key in node:
-            branches = node[key]
-            if not all(isinstance(b, Mapping) and set(b) <= {"required"} for b in branches):
-                raise SchemaError(f"{where}.{key}: only 'required' alternatives are structural")
-            out[key] = [dict(b) for b in branches]
+            out[key] = [_alternative(b, node.get("properties") or {}, f"{where}.{key}")
+                        for b in node[key]]
     unknown = set(node) - {*_COPIED, "type", "const", "anyOf", "oneOf", "properties",
                            "additionalProperties", "items", "uniqueItems", "propertyNames",
                            "$ref", "title"}
@@ -211,6 +212,28 @@ def structural(node: Mapping[str, Any], defs: Mapping[str, Any],
             if out["items"]["type"] in ("object", "array"):
                 raise SchemaError(f"{where}: uniqueItems of objects has no structural form")
             out["x-kubernetes-list-type"] = "set"
+    return out
+
+
+#: What an ``anyOf`` / ``oneOf`` alternative may say of a property (a value validation, no type):
+#: a structural schema allows these inside a junctor for a property specified outside it.
+_JUNCTOR_VALUES: Final = frozenset({"minItems", "maxItems", "minLength", "maxLength"})
+
+
+def _alternative(branch: Any, properties: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One ``anyOf`` / ``oneOf`` alternative: ``required`` and, for properties the node itself
+    specifies, value validations (``{"required": ["validations"], "properties":
+    {"validations": {"minItems": 1}}}``: present and not empty)."""
+    if not isinstance(branch, Mapping) or not set(branch) <= {"required", "properties"}:
+        raise SchemaError(f"{where}: only 'required' and 'properties' alternatives are "
+                          "structural")
+    out: dict[str, Any] = {k: v for k, v in branch.items() if k == "required"}
+    for name, rules in (branch.get("properties") or {}).items():
+        if name not in properties or not isinstance(rules, Mapping) or \
+                not set(rules) <= _JUNCTOR_VALUES:
+            raise SchemaError(f"{where}.properties.{name}: only {sorted(_JUNCTOR_VALUES)} of a "
+                              "property specified outside the alternatives are structural")
+        out.setdefault("properties", {})[name] = dict(rules)
     return out
 
 

@@ -373,7 +373,13 @@ def _schema_errors(document: Document, builder: _Builder,
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
             extra = sorted(set(error.instance) - set(_schema_properties(error)))
             path = f"{path}.{extra[0]}" if path and extra else (extra[0] if extra else path)
-        builder.error(path, _schema_message(error))
+        builder.error(path, _schema_message(error, _subject(document)))
+
+
+def _subject(document: Document) -> str:
+    """``Kind 'name'`` of a document, for a message about the object as a whole."""
+    name = mapping_at(document.body, "metadata").get("name")
+    return f"{document.body.get('kind')} {str(name or '')!r}"
 
 
 def _build_quota(document: Document, builder: _Builder) -> Quota | None:
@@ -426,8 +432,9 @@ def _schema_properties(error: jsonschema.ValidationError) -> Mapping[str, Any]:
     return schema.get("properties", {}) if isinstance(schema, Mapping) else {}
 
 
-def _schema_message(error: jsonschema.ValidationError) -> str:
-    """A jsonschema error in words a policy author understands."""
+def _schema_message(error: jsonschema.ValidationError, subject: str = "the object") -> str:
+    """A jsonschema error in words a policy author understands (``subject``: ``Kind 'name'``
+    of the document, named where the error is about the object as a whole)."""
     if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
         extra = sorted(set(error.instance) - set(_schema_properties(error)))
         allowed = ", ".join(sorted(_schema_properties(error)))
@@ -443,7 +450,13 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
     if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping) and \
             isinstance(error.validator_value, list):
         options = [next(iter(s.get("required", [])), "?") for s in error.validator_value]
-        return f"expected exactly one of {', '.join(options)}"
+        if error.validator == "anyOf" and all("properties" in s for s in error.validator_value):
+            # Lists of which one must not be empty (the spec's rules): as the API server words
+            # it for ValidatingAdmissionPolicy and MutatingAdmissionPolicy.
+            listed = " or ".join(filter(None, (", ".join(options[:-1]), options[-1])))
+            return f"{listed} must contain at least one item: {subject} would have no effect"
+        how = "exactly one" if error.validator == "oneOf" else "at least one"
+        return f"expected {how} of {', '.join(options)}"
     return error.message
 
 
@@ -673,7 +686,7 @@ def _check_spec(document: Document, builder: _Builder) -> bool:
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
             extra = sorted(set(error.instance) - set(_schema_properties(error)))
             path = f"{path}.{extra[0]}" if extra else path
-        builder.error(path, _schema_message(error))
+        builder.error(path, _schema_message(error, _subject(document)))
     return len(builder.errors) == before
 
 

@@ -23,7 +23,7 @@ from gpuguard.cli import main
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_USAGE
 from policies.sources import Document
 from tests.fakes.fake_kube_api import FakeKubeAPI
-from tests.paths import ROOT
+from tests.paths import ROOT, TESTS
 
 EXAMPLE = ROOT / "examples" / "cluster"
 METRICS = EXAMPLE / "metrics" / "dcgm-exporter.prom"
@@ -267,7 +267,7 @@ def test_a_directory_with_one_empty_file_among_manifests_is_still_audited(capsys
 
 
 @pytest.mark.parametrize("case", ["missing", "directory", "not-utf8", "empty", "no-gpu-samples",
-                                  "empty-query"])
+                                  "empty-query", "no-utilization"])
 def test_unusable_metrics_refuse_the_audit(capsys, tmp_path, case):
     path = tmp_path / "metrics.prom"
     if case == "directory":
@@ -278,6 +278,8 @@ def test_unusable_metrics_refuse_the_audit(capsys, tmp_path, case):
         path.write_text("")
     elif case == "no-gpu-samples":
         path.write_text('DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a",Hostname="n"} 1000\n')
+    elif case == "no-utilization":  # the trial's NaN, -5, 1e400 and +Inf (finding 7)
+        path.write_text((TESTS / "data" / "metrics" / "trial-weird.prom").read_text())
     elif case == "empty-query":
         path.write_text(json.dumps({"status": "success",
                                     "data": {"resultType": "vector", "result": []}}))
@@ -289,6 +291,9 @@ def test_unusable_metrics_refuse_the_audit(capsys, tmp_path, case):
     assert err[-1] == f"gpuguard: error: the metrics cannot be used: {NOT_EXPECTED}"
     if case in ("empty", "no-gpu-samples", "empty-query"):
         assert "no DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_DEV_GPU_UTIL sample" in err[0]
+    if case == "no-utilization":
+        assert "sample is refused, so idle GPUs cannot be measured: DCGM_FI_DEV_GPU_UTIL{" \
+            'Hostname="gpu-node-h100-01",gpu="0"' in err[0] and "refused (NaN;" in err[0]
 
 
 def test_good_metrics_still_report(capsys):

@@ -135,8 +135,15 @@ def test_the_schemas_are_structural(kind):
         assert not ("properties" in node and "additionalProperties" in node), path
         for junctor in ("anyOf", "oneOf"):
             for branch in node.get(junctor, []):
-                assert set(branch) == {"required"}, f"{path}.{junctor}"
+                assert set(branch) <= {"required", "properties"}, f"{path}.{junctor}"
                 assert set(branch["required"]) <= set(node["properties"]), f"{path}.{junctor}"
+                # Inside a junctor: value validations of properties specified outside it, and
+                # no type, description, default, additionalProperties or nullable.
+                for name, rules in branch.get("properties", {}).items():
+                    assert name in node["properties"], f"{path}.{junctor}.{name}"
+                    assert not {"type", "description", "default", "additionalProperties",
+                                "nullable", "properties", "items"} & set(rules), \
+                        f"{path}.{junctor}.{name}"
 
 
 def test_the_crds_have_a_status_subresource_printer_columns_and_scopes():

@@ -60,7 +60,7 @@ def test_every_error_is_listed_with_file_line_document_and_field(tmp_path):
         "'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}",
         "28: document 1: spec.mutations[0]: expected exactly one of expression, addToleration, "
         "setRuntimeClassName, setSchedulerName, setLabel, setAnnotation, setNodeSelector",
-        "31: document 1: spec.exceptions[0]: expected exactly one of namespaces, names, labels",
+        "31: document 1: spec.exceptions[0]: expected at least one of namespaces, names, labels",
     ])
 
 
@@ -242,3 +242,92 @@ def test_gpu_facts_outside_a_binding_scope_are_still_checked(tmp_path):
     expression = "\"[{'x': 1}].all(gpu, gpu.x == 1) && gpu.cuont > 0\""
     _, [error] = _load_text(tmp_path, POLICY.format(name="p", expression=expression))
     assert error.message.startswith("gpu.cuont is not a GPU fact (did you mean gpu.count?)")
+
+
+# A policy must have something to enforce (trial finding 10): `validations: []` and nothing else
+# loaded with no warning, and a reload to it silently removed enforcement.
+EMPTY_RULES = TESTS / "data" / "loader"
+NOTHING = ("spec: validations, mutations or auditAnnotations must contain at least one item: "
+           "GPUPolicy 'no-privileged-gpu' would have no effect")
+
+
+def test_a_gpupolicy_with_empty_validations_and_nothing_else_is_an_error():
+    path = EMPTY_RULES / "empty-validations.yaml"
+    policy_set, errors = load_policies([str(path)], ENV)
+    assert policy_set.names() == ()
+    assert [str(e) for e in errors] == [f"{path}:28: document 0: {NOTHING}"]
+
+
+@pytest.mark.parametrize("lists", [
+    {"validations": []}, {"mutations": []}, {"auditAnnotations": []},
+    {"validations": [], "mutations": [], "auditAnnotations": []}, {},
+])
+def test_every_form_of_no_rule_is_the_same_error(lists, tmp_path):
+    path = tmp_path / "p.yaml"
+    text = (EMPTY_RULES / "empty-validations.yaml").read_text().replace("  validations: []\n", "")
+    path.write_text(text + "".join(f"  {key}: []\n" for key in lists))
+    _, errors = load_policies([str(path)], ENV)
+    assert [f"{e.path}: {e.message}" for e in errors] == [NOTHING]
+
+
+@pytest.mark.parametrize("rules", [
+    "  mutations:\n  - setRuntimeClassName: nvidia\n",
+    "  auditAnnotations:\n  - key: gpus\n    valueExpression: string(gpu.count)\n",
+    "  mutations: []\n  auditAnnotations:\n  - key: gpus\n    valueExpression: string(gpu.count)\n",
+])
+def test_one_rule_of_any_kind_is_enough(rules, tmp_path):
+    path = tmp_path / "p.yaml"
+    text = (EMPTY_RULES / "empty-validations.yaml").read_text().replace("  validations: []\n", "")
+    path.write_text(text + rules)
+    policy_set, errors = load_policies([str(path)], ENV)
+    assert errors == [] and policy_set.names() == ("no-privileged-gpu",)
+
+
+def test_native_policies_without_rules_are_refused_as_the_api_server_refuses_them():
+    """kube-apiserver's texts (pkg/apis/admissionregistration/validation): "validations or
+    auditAnnotations must contain at least one item", "mutations must contain at least one
+    item"; the binding of a refused policy adds no error of its own."""
+    path = EMPTY_RULES / "empty-native.yaml"
+    policy_set, errors = load_policies([str(path)], ENV)
+    assert policy_set.names() == ()
+    assert [str(e) for e in errors] == [
+        f"{path}:12: document 0: spec: validations or auditAnnotations must contain at least one "
+        "item: ValidatingAdmissionPolicy 'demo-policy.example.com' would have no effect",
+        f"{path}:34: document 2: spec: mutations must contain at least one item: "
+        "MutatingAdmissionPolicy 'sidecar-policy.example.com' would have no effect"]
+
+
+def test_a_native_policy_with_only_audit_annotations_loads(tmp_path):
+    path = tmp_path / "vap.yaml"
+    text = (EMPTY_RULES / "empty-native.yaml").read_text().split("---\n")
+    path.write_text("---\n".join(text[:2]).replace(
+        "  validations: []\n",
+        "  auditAnnotations:\n  - key: replicas\n    valueExpression: string(object.spec.replicas)\n"))
+    policy_set, errors = load_policies([str(path)], ENV)
+    assert errors == []
+    assert policy_set.names() == ("demo-policy.example.com/demo-binding-test.example.com",)
+
+
+@pytest.mark.parametrize(("command", "code"), [
+    (["lint", "{policy}"], 1),
+    (["check", "-f", "{pod}", "--policies", "{policy}"], 2),
+    (["audit", "-f", "{pod}", "--policies", "{policy}", "-o", "json"], 2),
+    (["test", "{suite}"], 2),
+])
+def test_every_command_refuses_a_policy_without_rules(command, code, tmp_path, capsys):
+    policy = tmp_path / "no-privileged-gpu.yaml"
+    policy.write_text((EMPTY_RULES / "empty-validations.yaml").read_text())
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team}\nspec:\n"
+                   "  containers:\n  - name: c\n    image: x\n    securityContext: "
+                   "{privileged: true}\n    resources: {limits: {nvidia.com/gpu: 1}}\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("apiVersion: gpuguard.io/v1alpha1\nkind: GPUPolicyTest\n"
+                     "metadata: {name: s}\npolicies: [no-privileged-gpu.yaml]\ncases:\n"
+                     "- name: privileged\n  object: {apiVersion: v1, kind: Pod, metadata: "
+                     "{name: p, namespace: x}, spec: {containers: [{name: c, image: x}]}}\n"
+                     "  expect: {allowed: true}\n")
+    names = {"policy": str(policy), "pod": str(pod), "suite": str(suite)}
+    assert main([part.format(**names) for part in command]) == code
+    printed = capsys.readouterr()
+    assert f"{policy}:28: document 0: {NOTHING}" in printed.out + printed.err

@@ -9,7 +9,10 @@ servicemonitor, audit-controller and monitoring (the watch Deployment with its L
 Service, the ServiceMonitor, dashboard and alerts) — so every property tests/project/test_deploy.py checks on the
 kustomizations holds for the chart; every rendered object (CRDs included) validates against the
 Kubernetes 1.30 schemas; and the values without a kustomize counterpart (ci/custom) do what
-values.yaml says. tests/controlplane/test_helm_live.py sends the same objects to a real API server.
+values.yaml says. Bad values fail ``helm template`` and ``helm lint`` with a message naming them:
+values.schema.json (types, enums, ranges, misspelt keys) and templates/checks.yaml (the rules
+between values: the server's deadline against the API server's timeout, the PDB against the
+replicas). tests/controlplane/test_helm_live.py sends the same objects to a real API server.
 """
 
 from __future__ import annotations
@@ -268,7 +271,169 @@ def test_a_pem_ca_bundle_is_base64_encoded_into_every_webhook(tmp_path: Path) ->
 def test_an_unknown_certificates_mode_is_refused_by_name() -> None:
     done = helm("template", "gpuguard", str(CHART), "--set", "certificates.mode=vault")
     assert done.returncode != 0
+    assert "at '/certificates/mode': value must be one of 'self-managed', 'cert-manager'" in \
+        done.stderr
+    # Without the schema (--skip-schema-validation) the template still refuses it.
+    done = helm("template", "gpuguard", str(CHART), "--skip-schema-validation", "--set",
+                "certificates.mode=vault")
+    assert done.returncode != 0
     assert 'certificates.mode: "vault" is neither self-managed nor cert-manager' in done.stderr
+
+
+# The trial's bad values (tests/data/helm/trial-bad-values.yaml: failurePolicy Ignor,
+# timeoutSeconds 31, deadlineMs 9000 under the default 5 s timeout), one case per value, and more
+# a user gets wrong; each with what helm must print: the schema's messages name the value's path.
+# `helm lint` logs a template's `fail` without failing, so the deadline's bound is in the schema
+# too (its cross-field rule as one if/then per timeoutSeconds); the PDB's only in
+# templates/checks.yaml (NOT_LINTED).
+TRIAL_BAD_VALUES = ROOT / "tests" / "data" / "helm" / "trial-bad-values.yaml"
+BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
+    "failurePolicy Ignor": (
+        {"webhook": {"failurePolicy": {"pods": "Ignor"}}},
+        "at '/webhook/failurePolicy/pods': value must be one of 'Fail', 'Ignore'"),
+    "timeoutSeconds 31": (
+        {"webhook": {"timeoutSeconds": 31}},
+        "at '/webhook/timeoutSeconds': maximum: got 31, want 30"),
+    "deadlineMs 9000 of a 5 s timeout": (
+        {"webhook": {"deadlineMs": 9000}},
+        "at '/webhook/deadlineMs': maximum: got 9,000, want 2,500"),
+    "deadlineMs 2501 of a 5 s timeout": (
+        {"webhook": {"deadlineMs": 2501}},
+        "at '/webhook/deadlineMs': maximum: got 2,501, want 2,500"),
+    "deadlineMs 1500 of a 2 s timeout": (
+        {"webhook": {"timeoutSeconds": 2, "deadlineMs": 1500}},
+        "at '/webhook/deadlineMs': maximum: got 1,500, want 1,000"),
+    "timeoutSeconds 0": (
+        {"webhook": {"timeoutSeconds": 0}},
+        "at '/webhook/timeoutSeconds': minimum: got 0, want 1"),
+    "misspelt webhook key": (
+        {"webhook": {"timeoutSecond": 10}},
+        "at '/webhook': additional properties 'timeoutSecond' not allowed"),
+    "misspelt top-level key": (
+        {"webhooks": {"enabled": False}},
+        "at '': additional properties 'webhooks' not allowed"),
+    "replicas as a word": (
+        {"webhook": {"replicas": "two"}},
+        "at '/webhook/replicas': got string, want integer"),
+    "excludedNamespaces a string": (
+        {"webhook": {"excludedNamespaces": "kube-system"}},
+        "at '/webhook/excludedNamespaces': got string, want array"),
+    "excludedNamespaces not a namespace name": (
+        {"webhook": {"excludedNamespaces": ["Kube_System"]}},
+        "at '/webhook/excludedNamespaces/0'"),
+    "unquoted numeric image tag": (
+        {"image": {"tag": 1.1}},
+        "at '/image/tag': got number, want string"),
+    "unquoted boolean node selector": (
+        {"inventory": {"nodeSelector": {"nvidia.com/gpu.present": True}}},
+        "at '/inventory/nodeSelector/nvidia.com~1gpu.present': got boolean, want string"),
+    "audit output unknown": (
+        {"audit": {"output": "pdf"}},
+        "at '/audit/output': value must be one of"),
+    "PDB as many as the replicas": (
+        {"webhook": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}},
+        "webhook.podDisruptionBudget.minAvailable (2) must be below webhook.replicas (2)"),
+    "PDB above the replicas": (
+        {"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 5}}},
+        "webhook.podDisruptionBudget.minAvailable (5) must be below webhook.replicas (3)"),
+    "required value removed": (
+        {"webhook": {"timeoutSeconds": None}},
+        "at '/webhook': missing property 'timeoutSeconds'"),
+}
+NOT_LINTED = {"PDB as many as the replicas", "PDB above the replicas"}
+
+
+def test_the_bad_value_cases_are_the_trials_values() -> None:
+    trial = yaml.safe_load(TRIAL_BAD_VALUES.read_text())
+    merged: dict[str, Any] = {}
+    for name in ("failurePolicy Ignor", "timeoutSeconds 31", "deadlineMs 9000 of a 5 s timeout"):
+        for key, value in BAD_VALUES[name][0]["webhook"].items():
+            merged[key] = value
+    assert trial == {"webhook": merged}
+
+
+def test_the_trials_bad_values_file_is_refused_with_each_schema_message() -> None:
+    done = helm("template", "gpuguard", str(CHART), "--values", str(TRIAL_BAD_VALUES))
+    assert (done.returncode, done.stdout) == (1, "")
+    for name in ("failurePolicy Ignor", "timeoutSeconds 31"):
+        assert BAD_VALUES[name][1] in done.stderr, name
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_bad_values_fail_template_and_lint_with_the_message(case: str, tmp_path: Path) -> None:
+    values, message = BAD_VALUES[case]
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    done = helm("template", "gpuguard", str(CHART), "--namespace", NAMESPACE, "--values",
+                str(path))
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert message in done.stderr
+    assert "nil pointer" not in done.stderr
+    linted = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE, "--values", str(path))
+    assert message in linted.stdout + linted.stderr
+    if case in NOT_LINTED:
+        assert linted.returncode == 0  # helm lint logs a `fail` ("funcMap fail") and passes
+    else:
+        assert linted.returncode == 1
+        assert "1 chart(s) linted, 1 chart(s) failed" in linted.stdout + linted.stderr
+
+
+@pytest.mark.parametrize("timeout_s", [1, 2, 5, 10, 29, 30])
+def test_the_schema_and_the_template_bound_the_deadline_alike(timeout_s: int) -> None:
+    # Half of timeoutSeconds passes, one millisecond more fails: in the schema (helm lint and
+    # install) and in templates/checks.yaml (the reason, under --skip-schema-validation).
+    def template(deadline_ms: int, *extra: str) -> subprocess.CompletedProcess[str]:
+        return helm("template", "gpuguard", str(CHART), *extra, "--set",
+                    f"webhook.timeoutSeconds={timeout_s}", "--set",
+                    f"webhook.deadlineMs={deadline_ms}")
+
+    bound = timeout_s * 500
+    assert template(bound).returncode == 0
+    schema = template(bound + 1)
+    assert schema.returncode == 1
+    assert f"at '/webhook/deadlineMs': maximum: got {bound + 1:,}, want {bound:,}" in \
+        schema.stderr
+    assert template(bound, "--skip-schema-validation").returncode == 0
+    checked = template(bound + 1, "--skip-schema-validation")
+    assert checked.returncode == 1
+    assert (f"webhook.deadlineMs ({bound + 1}) must be at most half of webhook.timeoutSeconds "
+            f"({timeout_s} s, so at most {bound} ms): past the API server's timeout it applies "
+            "the webhook's failurePolicy to every policy at once (Ignore admits unchecked)") in \
+        checked.stderr
+
+
+def test_the_cross_field_checks_pass_at_their_bounds() -> None:
+    # At half the timeout exactly (the base's 2500 ms of 5 s; 15 s of 30), and with the webhook
+    # off (no server, no deadline); a PDB one below the replicas; a percentage below 100 %.
+    for extra in (("--set", "webhook.deadlineMs=2500"),
+                  ("--set", "webhook.timeoutSeconds=30", "--set", "webhook.deadlineMs=15000"),
+                  ("--set", "webhook.enabled=false", "--set", "webhook.deadlineMs=9000"),
+                  ("--set", "webhook.replicas=3", "--set",
+                   "webhook.podDisruptionBudget.minAvailable=2"),
+                  ("--set", "webhook.podDisruptionBudget.enabled=false", "--set",
+                   "webhook.podDisruptionBudget.minAvailable=2")):
+        assert render("default", extra=extra), extra
+    pdb = _one(render("default", extra=("--set-string",
+                                        "webhook.podDisruptionBudget.minAvailable=50%")),
+               "PodDisruptionBudget", "gpuguard-webhook")
+    assert pdb["spec"]["minAvailable"] == "50%"
+    done = helm("template", "gpuguard", str(CHART), "--set-string",
+                "webhook.podDisruptionBudget.minAvailable=100%")
+    assert "webhook.podDisruptionBudget.minAvailable (100%) allows no eviction" in done.stderr
+
+
+def test_null_excluded_namespaces_exclude_only_the_release_namespace() -> None:
+    # `--set webhook.excludedNamespaces=null` (helm's way to drop a default) was a nil-pointer
+    # template error; it means no namespace besides the release's own, as [] does.
+    for extra in (("--set", "webhook.excludedNamespaces=null"),
+                  ("--set-json", "webhook.excludedNamespaces=[]")):
+        webhooks = [w for o in render("default", extra=extra)
+                    if o["kind"].endswith("WebhookConfiguration") for w in o["webhooks"]]
+        assert len(webhooks) == 3
+        for webhook in webhooks:
+            assert webhook["namespaceSelector"]["matchExpressions"][0] == {
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": [NAMESPACE]}, (extra, webhook["name"])
 
 
 def test_the_audit_controller_follows_the_release_namespace_and_its_values() -> None:

@@ -16,9 +16,11 @@ import pytest
 
 from gpuguard import policy_set
 from policies.facts.resource_names import GPUSettings
-from policies.facts.review import from_request
+from policies.facts.review import from_object, from_request
 from policies.policy.loader import read_policy_files
+from tests.builders.environment import ADMISSION_NOW
 from tests.fakes.webhook_harness import JSON, Harness, bug_review
+from tests.paths import ROOT, TESTS
 from webhook.policy_store import LOADED, REJECTED, RETRY, UNCHANGED, PolicyStore
 
 LOADER = functools.partial(policy_set.load, settings=GPUSettings())
@@ -142,8 +144,8 @@ CUTS = {
     "before-spec": ("  name: max\n", "document 0: 'spec' is required"),
     "empty-spec": ("spec:\n", "spec: None is not of type 'object'"),
     "before-validations": ("validationActions: [Deny]\n",
-                           "spec: expected exactly one of validations, mutations, "
-                           "auditAnnotations"),
+                           "spec: validations, mutations or auditAnnotations must contain at "
+                           "least one item: GPUPolicy 'max' would have no effect"),
     "empty-validations": ("  validations:\n", "spec.validations: None is not of type 'array'"),
     "inside-the-expression": ("gpu.count <", "spec.validations[0].expression: CEL error"),
     "inside-a-field-name": ("gpu.cou", "gpu.cou is not a GPU fact (did you mean gpu.count?)"),
@@ -426,3 +428,44 @@ def test_serve_skip_broken_reaches_the_config(argv, skip):
     args = parser.parse_args(["serve", "--cert", "c.pem", "--key", "k.pem", *argv])
     config = build_config(args, GPUSettings(), cert_file="c.pem", key_file="k.pem")
     assert config.skip_broken is skip
+
+
+PRIVILEGED_GPU_POD = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+    "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True},
+                             "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+
+def test_a_reload_to_a_policy_without_rules_is_refused_and_the_last_good_set_stays(tmp_path):
+    """The trial's empty-validations.yaml (no-privileged-gpu with ``validations: []``): the
+    reload took it and the privileged GPU pod went from denied to allowed. Now the reload is
+    refused naming the file and the policy, and the last good set keeps denying."""
+    library = ROOT / "policies" / "library" / "no-privileged-gpu.yaml"
+    directory = policies(tmp_path, **{"no-privileged-gpu": library.read_text()})
+    store, clock = started(directory)
+
+    def denied() -> bool:
+        assert store.current is not None
+        review = from_object(PRIVILEGED_GPU_POD, now=ADMISSION_NOW)
+        return not store.current.engine.evaluate(review).allowed
+
+    assert denied()
+    path = directory / "no-privileged-gpu.yaml"
+    path.write_text((TESTS / "data" / "loader" / "empty-validations.yaml").read_text())
+    result = settle(store, clock)
+    assert result.outcome == REJECTED
+    assert result.errors == (
+        f"{path}:28: document 0: spec: validations, mutations or auditAnnotations must contain "
+        "at least one item: GPUPolicy 'no-privileged-gpu' would have no effect",)
+    assert store.current.generation == 1 and store.current.names == ("no-privileged-gpu",)
+    assert denied()
+    assert store.last_errors == result.errors
+
+
+def test_serve_starting_on_a_policy_without_rules_serves_nothing(tmp_path):
+    directory = policies(tmp_path, **{"no-privileged-gpu": (
+        TESTS / "data" / "loader" / "empty-validations.yaml").read_text()})
+    store = PolicyStore([str(directory)], LOADER, clock=Clock())
+    result = store.load()
+    assert result.outcome == REJECTED and store.current is None
+    assert "GPUPolicy 'no-privileged-gpu' would have no effect" in result.errors[0]
