@@ -463,7 +463,10 @@ def _schema_message(error: jsonschema.ValidationError, subject: str = "the objec
 # --- native admissionregistration.k8s.io policies -------------------------------------------
 
 
-def _resource_rules(items: Any) -> tuple[ResourceRule, ...]:
+def _resource_rules(items: Any, *, equivalent: bool = False) -> tuple[ResourceRule, ...]:
+    """``resourceRules`` / ``excludeResourceRules`` items; ``equivalent``: the matchResources'
+    ``matchPolicy`` is ``Equivalent`` (the default), so a rule covers its group and resource in
+    every version (Kubernetes API reference, MatchResources.matchPolicy)."""
     rules = []
     for item in items or ():
         if not isinstance(item, Mapping):
@@ -474,15 +477,18 @@ def _resource_rules(items: Any) -> tuple[ResourceRule, ...]:
             resources=tuple(item.get("resources") or ("*",)),
             operations=tuple(item.get("operations") or ("*",)),
             resource_names=tuple(item.get("resourceNames") or ()),
+            any_version=equivalent,
         ))
     return tuple(rules)
 
 
 def _native_match(constraints: Any) -> Match:
     constraints = constraints if isinstance(constraints, Mapping) else {}
+    equivalent = constraints.get("matchPolicy", "Equivalent") != "Exact"
     return Match(
-        rules=_resource_rules(constraints.get("resourceRules")),
-        exclude_rules=_resource_rules(constraints.get("excludeResourceRules")),
+        rules=_resource_rules(constraints.get("resourceRules"), equivalent=equivalent),
+        exclude_rules=_resource_rules(constraints.get("excludeResourceRules"),
+                                      equivalent=equivalent),
         namespace_selector=_selector(constraints.get("namespaceSelector")),
         object_selector=_selector(constraints.get("objectSelector")),
     )

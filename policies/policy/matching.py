@@ -52,7 +52,8 @@ def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> boo
     resource = review.resource
     if "*" not in rule.api_groups and resource.group not in rule.api_groups:
         return False
-    if "*" not in rule.api_versions and resource.version not in rule.api_versions:
+    if "*" not in rule.api_versions and resource.version not in rule.api_versions \
+            and not rule.any_version:
         return False
     if "*" not in rule.operations and operation not in rule.operations:
         return False

@@ -88,6 +88,10 @@ class ResourceRule:
     # GPUPolicy matching pods (as its default does): also any kind the workload registry does
     # not model, once a structural search finds what makes pods in it ("kind not modelled")
     unmodelled_workloads: bool = False
+    # matchPolicy Equivalent (a native policy's default): a request for the same group and
+    # resource through another version matches too; the object is judged as sent, since
+    # gpuguard cannot convert between versions (the API server converts for its webhook).
+    any_version: bool = False
 
 
 @dataclass(frozen=True)

@@ -382,3 +382,24 @@ def test_match_resources_exclude_rules_object_and_binding_selectors(
                  "metadata": {"name": "default", "labels": namespace_labels}}
     review = from_object(body, now=NOW, namespace_object=namespace)
     assert engine_for(MATCH_RESOURCES).evaluate(review).allowed is not denied
+
+
+@pytest.mark.parametrize(("match_policy", "denied"), [
+    (None, True),  # Equivalent is the default (Kubernetes API reference, MatchResources)
+    ("Equivalent", True),
+    ("Exact", False),
+])
+def test_match_policy_equivalent_matches_another_version_of_the_resource(
+        match_policy, denied):
+    """A policy written for apps/v1 Deployments also judges one sent as apps/v1beta2 unless it
+    says matchPolicy: Exact; gpuguard judges the object as sent (it cannot convert versions)."""
+    text = MATCH_RESOURCES.replace("    excludeResourceRules:\n", (
+        f"    matchPolicy: {match_policy}\n" if match_policy else "") + "    excludeResourceRules:\n")
+    body = _deployment({"replicas": 1})
+    body["apiVersion"] = "apps/v1beta2"
+    body["metadata"].update(name="d", labels={"gpu": "yes"})
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "default", "labels": {"team": "a"}}}
+    review = from_object(body, now=NOW, namespace_object=namespace)
+    assert review.resource.version == "v1beta2"
+    assert engine_for(text).evaluate(review).allowed is not denied
