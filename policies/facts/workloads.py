@@ -895,12 +895,14 @@ def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _stopped_note(workload: Workload, per_vm: GPUFacts) -> str:
     """What a stopped VM (or pool of stopped VMs) would take once started."""
-    gpus = sum(per_vm.gpus.values()) + sum(per_vm.mig.values())
+    claimed = per_vm.dra_gpus
+    devices = "an unknown number of GPU devices" if claimed is None else \
+        f"{sum(per_vm.gpus.values()) + sum(per_vm.mig.values()) + claimed} GPU device(s)"
     equivalents = per_vm.gpu_equivalents
     size = "unknown GPU-equivalents" if equivalents is None else \
         f"{float(equivalents):g} GPU-equivalent(s)"
     return (f"{workload.stopped}: stopped, so it holds no GPU now; once started each VM takes "
-            f"{gpus} GPU device(s), {size}")
+            f"{devices}, {size}")
 
 
 def workload_facts(
