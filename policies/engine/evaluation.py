@@ -842,9 +842,13 @@ def _subject(review: ReviewInput) -> Subject:
 def _request_resource(review: ReviewInput) -> dict[str, str]:
     """``authorizer.requestResource``: the request's group, resource, subresource, namespace
     and name."""
+    # A file's object may hold any type there (metadata.namespace: 2024); the API server's never
+    # does, and the authorizer's state must stay JSON of strings.
+    namespace, name = review.namespace, review.name
     return {"group": review.resource.group, "resource": review.resource.resource,
-            "subresource": review.subresource, "namespace": review.namespace or "",
-            "name": review.name}
+            "subresource": review.subresource,
+            "namespace": namespace if isinstance(namespace, str) else "",
+            "name": name if isinstance(name, str) else ""}
 
 
 def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,

@@ -645,7 +645,9 @@ def _containers_template(owner: Mapping[str, Any], path: str, reader: _Replicas,
     """One pod of the bare Containers that ``owner`` (at ``path``) holds, directly or in lists
     (Argo's ``container`` / ``script`` with ``sidecars``, and ``initContainers``), or None. Its
     PodSpec has those containers (init ones as ``initContainers``), so the facts read at
-    ``<path>.containers[i]`` / ``<path>.initContainers[i]``, in the order found."""
+    ``<path>.containers[i]`` / ``<path>.initContainers[i]``, in the order found. Pods:
+    ``replicas`` when given (the owner's count field), else a count field of a container
+    itself (``worker: {image, replicas: 3, resources}``), else 1."""
     spec: dict[str, list[Any]] = {}
     for key, child in owner.items():
         entries = child if isinstance(child, list) else [child]
@@ -653,6 +655,9 @@ def _containers_template(owner: Mapping[str, Any], path: str, reader: _Replicas,
         if found:
             spec.setdefault("initContainers" if key == "initContainers" else "containers",
                             []).extend(found)
+            if replicas is None and isinstance(child, Mapping) \
+                    and any(k in child for k in _COUNT_FIELDS):
+                replicas = _count(child, f"{path}.{key}" if path else str(key), reader)
     if not spec:
         return None
     return PodTemplate(path, path, str(owner.get("name", "")), replicas, None, None, {}, spec,
@@ -680,9 +685,12 @@ def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodT
             yield PodTemplate(path, path, str(value.get("name", "")), 1, None, None, {}, value,
                               POD_SPEC)
             return
-        containers = _containers_template(value, path, reader, None)
+        owned = any(k in value for k in _COUNT_FIELDS)
+        containers = _containers_template(value, path, reader,
+                                          _count(value, path, reader) if owned else None)
         if containers is not None:
-            yield replace(containers, replicas=_count(value, path, reader))
+            yield containers if containers.replicas is not None else replace(containers,
+                                                                              replicas=1)
         for key, child in value.items():
             if key in _NOT_SEARCHED or containers is not None and (
                     _bare_container(child) or isinstance(child, list)

@@ -160,3 +160,31 @@ def test_hami_old_cores_name_is_a_share_of_each_gpu(tmp_path, capsys, cores) -> 
     assert total["hami"] == {"gpus": 2, "gpumem_mib": 4000, "gpumem_percentage": None,
                              "gpucores": 30}
     assert total["unrecognized"] == [] and total["shared"] is True
+
+
+def test_a_bare_containers_own_count_and_argo_init_containers(tmp_path, capsys) -> None:
+    runner = {"apiVersion": "example.com/v1", "kind": "Runner", "metadata": {"name": "r"},
+              "spec": {"worker": {"image": "x", "replicas": 3,
+                                  "resources": {"limits": {"nvidia.com/gpu": 2}}}}}
+    # One Argo template: a script with 1 GPU, an init container with 2 and a sidecar with 1 run
+    # as one pod: max(2, 1 + 1) = 2 GPUs, as Kubernetes counts a pod's effective request.
+    workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
+                "metadata": {"name": "w"}, "spec": {"templates": [{
+                    "name": "t",
+                    "script": {"image": "x", "source": "nvidia-smi",
+                               "resources": {"limits": {"nvidia.com/gpu": 1}}},
+                    "initContainers": [{"name": "i", "image": "x",
+                                        "resources": {"limits": {"nvidia.com/gpu": 2}}}],
+                    "sidecars": [{"name": "s", "image": "x",
+                                  "resources": {"limits": {"nvidia.com/gpu": 1}}}]}]}}
+    path = tmp_path / "crds.yaml"
+    path.write_text(json.dumps(runner) + "\n---\n" + json.dumps(workflow), encoding="utf-8")
+    found = _gpus(capsys, str(path))
+    assert found[("Runner", "r")]["replicas"] == 3
+    assert found[("Runner", "r")]["total"]["gpus"] == {"nvidia.com/gpu": 6}
+    template = found[("WorkflowTemplate", "w")]
+    assert template["replicas"] == 1 and template["total"]["gpus"] == {"nvidia.com/gpu": 2}
+    assert [s["path"] for s in template["total"]["sources"]] == [
+        "spec.templates[0].initContainers[0].resources.limits[nvidia.com/gpu]",
+        "spec.templates[0].containers[0].resources.limits[nvidia.com/gpu]",
+        "spec.templates[0].containers[1].resources.limits[nvidia.com/gpu]"]
