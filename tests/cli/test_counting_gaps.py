@@ -1,7 +1,7 @@
 """GPU counts a user sees (``gpuguard gpus``, ``check``, the audit) for the inputs a trial found
 dropped or mis-sized: KAI annotations KAI rejects, KubeVirt pools / replica sets / halted VMs /
 non-GPU host devices, bare Containers and PodSpecs in kinds gpuguard does not model, and HAMi's
-old ``nvidia.com/cores`` name (tests/data/edge, tests/data/quota/kai-invalid)."""
+old ``nvidia.com/cores`` name (tests/data/edge, tests/data/quota/kai-half-gpu-quota.yaml)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 from gpuguard.cli import main
 
 EDGE = "tests/data/edge"
-KAI_QUOTA = "tests/data/quota/kai-invalid"
+KAI_PODS = f"{EDGE}/kai-quota-pods.yaml"
+KAI_QUOTA = "tests/data/quota/kai-half-gpu-quota.yaml"
+KAI_SNAPSHOT = f"{EDGE}/kai-quota-snapshot.yaml"
 
 
 def _gpus(capsys, path: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -52,8 +54,8 @@ def test_kai_values_kai_rejects_are_of_unknown_size_never_zero(capsys) -> None:
 
 
 def test_quota_denies_invalid_kai_fractions_under_unknown_size_deny(capsys) -> None:
-    code = main(["check", "-f", f"{KAI_QUOTA}/pods.yaml", "--policies", f"{KAI_QUOTA}/quota.yaml",
-                 "--snapshot", f"{KAI_QUOTA}/snapshot.yaml", "-o", "json"])
+    code = main(["check", "-f", KAI_PODS, "--policies", KAI_QUOTA, "--snapshot", KAI_SNAPSHOT,
+                 "-o", "json"])
     results = {r["name"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert code == 1
     assert {name: r["allowed"] for name, r in results.items()} == {
@@ -65,7 +67,7 @@ def test_quota_denies_invalid_kai_fractions_under_unknown_size_deny(capsys) -> N
 
 
 def test_the_audit_counts_invalid_kai_pods_as_unknown(capsys) -> None:
-    assert main(["audit", "-f", f"{KAI_QUOTA}/pods.yaml", "-o", "json"]) == 0
+    assert main(["audit", "-f", KAI_PODS, "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     pending = {w["name"]: w["gpu_equivalents"] for w in report["workloads"]}
     assert pending == {
@@ -188,3 +190,12 @@ def test_a_bare_containers_own_count_and_argo_init_containers(tmp_path, capsys) 
         "spec.templates[0].initContainers[0].resources.limits[nvidia.com/gpu]",
         "spec.templates[0].containers[0].resources.limits[nvidia.com/gpu]",
         "spec.templates[0].containers[1].resources.limits[nvidia.com/gpu]"]
+
+
+def test_the_audit_judges_the_privileged_argo_template(capsys) -> None:
+    assert main(["audit", "-f", f"{EDGE}/crd-bare-containers-and-podspecs.yaml", "--policies",
+                 "policies/library/no-privileged-gpu.yaml", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    denied = sorted((f["workload"]["kind"], f["workload"]["name"]) for f in report["findings"]
+                    if f["policy"] == "no-privileged-gpu")
+    assert denied == [("Trainer", "t"), ("Workflow", "gpu-wf")]
