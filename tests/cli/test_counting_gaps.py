@@ -1,7 +1,7 @@
 """GPU counts a user sees (``gpuguard gpus``, ``check``, the audit) for the inputs a trial found
 dropped or mis-sized: KAI annotations KAI rejects, KubeVirt pools / replica sets / halted VMs /
 non-GPU host devices, bare Containers and PodSpecs in kinds gpuguard does not model, and HAMi's
-old ``nvidia.com/cores`` name (tests/data/edge, tests/data/quota/kai-half-gpu-quota.yaml)."""
+old ``nvidia.com/cores`` name (tests/data/counting)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 
 from gpuguard.cli import main
 
-EDGE = "tests/data/edge"
-KAI_PODS = f"{EDGE}/kai-quota-pods.yaml"
-KAI_QUOTA = "tests/data/quota/kai-half-gpu-quota.yaml"
-KAI_SNAPSHOT = f"{EDGE}/kai-quota-snapshot.yaml"
+DATA = "tests/data/counting"
+KAI_PODS = f"{DATA}/kai-quota-pods.yaml"
+KAI_QUOTA = f"{DATA}/kai-half-gpu-quota.yaml"
+KAI_SNAPSHOT = f"{DATA}/kai-quota-snapshot.yaml"
 
 
 def _gpus(capsys, path: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -35,7 +35,7 @@ KAI_EXPECTED = {
 
 
 def test_kai_values_kai_rejects_are_of_unknown_size_never_zero(capsys) -> None:
-    objects = _gpus(capsys, f"{EDGE}/kai-invalid-annotations.yaml")
+    objects = _gpus(capsys, f"{DATA}/kai-invalid-annotations.yaml")
     seen = {name: o["total"]["gpu_equivalents"] for (_, name), o in objects.items()}
     assert seen == KAI_EXPECTED
     for name, expected in KAI_EXPECTED.items():
@@ -79,7 +79,7 @@ def test_the_audit_counts_invalid_kai_pods_as_unknown(capsys) -> None:
 
 
 def test_kubevirt_pools_replica_sets_halted_vms_and_host_devices(capsys) -> None:
-    objects = _gpus(capsys, f"{EDGE}/kubevirt-pools-halted-hostdevices.yaml")
+    objects = _gpus(capsys, f"{DATA}/kubevirt-pools-halted-hostdevices.yaml")
     a100 = "nvidia.com/GA100_A100_PCIE_40GB"
     pool = objects[("VirtualMachinePool", "pool")]
     assert pool["replicas"] == 3 and pool["generic"] is False
@@ -100,7 +100,7 @@ def test_kubevirt_pools_replica_sets_halted_vms_and_host_devices(capsys) -> None
 
 
 def test_gpus_table_shows_the_halted_vm_and_what_it_would_take(capsys) -> None:
-    assert main(["gpus", "-f", f"{EDGE}/kubevirt-pools-halted-hostdevices.yaml"]) == 0
+    assert main(["gpus", "-f", f"{DATA}/kubevirt-pools-halted-hostdevices.yaml"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "VirtualMachine/team-llm/vm-halted: spec.runStrategy: Halted: stopped, so it holds " \
         "no GPU now; once started each VM takes 1 GPU device(s), 1 GPU-equivalent(s)" in out
@@ -130,7 +130,7 @@ def test_running_false_stops_a_vm_and_a_pool_of_halted_vms_holds_nothing(tmp_pat
 
 
 def test_bare_containers_and_podspecs_of_unmodelled_kinds_are_found_and_judged(capsys) -> None:
-    objects = _gpus(capsys, f"{EDGE}/crd-bare-containers-and-podspecs.yaml")
+    objects = _gpus(capsys, f"{DATA}/crd-bare-containers-and-podspecs.yaml")
     workflow = objects[("Workflow", "gpu-wf")]
     assert workflow["generic"] is True and workflow["total"]["gpus"] == {"nvidia.com/gpu": 4}
     assert [p["path"] for p in workflow["total"]["privileged"]] == [
@@ -142,7 +142,7 @@ def test_bare_containers_and_podspecs_of_unmodelled_kinds_are_found_and_judged(c
 
 
 def test_check_denies_the_privileged_argo_template(capsys) -> None:
-    code = main(["check", "-f", f"{EDGE}/crd-bare-containers-and-podspecs.yaml", "--policies",
+    code = main(["check", "-f", f"{DATA}/crd-bare-containers-and-podspecs.yaml", "--policies",
                  "policies/library/no-privileged-gpu.yaml", "-o", "json"])
     results = {r["name"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert code == 1
@@ -154,8 +154,8 @@ def test_check_denies_the_privileged_argo_template(capsys) -> None:
 @pytest.mark.parametrize("cores", ["nvidia.com/cores", "nvidia.com/gpucores"])
 def test_hami_old_cores_name_is_a_share_of_each_gpu(tmp_path, capsys, cores) -> None:
     text = (tmp_path / "p.yaml")
-    text.write_text((f"{EDGE}/hami-legacy-cores-pod.yaml" and open(
-        f"{EDGE}/hami-legacy-cores-pod.yaml", encoding="utf-8").read()).replace(
+    text.write_text((f"{DATA}/hami-legacy-cores-pod.yaml" and open(
+        f"{DATA}/hami-legacy-cores-pod.yaml", encoding="utf-8").read()).replace(
         "nvidia.com/cores", cores), encoding="utf-8")
     total = _gpus(capsys, str(text))[("Pod", "hami-legacy-cores")]["total"]
     assert total["gpu_equivalents"] == pytest.approx(0.6)
@@ -193,7 +193,7 @@ def test_a_bare_containers_own_count_and_argo_init_containers(tmp_path, capsys) 
 
 
 def test_the_audit_judges_the_privileged_argo_template(capsys) -> None:
-    assert main(["audit", "-f", f"{EDGE}/crd-bare-containers-and-podspecs.yaml", "--policies",
+    assert main(["audit", "-f", f"{DATA}/crd-bare-containers-and-podspecs.yaml", "--policies",
                  "policies/library/no-privileged-gpu.yaml", "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     denied = sorted((f["workload"]["kind"], f["workload"]["name"]) for f in report["findings"]
