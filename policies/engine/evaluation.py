@@ -72,7 +72,6 @@ from policies.policy.mutation import (
     diff,
     validate_operations,
 )
-from policies.records import maker
 from policies.sources import shortened
 from policies.vocabulary import EvaluationMode, EvaluationPoint, FailurePolicy, ValidationAction
 
@@ -162,12 +161,10 @@ class Verdict:
     final_object: Mapping[str, Any] | None = None
     facts: WorkloadFacts | None = None
 
-    # Each read once per admission; most requests have no denial or warning, so the empty
-    # case returns before building a generator (about 3 k instructions each).
     @property
     def message(self) -> str:
         """The denial message: every denying rule's message, each with its policy name."""
-        return "; ".join(denial.text for denial in self.denials) if self.denials else ""
+        return "; ".join(denial.text for denial in self.denials)
 
     @property
     def reason(self) -> str:
@@ -177,19 +174,12 @@ class Verdict:
     @property
     def warning_texts(self) -> tuple[str, ...]:
         """The warnings as the AdmissionResponse lists them, ``policy: message`` each."""
-        return tuple(warning.text for warning in self.warnings) if self.warnings else ()
+        return tuple(warning.text for warning in self.warnings)
 
     @property
     def denied_by(self) -> tuple[str, ...]:
         """Names of the policies that denied, each once, in evaluation order."""
-        return tuple(dict.fromkeys(denial.policy for denial in self.denials)) \
-            if self.denials else ()
-
-
-# One verdict per request, a result and a violation per failed rule (see policies.records).
-_make_verdict = maker(Verdict)
-_make_result = maker(RuleResult)
-_make_violation = maker(Violation)
+        return tuple(dict.fromkeys(denial.policy for denial in self.denials))
 
 
 def _missing_runtime_class(shortcut: tuple[str, Any],
@@ -245,7 +235,6 @@ class _Run:
         self.mark = 0
         self.runtime_classes = runtime_classes  # the cluster's RuntimeClasses; None: unknown
         self.results: list[RuleResult] = []
-        self.skipped: set[tuple[Any, ...]] = set()  # the fields of each skip result added
         self.denials: list[Violation] = []
         self.warnings: list[Violation] = []
         self.audit: dict[str, str] = {}
@@ -269,14 +258,8 @@ class _Run:
             raise EvaluationExpired
 
     def add(self, result: RuleResult) -> None:
-        if result.outcome == RuleOutcome.SKIP:
-            # A policy with mutations and validations checks its conditions twice: one skip
-            # result each. Looked up by its fields in a set: ``in self.results`` ran the
-            # dataclass __eq__ against every earlier result (~60 k instructions a request).
-            key = (result.policy, result.rule, result.path, result.message, result.actions)
-            if key in self.skipped:
-                return
-            self.skipped.add(key)
+        if result.outcome == RuleOutcome.SKIP and result in self.results:
+            return  # a policy with mutations and validations checks its conditions twice
         self.results.append(result)
 
     def begin(self) -> None:
@@ -300,12 +283,10 @@ class _Run:
         actions = policy.actions if not error else (
             (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL else ())
         outcome = RuleOutcome.ERROR if error else RuleOutcome.FAIL
-        self.add(_make_result(policy=policy.name, rule=rule, path=path, outcome=outcome,
-                              message=message, actions=actions))
+        self.add(RuleResult(policy.name, rule, path, outcome, message, actions))
         if point == EvaluationPoint.AUDIT:
             return
-        violation = _make_violation(policy=policy.name, rule=rule, message=message,
-                                    reason=reason)
+        violation = Violation(policy.name, rule, message, reason)
         if ValidationAction.DENY in actions:
             self.denials.append(violation)
         if ValidationAction.WARN in actions:
@@ -390,10 +371,6 @@ class Engine:
             c.index: tuple(RuleResult(c.policy.name, rule.name, rule.path, RuleOutcome.PASS)
                            for rule in c.fused.validations)
             for c in self.compiled if c.fused is not None}
-        # The skip result of each matchCondition of a fused program, by its index: a false
-        # condition is the most common outcome after a pass, and results are frozen.
-        self._skips = {c.index: tuple(_skipped(c.policy, rule) for rule in c.fused.conditions)
-                       for c in self.compiled if c.fused is not None}
         # The value of such a pass in a combined program (one ``true`` per validation), for
         # policies without auditAnnotations: compared whole, it needs no reading.
         self._pass_values = {
@@ -401,8 +378,7 @@ class Engine:
             for c in self.compiled if c.fused is not None and not c.fused.audit_annotations}
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
-        authorizer: the webhook then evaluates on its event loop only with the authorizer's
-        cached answers)."""
+        authorizer: the webhook then evaluates off its event loop)."""
 
     @property
     def fused_policies(self) -> frozenset[str]:
@@ -470,11 +446,6 @@ class Engine:
         Raises:
             EvaluationExpired: ``expired`` returned True.
         """
-        if not explain and not self._selection(review, point):
-            # No policy is written for requests of this shape: what _evaluate answers when none
-            # applies, without its run state or the authorizer session.
-            return _make_verdict(allowed=True, results=(), audit_annotations={},
-                                 final_object=review.object)
         if not self.uses_authorizer:
             return self._evaluate(review, point, mutate, validate, quota,
                                   _Run(expired, runtime_classes=review.runtime_classes),
@@ -493,8 +464,8 @@ class Engine:
         current: Mapping[str, Any] | None = original
         applicable = self._applicable(review, point, run, explain)
         if not applicable:  # allowed and unchanged; no GPU facts or CEL data are built
-            return _make_verdict(allowed=True, results=tuple(run.results),
-                                 audit_annotations=run.audit, final_object=original)
+            return Verdict(allowed=True, results=tuple(run.results), audit_annotations=run.audit,
+                           final_object=original)
         request = {k: v for k, v in review.request.items() if k not in ("object", "oldObject")}
         base = {
             "oldObject": review.old_object, "request": request,
@@ -565,7 +536,7 @@ class Engine:
                     run.failure(policy, "internal", "", f"internal error: {_describe(exc)}",
                                 error=True, point=point)
         patch = tuple(diff(original, current)) if point == EvaluationPoint.ADMISSION else ()
-        return _make_verdict(
+        return Verdict(
             allowed=not run.denials, results=tuple(run.results), denials=tuple(run.denials),
             warnings=tuple(run.warnings), audit_annotations=run.audit, patch=patch,
             final_object=current, facts=data.facts,
@@ -631,9 +602,6 @@ class Engine:
         try:
             if value is _NOT_EVALUATED:
                 value = data.of(compiled.inlined).evaluate(fused.expression)
-            if (skipped := fused.false_condition(value)) is not None:
-                run.add(self._skips[compiled.index][skipped])
-                return True
             outcome = fused.read(value)
         except CelEvaluationError:
             return False
