@@ -692,9 +692,9 @@ def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodT
             yield containers if containers.replicas is not None else replace(containers,
                                                                               replicas=1)
         for key, child in value.items():
-            if key in _NOT_SEARCHED or containers is not None and (
-                    _bare_container(child) or isinstance(child, list)
-                    and any(_bare_container(c) for c in child)):
+            if key in _NOT_SEARCHED or (containers is not None and (
+                    _bare_container(child) or (isinstance(child, list)
+                    and any(_bare_container(c) for c in child)))):
                 continue
             where = f"{path}.{key}" if path else str(key)
             if isinstance(child, Mapping) and isinstance(child.get("containers"), list) \

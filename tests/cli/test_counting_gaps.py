@@ -6,6 +6,7 @@ old ``nvidia.com/cores`` name (tests/data/counting)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,11 +154,10 @@ def test_check_denies_the_privileged_argo_template(capsys) -> None:
 
 @pytest.mark.parametrize("cores", ["nvidia.com/cores", "nvidia.com/gpucores"])
 def test_hami_old_cores_name_is_a_share_of_each_gpu(tmp_path, capsys, cores) -> None:
-    text = (tmp_path / "p.yaml")
-    text.write_text((f"{DATA}/hami-legacy-cores-pod.yaml" and open(
-        f"{DATA}/hami-legacy-cores-pod.yaml", encoding="utf-8").read()).replace(
-        "nvidia.com/cores", cores), encoding="utf-8")
-    total = _gpus(capsys, str(text))[("Pod", "hami-legacy-cores")]["total"]
+    pod = tmp_path / "p.yaml"
+    original = Path(f"{DATA}/hami-legacy-cores-pod.yaml").read_text(encoding="utf-8")
+    pod.write_text(original.replace("nvidia.com/cores", cores), encoding="utf-8")
+    total = _gpus(capsys, str(pod))[("Pod", "hami-legacy-cores")]["total"]
     assert total["gpu_equivalents"] == pytest.approx(0.6)
     assert total["hami"] == {"gpus": 2, "gpumem_mib": 4000, "gpumem_percentage": None,
                              "gpucores": 30}
