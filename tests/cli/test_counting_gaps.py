@@ -199,3 +199,26 @@ def test_the_audit_judges_the_privileged_argo_template(capsys) -> None:
     denied = sorted((f["workload"]["kind"], f["workload"]["name"]) for f in report["findings"]
                     if f["policy"] == "no-privileged-gpu")
     assert denied == [("Trainer", "t"), ("Workflow", "gpu-wf")]
+
+
+PER_POD_AND_TOTAL = """apiVersion: gpuguard.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: no-gpu}
+spec:
+  validations:
+  - expression: "gpu.maxPerPod.count < 1"
+    messageExpression: "'per pod ' + string(gpu.maxPerPod.count) + ', total ' + string(gpu.count)"
+"""
+
+
+def test_policies_judge_a_halted_vm_by_its_template_with_nothing_held(tmp_path, capsys) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(PER_POD_AND_TOTAL, encoding="utf-8")
+    code = main(["check", "-f", f"{DATA}/kubevirt-pools-halted-hostdevices.yaml", "--policies",
+                 str(policy), "-o", "json"])
+    results = {r["name"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert code == 1
+    assert results["vm-halted"]["message"] == "no-gpu: per pod 1, total 0"
+    assert results["pool"]["message"] == "no-gpu: per pod 1, total 3"
+    assert results["vmirs"]["message"] == "no-gpu: per pod 1, total 2"
+    assert results["vmi-nic"]["allowed"] is True
