@@ -207,7 +207,8 @@ metadata: {name: no-gpu}
 spec:
   validations:
   - expression: "gpu.maxPerPod.count < 1"
-    messageExpression: "'per pod ' + string(gpu.maxPerPod.count) + ', total ' + string(gpu.count)"
+    messageExpression: "'per pod ' + string(gpu.maxPerPod.count) + ', total ' + string(gpu.count)
+      + ', requested ' + string(gpu.requested)"
 """
 
 
@@ -218,7 +219,8 @@ def test_policies_judge_a_halted_vm_by_its_template_with_nothing_held(tmp_path, 
                  str(policy), "-o", "json"])
     results = {r["name"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert code == 1
-    assert results["vm-halted"]["message"] == "no-gpu: per pod 1, total 0"
-    assert results["pool"]["message"] == "no-gpu: per pod 1, total 3"
-    assert results["vmirs"]["message"] == "no-gpu: per pod 1, total 2"
+    # requested: a user who may not use GPUs cannot create the VM to start it later
+    assert results["vm-halted"]["message"] == "no-gpu: per pod 1, total 0, requested true"
+    assert results["pool"]["message"] == "no-gpu: per pod 1, total 3, requested true"
+    assert results["vmirs"]["message"] == "no-gpu: per pod 1, total 2, requested true"
     assert results["vmi-nic"]["allowed"] is True
