@@ -106,11 +106,12 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
             continue
         total = obj["total"]
         if not (show_all or total["requested"] or total["unrequested_access"]
-                or total["invalid"] or total["unrecognized"]):
+                or total["invalid"] or total["unrecognized"] or total["warnings"]):
             continue
         flags = []
         for key, label in (("invalid", "invalid"), ("unrequested_access", "GPU access"),
-                           ("unknown", "unknown"), ("unrecognized", "unrecognized")):
+                           ("unknown", "unknown"), ("unrecognized", "unrecognized"),
+                           ("warnings", "warning(s)")):
             if total[key]:
                 flags.append(f"{len(total[key])} {label}")
         if obj.get("not_modelled"):
@@ -121,6 +122,9 @@ def _table(result: dict[str, Any], show_all: bool) -> tuple[Table, list[str]]:
         notes += [f"{name}: unknown: {m}" for m in total["unknown"]]
         notes += [f"{name}: unrecognized resource {r} (add --gpu-resource {r} to count it)"
                   for r in total["unrecognized"]]
+        # A pod's unrecognized resource is a warning too: the line above already says it.
+        notes += [f"{name}: {w}" for w in total["warnings"]
+                  if "unrecognized accelerator resource" not in w]
         eq = total["gpu_equivalents"]
         _add_row(table,
             name, "per node" if obj["replicas"] is None else str(obj["replicas"]),

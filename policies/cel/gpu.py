@@ -7,7 +7,8 @@ exposed as CEL functions. Every name is documented in ``docs/cel.md`` with an ex
 ``gpu`` (a map; absent parts are ``{}`` or ``[]``, never null, so ``has()`` and indexing are safe):
 
 ========================  =====================================================================
-``requested``             bool: the object asks for any GPU of any kind
+``requested``             bool: the object asks for any GPU of any kind (in some template,
+                          even at 0 replicas: a stopped VM, a Deployment scaled to 0)
 ``count``                 int: devices asked for in total (the sum of ``gpus``)
 ``gpus``                  map resource -> int: effective devices per extended resource
 ``migProfiles``           map profile -> int: MIG instances per profile (``1g.10gb+me`` form)
@@ -122,8 +123,12 @@ def gpu_data(facts: WorkloadFacts | None) -> dict[str, Any]:
         dra = {"gpus": total.dra_gpus,
                "claims": [c.to_dict() for c in total.dra_claims]}
     replicas = facts.workload.replicas
+    summary = _summary(total)
+    # A template that asks for GPUs makes the object ask for them even at 0 replicas (a stopped
+    # KubeVirt VM, a Deployment scaled to 0): starting or scaling it must not bypass a policy.
+    summary["requested"] = summary["requested"] or any(t["requested"] for t in templates)
     return {
-        **_summary(total),
+        **summary,
         "effectiveRequests": dict(total.effective_requests),
         "approximate": total.approximate,
         "shared": total.shared,

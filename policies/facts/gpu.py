@@ -214,7 +214,8 @@ class KaiShare:
     sharing": ``gpu-fraction``, ``gpu-memory``, ``gpu-fraction-num-devices``,
     ``gpu-fraction-container-name``).
 
-    ``fraction``: the share of each GPU (0 < f <= 1), None when only memory is asked;
+    ``fraction``: the share of each GPU (0 < f < 1), None when only memory is asked or the
+    value is not one KAI accepts;
     ``memory_mib``: GPU memory per device (MiB), None when only a fraction is asked; ``devices``:
     how many GPUs the share spans; ``container``: the container that gets it. The dict view
     (:meth:`to_dict`, also the CEL ``gpu.kai`` map) has exactly these fields, same names.
@@ -912,7 +913,14 @@ def _kai(
     out: _Collector,
 ) -> tuple[KaiShare | None, Fraction | None]:
     """Read the KAI / Run:ai annotations (``where`` is their metadata path): (details,
-    equivalents). The annotated container counts as asking for a GPU."""
+    equivalents). The annotated container counts as asking for a GPU.
+
+    Values are read as KAI's admission reads them (KAI-Scheduler ``pkg/common/resources``:
+    ``gpu-fraction`` a float above 0 and below 1, ``gpu-memory`` and ``gpu-fraction-num-devices``
+    positive base-10 integers, no spaces). A value KAI rejects is in ``invalid``, and the share it
+    stood for in ``unknown`` naming the annotation: equivalents None, never 0, so quota's
+    ``unknownSize: Deny`` denies and policies see the pod as asking for a GPU of unknown size.
+    """
     texts: dict[str, str] = {}
     for key in (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER):
         if key in annotations and annotations[key] is not None:
@@ -920,48 +928,59 @@ def _kai(
             if not isinstance(value, str):
                 out.invalid.append(f"{where}.annotations[{key}]: annotation values must be "
                                    f"strings, got {type(value).__name__} {value!r}")
-            texts[key] = str(value).strip()
+            texts[key] = str(value)
     if KAI_FRACTION not in texts and KAI_MEMORY not in texts:
         return None, Fraction(0)
     share_of: float | None = None
     memory_of: int | None = None
     devices_of = 1
+    devices_known = True
     if KAI_DEVICES in texts:
         devices = parse_count(texts[KAI_DEVICES])
         if devices:
             devices_of = devices
         else:
+            devices_known = False
             out.invalid.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
                                "not a positive integer")
+            out.unknown.append(f"{where}.annotations[{KAI_DEVICES}]: {texts[KAI_DEVICES]!r} is "
+                               "not a number of GPUs, so how many GPUs the share spans is unknown")
     equivalents: Fraction | None = None
     if KAI_FRACTION in texts:
+        text = texts[KAI_FRACTION]
         # A plain decimal, as KAI writes it: Fraction('1e-999999999') alone takes minutes.
-        if _DECIMAL.fullmatch(texts[KAI_FRACTION]):
-            fraction = Fraction(texts[KAI_FRACTION])
-        else:
-            fraction = Fraction(-1)
-        if 0 < fraction <= 1:
+        fraction = Fraction(text) if _DECIMAL.fullmatch(text) else Fraction(-1)
+        # KAI parses a float64: 1e-999 is 0 and 0.99999999999999999 is 1 there, both rejected.
+        if 0 < fraction < 1 and 0 < float(fraction) < 1:
             share_of = float(fraction)
-            equivalents = fraction * devices_of
+            equivalents = fraction * devices_of if devices_known else None
         else:
             out.invalid.append(
-                f"{where}.annotations[{KAI_FRACTION}]: {texts[KAI_FRACTION]!r} is not a fraction "
-                "of a GPU (expected a number above 0 and at most 1)"
+                f"{where}.annotations[{KAI_FRACTION}]: {text!r} is not a fraction of a GPU "
+                "(KAI accepts a number above 0 and below 1; a whole GPU is asked as "
+                "nvidia.com/gpu)"
             )
-            equivalents = ZERO
+            out.unknown.append(f"{where}.annotations[{KAI_FRACTION}]: {text!r} is not a valid "
+                               "fraction, so the share of a GPU it asks for is unknown")
     if KAI_MEMORY in texts:
         memory = texts[KAI_MEMORY]
-        if (memory_mib := parse_count(memory)) is not None:
+        if KAI_FRACTION in texts:
+            out.invalid.append(f"{where}.annotations: KAI rejects a pod with both {KAI_FRACTION} "
+                               f"and {KAI_MEMORY}")
+        if memory_mib := parse_count(memory):
             memory_of = memory_mib
-            if equivalents is None:
+            if KAI_FRACTION not in texts:
                 out.unknown.append(
                     f"{where}.annotations[{KAI_MEMORY}]: {memory} MiB of GPU memory; the share "
                     "of a GPU depends on the GPU's memory size"
                 )
         else:
             out.invalid.append(f"{where}.annotations[{KAI_MEMORY}]: {memory!r} is not a number "
-                               "of MiB")
-            equivalents = equivalents or Fraction(0)
+                               "of MiB (KAI accepts a positive integer)")
+            if KAI_FRACTION not in texts:
+                out.unknown.append(f"{where}.annotations[{KAI_MEMORY}]: {memory!r} is not a "
+                                   "valid amount of GPU memory, so the share of a GPU it asks "
+                                   "for is unknown")
     wanted = texts.get(KAI_CONTAINER)
     if wanted is not None:
         target = next(
@@ -1360,11 +1379,11 @@ def _hami_details(containers: Sequence[_Container]) -> HamiSplit | None:
 # KubeVirt vGPU types are named like GRID_T4-1Q / NVIDIA_A10-4C (a framebuffer share), passthrough
 # devices after the chip (GA102GL_A10); see the KubeVirt user guide, "Host devices assignment".
 _VGPU_NAME = re.compile(r"grid|vgpu|-\d+[qabc]$", re.I)
-_PASSTHROUGH_DOMAINS = ("nvidia.com/", "amd.com/", "intel.com/", "gpu.intel.com/")
 
 
 def virtual_machine_facts(
-    domain: Mapping[str, Any], path: str, claims: Collection[str] = ()
+    domain: Mapping[str, Any], path: str, claims: Collection[str] = (),
+    settings: GPUSettings = DEFAULT_SETTINGS,
 ) -> GPUFacts:
     """GPU facts of a KubeVirt VM from ``domain.devices.gpus`` and ``hostDevices``.
 
@@ -1373,8 +1392,12 @@ def virtual_machine_facts(
     one GPU) are shared and valued at that share (:func:`policies.facts.vgpu.share`: 4 GB of a
     40 GB A100 is 1/10); a type whose board is not in the vGPU table is counted as a device, its
     GPU-equivalents left out of ``equivalents_known`` and named in ``unknown`` — never valued as
-    zero, nor as a whole GPU, without a word. ``hostDevices`` entries count only when
-    their name is a GPU vendor's resource. A field of the wrong type (``devices`` not a map,
+    zero, nor as a whole GPU, without a word. A ``hostDevices`` entry counts when the resource
+    registry (:func:`policies.facts.resource_names.classify`, ``settings`` included) knows its
+    name as a GPU (``nvidia.com/GA100_A100_PCIE_40GB``, ``amd.com/MI300X``); one it calls ``OTHER``
+    is not a GPU (a NIC, a USB disk, ``intel.com/qat`` QuickAssist crypto) and one that only
+    looks like an accelerator (``devices.kubevirt.io/vfio-gpu``) is listed in ``unrecognized``,
+    as a Node's would be, not counted. A field of the wrong type (``devices`` not a map,
     ``gpus`` not a list, an entry not a map, a ``deviceName`` not a string) is in ``invalid``.
 
     A ``gpus`` entry with ``claimName`` (KubeVirt GPUsWithDRA) is a device of that pod-level
@@ -1407,9 +1430,13 @@ def virtual_machine_facts(
                 out.invalid.append(f"{where}.deviceName: expected a resource name, got "
                                    f"{shortened(repr(name))}")
                 continue
-            if key == "hostDevices" and not name.startswith(_PASSTHROUGH_DOMAINS) \
-                    and classify(name) is ResourceKind.OTHER:
-                continue
+            if key == "hostDevices":
+                kind = classify(name, settings)
+                if kind is ResourceKind.OTHER:
+                    continue  # a NIC, a USB device, a crypto or storage accelerator
+                if kind is ResourceKind.UNRECOGNIZED:
+                    out.unrecognized.append(name)  # listed, never counted as zero silently
+                    continue
             counts[name] = counts.get(name, 0) + 1
             out.sources.append(Source(name, "1", str(entry.get("name", "")), key, where))
             out.vendors.append(vendor_of(name))
@@ -1426,7 +1453,7 @@ def virtual_machine_facts(
         gpus=counts, effective_requests=counts, equivalents_known=equivalents,
         unknown=tuple(out.unknown), shared=out.shared,
         vendors=tuple(sorted(set(out.vendors))), invalid=tuple(out.invalid),
-        sources=tuple(out.sources),
+        unrecognized=tuple(dict.fromkeys(out.unrecognized)), sources=tuple(out.sources),
     )
 
 

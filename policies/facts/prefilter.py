@@ -324,8 +324,14 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
             tests.append(f"({_location_list('o', locations)}).exists({var},\n  {body})"
                          .replace("\n", "\n  "))
     if devices:
+        # Every gpus[] entry is a GPU; a hostDevices entry when the registry says so (not a NIC,
+        # a USB disk, intel.com/qat), as policies.facts.gpu.virtual_machine_facts counts them.
+        # An entry it would report as invalid (not a map, no string deviceName) is sent too.
+        host = gpu_resource_test("h.deviceName", settings)
         tests.append(f"({_location_list('o', devices)}).exists(d, "
-                     "d.?gpus.orValue([]).size() > 0 || d.?hostDevices.orValue([]).size() > 0)")
+                     "d.?gpus.orValue([]).size() > 0 || d.?hostDevices.orValue([]).exists(h, "
+                     "type(h) != map || type(h.?deviceName.orValue(null)) != string || "
+                     f"{host}))")
     if fields:
         tests.append(f"({_location_list('o', fields)}).exists(f, f.size() > 0)")
     body = "\n|| ".join(tests).replace("\n", "\n  ")

@@ -57,6 +57,8 @@ class SplitFamily:
         cores: share of each device's compute; ``cores_per_device`` units make the whole device
             (100 for a percentage, 1000 for Intel millicores; None: not a share of the device,
             e.g. Moore Threads core groups).
+        cores_aliases: other names of ``cores`` (HAMi's ``nvidia.com/cores``, the
+            ``resourceCores`` default its docs/config.md still gives for ``nvidia.com/gpucores``).
     Sources: HAMi ``charts/hami/values.yaml`` and docs (``nvidia``, ``mlu``, ``dcu``,
     ``iluvatar``, ``metax``, ``mthreads``, ``enflame``, ``kunlun``, ``amd``, ``vnpus``), Volcano
     vGPU, Intel GPU plugin (``gpu.intel.com/millicores``: 1000 per GPU).
@@ -69,6 +71,7 @@ class SplitFamily:
     memory_percent: str | None = None
     cores: str | None = None
     cores_per_device: int | None = 100
+    cores_aliases: tuple[str, ...] = ()
 
     def kind_of(self, resource: str) -> ResourceKind | None:
         """The split dimension ``resource`` is in this family, or None."""
@@ -76,7 +79,7 @@ class SplitFamily:
             return ResourceKind.SPLIT_MEMORY
         if resource == self.memory_percent:
             return ResourceKind.SPLIT_MEMORY_PERCENT
-        if resource == self.cores:
+        if resource == self.cores or resource in self.cores_aliases:
             return ResourceKind.SPLIT_CORES
         return None
 
@@ -185,6 +188,11 @@ _NVIDIA_VGPU = re.compile(r"nvidia\.com/(?:GRID_|NVIDIA_).*-\d+[QABC]")
 _NVIDIA_PASSTHROUGH = re.compile(r"nvidia\.com/(?:GK|GM|GP|GV|TU|GA|GH|AD|GB)\d{3}[A-Z0-9]*_\w+")
 _NVIDIA_DEVICE_PREFIXES = tuple(f"nvidia.com/{p}" for p in (
     "GRID_", "NVIDIA_", "GK", "GM", "GP", "GV", "TU", "GA", "GH", "AD", "GB"))
+# KubeVirt passthrough of AMD GPUs: permittedHostDevices resource names are "vendor.com/product"
+# (KubeVirt API, PciHostDevice.resourceName), for AMD the Instinct / Radeon product (MI300X,
+# MI210, Instinct_MI250X, Radeon_Pro_V620): one whole GPU each.
+_AMD_PASSTHROUGH = re.compile(r"amd\.com/(?:MI\d{2,3}|Instinct|Radeon)\w*")
+_AMD_DEVICE_PREFIXES = ("amd.com/MI", "amd.com/Instinct", "amd.com/Radeon")
 # DRA DeviceClass names that are GPUs (the driver's domain: gpu.nvidia.com, mig.nvidia.com,
 # gpu.amd.com, gpu.intel.com, gpu.example.com) and those of NVIDIA's driver that are not
 # (IMEX channels of a ComputeDomain).
@@ -253,12 +261,17 @@ class GPUSettings:
 
 
 DEFAULT_SETTINGS = GPUSettings()
+# HAMi's older name of the SM-percentage resource (docs/config.md "resourceCores", default
+# nvidia.com/cores; the chart's values.yaml now says nvidia.com/gpucores): a share of each GPU.
+_HAMI_CORES_ALIASES = ("nvidia.com/cores",)
 
 
 def split_families(settings: GPUSettings = DEFAULT_SETTINGS) -> tuple[SplitFamily, ...]:
     """Every split family: HAMi's NVIDIA names as ``settings`` configures them, then the rest."""
+    aliases = tuple(a for a in _HAMI_CORES_ALIASES if a != settings.hami_cores)
     return (SplitFamily("nvidia", "nvidia.com/gpu", settings.hami_memory, _MIB,
-                        settings.hami_memory_percentage, settings.hami_cores),
+                        settings.hami_memory_percentage, settings.hami_cores,
+                        cores_aliases=aliases),
             *_SPLIT_FAMILIES)
 
 
@@ -317,7 +330,7 @@ def classify(resource: str, settings: GPUSettings = DEFAULT_SETTINGS) -> Resourc
         return ResourceKind.QUALIFIER
     if _NVIDIA_VGPU.fullmatch(resource):
         return ResourceKind.VGPU
-    if _NVIDIA_PASSTHROUGH.fullmatch(resource):
+    if _NVIDIA_PASSTHROUGH.fullmatch(resource) or _AMD_PASSTHROUGH.fullmatch(resource):
         return ResourceKind.WHOLE
     if resource.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
         # KEP-5004: one device of the class; a GPU when the class name says so.
@@ -325,7 +338,8 @@ def classify(resource: str, settings: GPUSettings = DEFAULT_SETTINGS) -> Resourc
         return ResourceKind.WHOLE if is_gpu else ResourceKind.UNRECOGNIZED
     if resource in OBSOLETE_RESOURCES:
         return ResourceKind.OBSOLETE
-    if resource.startswith(_ACCELERATOR_DOMAINS) or resource.startswith(_NVIDIA_DEVICE_PREFIXES):
+    if resource.startswith(_ACCELERATOR_DOMAINS) or resource.startswith(_NVIDIA_DEVICE_PREFIXES) \
+            or resource.startswith(_AMD_DEVICE_PREFIXES):
         return ResourceKind.UNRECOGNIZED
     if "/" in resource and _ACCELERATOR_HINT.search(resource):
         return ResourceKind.UNRECOGNIZED
@@ -386,12 +400,13 @@ def name_patterns(settings: GPUSettings = DEFAULT_SETTINGS) -> NamePatterns:
     families = split_families(settings)
     names = {
         *_WHOLE, *settings.extra_whole_resources, *_CORES, "nvidia.com/gpu.shared", *_QUALIFIERS,
-        *(name for f in families for name in (f.count, f.memory, f.memory_percent, f.cores)
-          if name is not None),
+        *(name for f in families for name in (f.count, f.memory, f.memory_percent, f.cores,
+                                              *f.cores_aliases) if name is not None),
         *OBSOLETE_RESOURCES,
     }
     # The regex branches of classify (Ascend, Cambricon, KubeVirt names) all lie under these
     # prefixes or the hint, so they need no test of their own.
-    prefixes = ("nvidia.com/mig-", *_NVIDIA_DEVICE_PREFIXES, *_ACCELERATOR_DOMAINS,
+    prefixes = ("nvidia.com/mig-", *_NVIDIA_DEVICE_PREFIXES, *_AMD_DEVICE_PREFIXES,
+                *_ACCELERATOR_DOMAINS,
                 DEVICE_CLASS_RESOURCE_PREFIX)
     return NamePatterns(tuple(sorted(names)), prefixes, _ACCELERATOR_HINT.pattern)

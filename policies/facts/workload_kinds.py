@@ -7,7 +7,8 @@ in step), the auditor's lists and the tests all read the same table. Sources of 
 Kubernetes API reference (core, apps, batch), and each project's CRDs (Kubeflow training-operator
 v1, MPI operator v2beta1 and Trainer v1alpha1, KubeRay v1, LeaderWorkerSet v1 and its
 DisaggregatedSet v1, JobSet v1alpha2, Volcano v1alpha1 and v1beta1, KServe v1beta1 / v1alpha1 and
-KFServing v1alpha2, Kueue v1beta1, KubeVirt v1, NVIDIA NIM operator ``apps.nvidia.com/v1alpha1``
+KFServing v1alpha2, Kueue v1beta1, KubeVirt v1 and ``pool.kubevirt.io/v1alpha1``, NVIDIA NIM
+operator ``apps.nvidia.com/v1alpha1``
 ``api/apps/v1alpha1/{nimservice,dra}_types.go``, KAITO ``kaito.sh/v1beta1`` ``api/v1beta1/
 {workspace,inferenceset}_types.go`` and its ``examples/mig``).
 
@@ -154,6 +155,15 @@ WORKLOAD_KINDS: Final[tuple[WorkloadKind, ...]] = (
                  devices=("spec.template.spec.domain.devices",)),
     WorkloadKind("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", ("",),
                  devices=("spec.domain.devices",)),
+    # A pool keeps VirtualMachines (spec.virtualMachineTemplate), a replica set VMIs
+    # (spec.template), spec.replicas of them; pool.kubevirt.io v1alpha1 is served by every
+    # KubeVirt release with pools (v1beta1 from 1.7 too).
+    WorkloadKind("VirtualMachinePool", "pool.kubevirt.io", "v1alpha1", "virtualmachinepools",
+                 ("spec.virtualMachineTemplate.spec.template",),
+                 devices=("spec.virtualMachineTemplate.spec.template.spec.domain.devices",)),
+    WorkloadKind("VirtualMachineInstanceReplicaSet", "kubevirt.io", "v1",
+                 "virtualmachineinstancereplicasets", ("spec.template",),
+                 devices=("spec.template.spec.domain.devices",)),
     WorkloadKind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads",
                  ("spec.podSets[].template",), derived=True),
     WorkloadKind("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", (),

@@ -26,6 +26,7 @@ from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
 from policies.facts.nodes import mig_resource_suffix
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
+from policies.facts.workload_kinds import WORKLOAD_KINDS
 from policies.json_fields import as_mapping
 from policies.sources import shortened
 
@@ -99,6 +100,7 @@ class Workload:
     invalid: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()  # accelerators asked for outside any template, count unknown
     vm_domain_path: str | None = None  # KubeVirt: GPUs come from domain.devices, not a PodSpec
+    stopped: str | None = None  # KubeVirt: the field that keeps the VM(s) stopped (no pods)
 
     @property
     def not_modelled(self) -> str | None:
@@ -627,13 +629,51 @@ def _count(owner: Mapping[str, Any], path: str, reader: _Replicas) -> int | None
     return 1
 
 
+def _bare_container(value: Any) -> bool:
+    """Whether ``value`` is a Container outside a PodSpec (Argo ``templates[].container`` /
+    ``script``, a step of some operator): a map with a string ``image`` and a field the GPU
+    facts read, and no ``containers`` of its own."""
+    return isinstance(value, Mapping) and isinstance(value.get("image"), str) \
+        and "containers" not in value and any(k in value for k in _CONTAINER_FIELDS)
+
+
+_CONTAINER_FIELDS = ("resources", "securityContext", "env", "envFrom", "volumeMounts")
+
+
+def _containers_template(owner: Mapping[str, Any], path: str, reader: _Replicas,
+                         replicas: int | None) -> PodTemplate | None:
+    """One pod of the bare Containers that ``owner`` (at ``path``) holds, directly or in lists
+    (Argo's ``container`` / ``script`` with ``sidecars``, and ``initContainers``), or None. Its
+    PodSpec has those containers (init ones as ``initContainers``), so the facts read at
+    ``<path>.containers[i]`` / ``<path>.initContainers[i]``, in the order found. Pods:
+    ``replicas`` when given (the owner's count field), else a count field of a container
+    itself (``worker: {image, replicas: 3, resources}``), else 1."""
+    spec: dict[str, list[Any]] = {}
+    for key, child in owner.items():
+        entries = child if isinstance(child, list) else [child]
+        found = [c for c in entries if _bare_container(c)]
+        if found:
+            spec.setdefault("initContainers" if key == "initContainers" else "containers",
+                            []).extend(found)
+            if replicas is None and isinstance(child, Mapping) \
+                    and any(k in child for k in _COUNT_FIELDS):
+                replicas = _count(child, f"{path}.{key}" if path else str(key), reader)
+    if not spec:
+        return None
+    return PodTemplate(path, path, str(owner.get("name", "")), replicas, None, None, {}, spec,
+                       POD_SPEC)
+
+
 def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodTemplate]:
     """Find what makes pods in a kind gpuguard does not model, with its path: PodTemplateSpecs
-    (``template.spec.containers``), bare PodSpecs (``containers``), and resource blocks that
-    name an accelerator — ResourceRequirements (``{limits, requests}``, as Trainer's
-    ``resourcesPerNode``) or a ResourceList under a ``*resources`` key (as PodGroup's
-    ``minResources``). Pods per find: a sibling ``replicas`` / ``count`` / ``numNodes`` /
-    ``minReplicas``, else 1. Metadata, labels, node selectors and status are not searched."""
+    (``template.spec.containers``), bare PodSpecs (``containers``), bare Containers (a map with
+    an ``image``: Argo's ``templates[].container``, judged as one pod of them with their
+    siblings, :func:`_containers_template`), and resource blocks that name an accelerator —
+    ResourceRequirements (``{limits, requests}``, as Trainer's ``resourcesPerNode``) or a
+    ResourceList under a ``*resources`` key (as PodGroup's ``minResources``). Pods per find: a
+    sibling ``replicas`` / ``count`` / ``numNodes`` / ``minReplicas`` of the template, PodSpec
+    or containers' owner, else 1. Metadata, labels, node selectors and status are not
+    searched."""
     if isinstance(value, Mapping):
         template = as_mapping(value.get("template"))
         if isinstance(as_mapping(template.get("spec")).get("containers"), list):
@@ -645,11 +685,24 @@ def _search_templates(value: Any, path: str, reader: _Replicas) -> Iterator[PodT
             yield PodTemplate(path, path, str(value.get("name", "")), 1, None, None, {}, value,
                               POD_SPEC)
             return
+        owned = any(k in value for k in _COUNT_FIELDS)
+        containers = _containers_template(value, path, reader,
+                                          _count(value, path, reader) if owned else None)
+        if containers is not None:
+            yield containers if containers.replicas is not None else replace(containers,
+                                                                              replicas=1)
         for key, child in value.items():
-            if key in _NOT_SEARCHED:
+            if key in _NOT_SEARCHED or (containers is not None and (
+                    _bare_container(child) or (isinstance(child, list)
+                    and any(_bare_container(c) for c in child)))):
                 continue
             where = f"{path}.{key}" if path else str(key)
-            if isinstance(child, Mapping) and (
+            if isinstance(child, Mapping) and isinstance(child.get("containers"), list) \
+                    and not isinstance(as_mapping(child.get("template")).get("spec"), Mapping):
+                # a bare PodSpec: its pods are counted by its owner's replicas, as a template's
+                yield PodTemplate(where, where, str(child.get("name", key)),
+                                  _count(value, path, reader), None, None, {}, child, POD_SPEC)
+            elif isinstance(child, Mapping) and (
                     _gpu_names(child.get("limits")) or _gpu_names(child.get("requests"))):
                 yield _resources_template(child, where, str(key), _count(value, path, reader))
             elif str(key).lower().endswith("resources") and _gpu_names(child):
@@ -682,6 +735,46 @@ def _pod_fields(pod: Mapping[str, Any], reader: _Replicas) -> None:
         where = "spec" if pod.get("spec") is None else "spec.containers"
         reader.invalid.append(f"{where}: required, none given (a Pod has at least one container; "
                               "without, it asks for no GPU)")
+
+
+_VIRTUAL_MACHINE_KINDS = {k.kind: k for k in WORKLOAD_KINDS if k.devices}
+# Where a kind's VirtualMachine spec is (runStrategy, running): a VM's own, a pool's template's.
+_VM_SPEC = {"VirtualMachine": "spec", "VirtualMachinePool": "spec.virtualMachineTemplate.spec"}
+# KubeVirt runStrategy values that keep a VM stopped (KubeVirt user guide, "Run Strategies").
+_STOPPED = ("Halted",)
+
+
+def _virtual_machines(
+    obj: Mapping[str, Any], path: str, base: _Identity, reader: _Replicas
+) -> Workload:
+    """A KubeVirt VM, VMI, VirtualMachinePool or VirtualMachineInstanceReplicaSet: one template
+    (the domain at ``path``, whose GPUs come from ``domain.devices``) and how many run now —
+    ``spec.replicas`` (default 1) of a pool or replica set, 0 for a VM that is stopped
+    (``runStrategy: Halted``, or ``running: false`` without a runStrategy; ``stopped`` says so)."""
+    domain: Mapping[str, Any] = obj
+    keys = path.split(".")
+    for depth, key in enumerate(keys):  # each level must be a map (null: absent)
+        domain = reader.map(domain, key, ".".join(keys[:depth]))
+    kind = base["kind"]
+    replicas = 1
+    if kind in ("VirtualMachinePool", "VirtualMachineInstanceReplicaSet"):
+        replicas = reader.read(reader.map(obj, "spec", ""), "replicas", "spec", 1) or 0
+    stopped = None
+    if kind in _VM_SPEC:
+        vm_spec: Mapping[str, Any] = obj
+        for key in _VM_SPEC[kind].split("."):
+            vm_spec = as_mapping(vm_spec.get(key))
+        strategy, running = vm_spec.get("runStrategy"), vm_spec.get("running")
+        if strategy in _STOPPED:
+            stopped = f"{_VM_SPEC[kind]}.runStrategy: {strategy}"
+        elif strategy is None and running is False:
+            stopped = f"{_VM_SPEC[kind]}.running: false"
+        if stopped and kind == "VirtualMachinePool":
+            stopped += f" ({replicas} VM(s))"
+    vm = PodTemplate(path, path, "virt-launcher", 0 if stopped else replicas, None, None, {},
+                     domain)
+    return Workload(**base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
+                    vm_domain_path=path, stopped=stopped)
 
 
 def find_workload(obj: Mapping[str, Any]) -> Workload | None:
@@ -721,19 +814,9 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         "namespace": names["namespace"],
         "name": names["name"] or names["generateName"],
     }
-    if kind in ("VirtualMachine", "VirtualMachineInstance") and str(
-        obj.get("apiVersion", "")
-    ).startswith("kubevirt.io/"):
-        path = "spec.template.spec.domain" if kind == "VirtualMachine" else "spec.domain"
-        domain: Mapping[str, Any] = obj
-        keys = path.split(".")
-        for depth, key in enumerate(keys):  # each level must be a map (null: absent)
-            domain = reader.map(domain, key, ".".join(keys[:depth]))
-        vm = PodTemplate(path, path, "virt-launcher", 1, None, None, {}, domain)
-        return Workload(
-            **base, generic=False, templates=(vm,), invalid=tuple(reader.invalid),
-            vm_domain_path=path,
-        )
+    virtual = _VIRTUAL_MACHINE_KINDS.get(kind)
+    if virtual is not None and str(obj.get("apiVersion", "")).startswith(f"{virtual.group}/"):
+        return _virtual_machines(obj, virtual.devices[0].removesuffix(".devices"), base, reader)
     templates = _known_templates(obj, reader)
     generic = templates is None
     if templates is None:
@@ -818,6 +901,18 @@ def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
+def _stopped_note(workload: Workload, per_vm: GPUFacts) -> str:
+    """What a stopped VM (or pool of stopped VMs) would take once started."""
+    claimed = per_vm.dra_gpus
+    devices = "an unknown number of GPU devices" if claimed is None else \
+        f"{sum(per_vm.gpus.values()) + sum(per_vm.mig.values()) + claimed} GPU device(s)"
+    equivalents = per_vm.gpu_equivalents
+    size = "unknown GPU-equivalents" if equivalents is None else \
+        f"{float(equivalents):g} GPU-equivalent(s)"
+    return (f"{workload.stopped}: stopped, so it holds no GPU now; once started each VM takes "
+            f"{devices}, {size}")
+
+
 def workload_facts(
     obj: Mapping[str, Any],
     *,
@@ -839,7 +934,7 @@ def workload_facts(
         vm = workload.templates[0]
         vmi = _vmi_spec(obj)
         claim_names = [str(as_mapping(c).get("name")) for c in _list(vmi.get("resourceClaims"))]
-        facts = virtual_machine_facts(vm.spec, vm.path, claim_names)
+        facts = virtual_machine_facts(vm.spec, vm.path, claim_names, settings)
         if claim_names:  # KubeVirt GPUsWithDRA: the claims of the VMI spec, as a pod's
             vmi_path = "spec.template.spec" if obj.get("kind") == "VirtualMachine" else "spec"
             claimed = pod_facts({"resourceClaims": vmi.get("resourceClaims")}, spec_path=vmi_path,
@@ -848,7 +943,10 @@ def workload_facts(
             facts = merge([facts, claimed])
         if workload.invalid:
             facts = replace(facts, invalid=tuple(dict.fromkeys(facts.invalid + workload.invalid)))
-        return WorkloadFacts(workload, (facts,), facts)
+        total = facts.scaled(vm.replicas or 0) if vm.replicas != 1 else facts
+        if workload.stopped and facts.requested:
+            total = replace(total, warnings=(*total.warnings, _stopped_note(workload, facts)))
+        return WorkloadFacts(workload, (facts,), total)
     generated = {(workload.namespace, name): claim_devices(body)
                  for t in workload.templates for name, body in t.generated_claims}
     if generated and (dra is not None or not claim_templates):  # beside the input's own

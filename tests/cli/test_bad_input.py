@@ -276,12 +276,14 @@ def test_every_node_count_is_bounded_and_reported():
 @pytest.mark.parametrize(
     ("annotations", "message"),
     [
-        ({"gpu-memory": "²"}, "metadata.annotations[gpu-memory]: '²' is not a number of MiB"),
+        ({"gpu-memory": "²"}, "metadata.annotations[gpu-memory]: '²' is not a number of MiB "
+         "(KAI accepts a positive integer)"),
         ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "²"},
          "metadata.annotations[gpu-fraction-num-devices]: '²' is not a positive integer"),
         # Fraction('1e-99999999') alone would take minutes.
         ({"gpu-fraction": "1e-99999999"}, "metadata.annotations[gpu-fraction]: '1e-99999999' is "
-         "not a fraction of a GPU (expected a number above 0 and at most 1)"),
+         "not a fraction of a GPU (KAI accepts a number above 0 and below 1; a whole GPU is asked "
+         "as nvidia.com/gpu)"),
     ],
 )
 def test_pod_annotation_counts_are_bounded(annotations, message):

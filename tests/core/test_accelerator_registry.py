@@ -146,6 +146,9 @@ def _one(limits: dict[str, Any]) -> Any:
     ({"enflame.com/gcu": 1}, 1.0, None, False),
     ({"mthreads.com/gpu": 1}, 1.0, None, False),
     ({"nvidia.com/GA102GL_A10": 1}, 1.0, None, False),  # KubeVirt passthrough
+    ({"amd.com/MI300X": 1}, 1.0, None, False),  # KubeVirt passthrough of an AMD Instinct GPU
+    # HAMi's older name of gpucores (docs/config.md resourceCores default): 40% of each of 2.
+    ({"nvidia.com/gpu": 2, "nvidia.com/cores": 40}, 0.8, None, True),
     # KubeVirt vGPU types: the framebuffer share of one GPU (NVIDIA vGPU user guide, "Virtual
     # GPU Types": T4-1Q is 1 GB of a 16 GB T4), unknown for a board not in the table.
     ({"nvidia.com/GRID_T4-1Q": 1}, 0.0625, None, True),

@@ -126,11 +126,19 @@ def test_kubevirt_gpus_with_dra_count_the_claim() -> None:
     """Was: gpus[0].deviceName invalid, 0 GPUs, for the claimName / requestName form."""
     objects = documents(WILD + "kubevirt_kubevirt__examples-vm-dra-pgpu.yaml") + \
         documents(WILD + "kubevirt_kubevirt__examples-pgpu-resource-claim-tmpl.yaml")
+    facts = workload_facts(objects[0], dra=dra_index_of(objects))
+    assert facts is not None
+    per_vm = facts.per_template[0].to_dict()
+    assert per_vm["invalid"] == []
+    assert per_vm["dra"]["gpus"] == 1 and per_vm["gpu_equivalents"] == 1.0
+    # The example is runStrategy: Halted: the VM holds nothing now, and says what it would take.
     total = _facts(objects)[("VirtualMachine", "vm-dra-pgpu")]
-    assert total["invalid"] == []
-    assert total["dra"]["gpus"] == 1 and total["gpu_equivalents"] == 1.0
-    alone = _facts(objects[:1])[("VirtualMachine", "vm-dra-pgpu")]
-    assert alone["dra"]["gpus"] is None and alone["gpu_equivalents"] is None
+    assert total["dra"]["gpus"] == 0 and total["gpu_equivalents"] == 0.0
+    assert total["warnings"] == ["spec.runStrategy: Halted: stopped, so it holds no GPU now; once "
+                                 "started each VM takes 1 GPU device(s), 1 GPU-equivalent(s)"]
+    alone = workload_facts(objects[0], dra=dra_index_of(objects[:1]))
+    assert alone is not None
+    assert alone.per_template[0].dra_gpus is None and alone.total.gpu_equivalents is None
 
 
 def test_a_claim_name_the_vm_does_not_declare_is_invalid() -> None:

@@ -250,13 +250,16 @@ def test_kai_fraction_naming_a_missing_container_is_invalid():
     )
 
 
-@pytest.mark.parametrize("value", ["1.5", "0", "half"])
-def test_kai_fraction_out_of_range_is_invalid(value):
+@pytest.mark.parametrize("value", ["1.5", "0", "half", "1", "2", " 0.5", "1e-999"])
+def test_kai_fraction_out_of_range_is_invalid_and_of_unknown_size(value):
+    # KAI's admission: a float above 0 and below 1 (1e-999 is 0 as a float64); never 0 here.
     pod = first("manifests/kai__gpu-fraction-mps-hostpath.yaml")
     pod["metadata"]["annotations"]["gpu-fraction"] = value
     facts = facts_of(pod)
     assert any("is not a fraction of a GPU" in m for m in facts.invalid)
-    assert facts.gpu_equivalents == 0
+    assert facts.gpu_equivalents is None and facts.requested
+    assert facts.unknown == (f"metadata.annotations[gpu-fraction]: {value!r} is not a valid "
+                             "fraction, so the share of a GPU it asks for is unknown",)
 
 
 def test_dra_claim_counted_from_template_in_the_same_input():

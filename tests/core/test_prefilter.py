@@ -608,7 +608,7 @@ def test_every_workload_resource_of_the_rules_has_a_skeleton() -> None:
     wanted = {key for name in ("workloads.validate.gpuguard.io", "mutate.gpuguard.io")
               for key in RULES[name]
               if key not in (("", "pods"), ("", "pods/ephemeralcontainers"))
-              and key[0] != "kubevirt.io"}
+              and key[0] not in ("kubevirt.io", "pool.kubevirt.io")}  # test_kubevirt_*
     assert wanted == set(SKELETONS)
 
 
@@ -691,6 +691,22 @@ def test_kubevirt_vms_with_gpus_are_sent() -> None:
     plain = {"devices": {"disks": [{"name": "d"}]}}
     assert not WORKLOADS.calls({**vmi, "spec": {"domain": plain}})
     assert not WORKLOADS.calls({**vm, "spec": {"template": {"spec": {"domain": plain}}}})
+    # Host devices that are not GPUs (QuickAssist crypto, a NIC) are not sent; a malformed entry is.
+    others = {"devices": {"hostDevices": [{"name": "q", "deviceName": "intel.com/qat"},
+                                          {"name": "n", "deviceName": "mellanox.com/MT2892"}]}}
+    assert not WORKLOADS.calls({**vmi, "spec": {"domain": others}})
+    assert WORKLOADS.calls({**vmi, "spec": {"domain": {"devices": {"hostDevices": ["x"]}}}})
+    amd = {"devices": {"hostDevices": [{"name": "a", "deviceName": "amd.com/MI300X"}]}}
+    assert WORKLOADS.calls({**vmi, "spec": {"domain": amd}})
+    pool = {"apiVersion": "pool.kubevirt.io/v1alpha1", "kind": "VirtualMachinePool",
+            "metadata": {"name": "p"}, "spec": {"replicas": 2, "virtualMachineTemplate": {
+                "spec": {"template": {"spec": {"domain": copy.deepcopy(domain)}}}}}}
+    replica_set = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+                   "metadata": {"name": "r"},
+                   "spec": {"replicas": 2, "template": {"spec": {"domain": copy.deepcopy(domain)}}}}
+    assert WORKLOADS.calls(pool) and WORKLOADS.calls(replica_set)
+    pool["spec"]["virtualMachineTemplate"]["spec"]["template"]["spec"]["domain"] = plain
+    assert not WORKLOADS.calls(pool)
 
 
 # --- operations ------------------------------------------------------------------------------

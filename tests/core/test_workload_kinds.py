@@ -113,7 +113,8 @@ def test_kubeflow_kinds_are_read_by_the_workload_reader(kind):
 # Kinds a library policy may leave out on purpose: they carry no pod template of their own
 # (ephemeral containers, PodTemplates) or hold GPUs in a VM domain the rule does not read.
 _DELIBERATE_EXCLUSIONS = {"pods/ephemeralcontainers", "podtemplates", "virtualmachines",
-                          "virtualmachineinstances"}
+                          "virtualmachineinstances", "virtualmachinepools",
+                          "virtualmachineinstancereplicasets"}
 # Tolerations and runtimeClassName cannot be written on a resource block (Trainer's
 # resourcesPerNode, KFServing's framework blocks): the runtime or KServe writes the pods. The
 # NIM and KAITO operators write theirs too, from fields of their own (NIM spec.tolerations,
