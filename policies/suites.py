@@ -334,7 +334,10 @@ def _build_review(context: _Context, where: str, case: Mapping[str, Any]) -> Rev
             request_map["operation"] = operation
     else:
         obj = _load_input(context, f"{where}.{key}", case[key], case, use_document=key != "object")
-        review = from_object(obj, operation=str(operation or "CREATE"), user=user, now=now)
+        try:
+            review = from_object(obj, operation=str(operation or "CREATE"), user=user, now=now)
+        except ReviewError as exc:
+            raise SuiteError(context.error(f"{where}.{key}", str(exc))) from None
         request_map = dict(review.request)
     if "oldObject" in case:
         old = _load_input(context, f"{where}.oldObject", case["oldObject"], case,
