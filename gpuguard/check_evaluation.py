@@ -5,7 +5,9 @@ Each object (or AdmissionReview) is evaluated as the webhook would at admission 
 then validations on the mutated object — and the results per policy and rule are printed with the
 JSONPatch. Exit codes: 0 all allowed, 1 some request would be denied, 2 bad input or policy files
 (a broken or empty policy set evaluates nothing; a ``-f`` or ``--snapshot`` path that names no
-object is bad input, never "all allowed").
+object is bad input, never "all allowed"; so is an object whose ``kind`` or name fields are not
+strings — :mod:`policies.facts.identity`, through ``from_object`` — in every output format, and
+an ``-n`` or ``--namespace-labels`` the API server would refuse).
 
 With ``--snapshot DIR`` the ``GPUQuota`` documents of the policy files are checked too, against
 the usage of the snapshot's pods (pending and running; team scopes from its Namespaces' labels):
