@@ -194,11 +194,11 @@ def read_price_table(path: str) -> PriceTable:
         raise PriceTableError(f"{path}: cannot be read: {problem}") from None
     try:
         body = load_yaml(text)
-    except yaml.MarkedYAMLError as exc:
-        line, problem = yaml_problem(exc, 0)
+    except yaml.YAMLError as exc:
+        line, problem = yaml_problem(exc, 0, text)
         where = f"line {line + 1}: " if line is not None else ""
         raise PriceTableError(f"{path}: {where}{problem}") from None
-    except (yaml.YAMLError, RecursionError) as exc:
+    except RecursionError as exc:
         raise PriceTableError(f"{path}: not a YAML document ({exc})") from None
     if body is None:
         raise PriceTableError(f"{path}: empty (expected apiVersion: {API_VERSION}, kind: {KIND})")

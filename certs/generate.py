@@ -39,12 +39,72 @@ from certs.material import (
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 """How far in the past a generated certificate's notBefore is set."""
 
+MAX_NOT_AFTER = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
+"""The latest notAfter a certificate can hold: GeneralizedTime ``99991231235959Z`` (RFC 5280
+§4.1.2.5, which also gives it as the value for "no well-defined expiration date")."""
+
 # RFC 1123 label: what Kubernetes accepts for a namespace; Service names are a subset.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_NAME = re.compile(
-    r"^(\*\.)?([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}"
-    r"[A-Za-z0-9])?)*$"
-)
+# A host name label (RFC 1123 §2.1: letters, digits and hyphens, not starting or ending with a
+# hyphen, at most 63 characters); DNS is case-insensitive, so capitals are allowed.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?")
+_DOTTED_NUMBERS = re.compile(r"[0-9]+(\.[0-9]+)*")
+
+
+def max_days(now: datetime.datetime | None = None) -> int:
+    """The most whole days a certificate starting at ``now`` (default: the clock) can be valid:
+    up to :data:`MAX_NOT_AFTER`."""
+    return (MAX_NOT_AFTER - (now or utc_now())).days
+
+
+def dns_san_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a DNS subject alternative name, or None when it can.
+
+    A DNS SAN is an RFC 1123 host name (dot-separated labels of letters, digits and inner
+    hyphens, each 1-63 characters, 253 in all) whose last label is not all digits — RFC 1123
+    §2.1: a host name never has the dotted-decimal form of an address, so ``999.1.1.1`` (an IPv4
+    address out of range) is refused instead of being written as a DNS name no client resolves
+    — optionally with a ``*`` wildcard as its whole leftmost label (RFC 6125 §6.4.3).
+    """
+    if _DOTTED_NUMBERS.fullmatch(name):
+        return ("looks like an IPv4 address but is not one (four numbers 0-255 separated by "
+                "dots, e.g. 10.0.0.1)") if name.count(".") == 3 else (
+            "all digits and dots: neither an IP address nor a host name (RFC 1123 §2.1: the "
+            "last label of a host name is not all digits)")
+    if len(name) > 253:
+        return f"{len(name)} characters: a DNS name has at most 253"
+    labels = name.split(".")
+    if labels[0] == "*" and len(labels) > 1:
+        labels = labels[1:]
+    for label in labels:
+        if not _HOST_LABEL.fullmatch(label):
+            shown = repr(label) if label else "an empty label"
+            return (f"{shown} is not a DNS label (letters, digits and '-', starting and ending "
+                    "with a letter or digit, at most 63 characters; '*' only as the whole "
+                    "leftmost label)")
+    if labels[-1].isdigit():
+        return (f"its last label {labels[-1]!r} is all digits: not a host name (RFC 1123 §2.1) "
+                "and not an IP address")
+    return None
+
+
+def check_san(text: str) -> str:
+    """``text`` stripped when it is an IP address or a DNS name a SAN can hold.
+
+    Raises:
+        ValueError: ``"subject alternative name '<text>': <why>"`` (:func:`dns_san_problem`).
+    """
+    name = text.strip()
+    try:
+        ipaddress.ip_address(name)
+        return name
+    except ValueError:
+        pass
+    problem = "empty" if not name else dns_san_problem(name)
+    if problem:
+        raise ValueError(f"subject alternative name {text!r}: {problem}; expected a DNS name "
+                         "or an IP address")
+    return name
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:
@@ -79,9 +139,7 @@ def _general_names(sans: Sequence[str]) -> list[x509.GeneralName]:
             continue
         except ValueError:
             pass
-        if len(text) > 253 or not _DNS_NAME.match(text):
-            raise ValueError(f"subject alternative name {san!r}: not a DNS name or IP address")
-        names.append(x509.DNSName(text))
+        names.append(x509.DNSName(check_san(text)))
     if not names:
         raise ValueError("a serving certificate needs at least one subject alternative name")
     return names
@@ -98,15 +156,29 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 def _window(
     days: int, not_before: datetime.datetime | None
 ) -> tuple[datetime.datetime, datetime.datetime]:
+    """(notBefore, notAfter) of a certificate valid ``days`` from ``not_before`` (default: now,
+    started :data:`CLOCK_SKEW` earlier).
+
+    Raises:
+        ValueError: ``days`` < 1, a notAfter past :data:`MAX_NOT_AFTER`, a naive ``not_before``.
+    """
     if days < 1:
         raise ValueError(f"days {days}: a certificate must be valid for at least 1 day")
-    if not_before is None:
-        now = utc_now().replace(microsecond=0)
-        return now - CLOCK_SKEW, now + datetime.timedelta(days=days)
-    if not_before.tzinfo is None:
+    if not_before is not None and not_before.tzinfo is None:
         raise ValueError("not_before must be timezone-aware")
-    start = not_before.astimezone(datetime.UTC)
-    return start, start + datetime.timedelta(days=days)
+    now = utc_now().replace(microsecond=0)
+    start = now if not_before is None else not_before.astimezone(datetime.UTC)
+    if days > max_days(start):  # checked first: the sum would overflow datetime
+        raise ValueError(days_beyond_limit(days, start))
+    end = start + datetime.timedelta(days=days)
+    return (now - CLOCK_SKEW if not_before is None else start), end
+
+
+def days_beyond_limit(days: int, start: datetime.datetime) -> str:
+    """The message for ``days`` past :func:`max_days` of ``start``."""
+    return (f"{days} days from {start:%Y-%m-%d} would end after {MAX_NOT_AFTER:%Y-%m-%d}, the "
+            f"latest notAfter a certificate can hold (RFC 5280 §4.1.2.5): at most "
+            f"{max_days(start)} days")
 
 
 def generate_ca(

@@ -52,7 +52,7 @@ from gpuguard import policy_set
 from gpuguard.audit_command import FAIL_LEVELS
 from gpuguard.bundled_examples import CLUSTER_SNAPSHOT, shown
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from gpuguard.input_paths import PathCoverage
+from gpuguard.input_paths import PathCoverage, nothing_auditable
 from gpuguard.namespace_scope import NamespaceScope, namespaces_of, refused_with
 from gpuguard.output_formats import write as write_document
 from gpuguard.output_formats import yaml_documents
@@ -515,6 +515,14 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         warnings=[*(inventory.warnings() if inventory else []), *notes,
                   *([scope.note()] if scope is not None else [])])
     report = assemble(result)
+    counts = report["summary"]
+    if not (counts["nodes"] or counts["pods"] or counts["finished_pods"] or counts["workloads"]
+            or report["errors"]):
+        # Objects were read, none of them one the audit reports on, and no error says why: a
+        # report would be empty and look clean. (With input errors, the report carries them.)
+        return _refuse([nothing_auditable(args.filename or [], scanner.objects,
+                                          report["ignored"])],
+                       "nothing in the input is auditable")
     for line in report["errors"]:
         _error(line)
 

@@ -30,7 +30,14 @@ from typing import Any, TypedDict
 
 from certs.bundle import ca_bundle
 from certs.files import CA_CERT, CA_KEY, CERT_MODE, KEY_MODE, TLS_CERT, TLS_KEY, write_atomic
-from certs.generate import generate_ca, generate_serving_cert, issue_serving_cert
+from certs.generate import (
+    check_san,
+    days_beyond_limit,
+    generate_ca,
+    generate_serving_cert,
+    issue_serving_cert,
+    max_days,
+)
 from certs.inject import InjectError, inject_ca_bundle
 from certs.material import (
     CertificateError,
@@ -39,6 +46,7 @@ from certs.material import (
     read_file,
     subject_alt_names,
     timestamp,
+    utc_now,
 )
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE
 from policies.facts.resource_names import GPUSettings
@@ -282,14 +290,28 @@ def run(args: argparse.Namespace) -> int:
         return _error(args.certs_command, f"{exc.filename}: {exc.strerror or exc}")
 
 
-def _positive(text: str) -> int:
+def _days(text: str) -> int:
+    """``--days`` / ``--ca-days``: a whole number of days, at least 1, and short enough that the
+    certificate ends by 9999-12-31 (:data:`certs.generate.MAX_NOT_AFTER`), refused here rather
+    than once the CA is made."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: at least 1 day")
+    now = utc_now()
+    if value > max_days(now):
+        raise argparse.ArgumentTypeError(days_beyond_limit(value, now))
     return value
+
+
+def _san(text: str) -> str:
+    """``--san``: an IP address or a DNS name (:func:`certs.generate.check_san`)."""
+    try:
+        return check_san(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSettings], int]]:
@@ -312,7 +334,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     gen.add_argument("-n", "--namespace", required=True, metavar="NS", help="its namespace")
     gen.add_argument("--force", action="store_true",
                      help="replace existing files, including the CA (the caBundle changes)")
-    gen.add_argument("--ca-days", type=_positive, default=DEFAULT_CA_DAYS, metavar="N",
+    gen.add_argument("--ca-days", type=_days, default=DEFAULT_CA_DAYS, metavar="N",
                      help=f"CA validity in days (default {DEFAULT_CA_DAYS})")
     gen.add_argument("--ca-name", metavar="CN", help="CA common name")
 
@@ -327,10 +349,10 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     for command in (gen, ren):
         command.add_argument("--out", default=".", metavar="DIR",
                              help="directory of ca.crt, ca.key, tls.crt, tls.key (default .)")
-        command.add_argument("--days", type=_positive, default=DEFAULT_DAYS, metavar="N",
+        command.add_argument("--days", type=_days, default=DEFAULT_DAYS, metavar="N",
                              help=f"serving certificate validity in days (default "
                              f"{DEFAULT_DAYS}; never beyond the CA)")
-        command.add_argument("--san", action="append", default=[], metavar="SAN",
+        command.add_argument("--san", action="append", default=[], metavar="SAN", type=_san,
                              help="extra DNS name or IP address (repeatable), e.g. 127.0.0.1")
 
     bundle = sub.add_parser("ca-bundle", help="print the base64 caBundle",

@@ -5,7 +5,9 @@ Each object (or AdmissionReview) is evaluated as the webhook would at admission 
 then validations on the mutated object — and the results per policy and rule are printed with the
 JSONPatch. Exit codes: 0 all allowed, 1 some request would be denied, 2 bad input or policy files
 (a broken or empty policy set evaluates nothing; a ``-f`` or ``--snapshot`` path that names no
-object is bad input, never "all allowed").
+object is bad input, never "all allowed"; so is an object whose ``kind`` or name fields are not
+strings — :mod:`policies.facts.identity`, through ``from_object`` — in every output format, and
+an ``-n`` or ``--namespace-labels`` the API server would refuse).
 
 With ``--snapshot DIR`` the ``GPUQuota`` documents of the policy files are checked too, against
 the usage of the snapshot's pods (pending and running; team scopes from its Namespaces' labels):
@@ -42,11 +44,13 @@ from gpuguard import policy_set
 from gpuguard.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.gpus_command import with_input_nodes
 from gpuguard.input_paths import documents_of
+from gpuguard.namespace_scope import namespace_problem
 from gpuguard.output_formats import versioned, write
 from gpuguard.terminal import table_console
 from kube.pod_cache import PodUsageIndex
 from kube.quota_ledger import MemoryLedgerStore, QuotaAdmission, QuotaDecision, QuotaLedger
 from policies.authorization import Authorizer, Unavailable
+from policies.cel.library.format import label_value, qualified_name
 from policies.engine.evaluation import Engine, RuleOutcome, Verdict
 from policies.facts.resource_names import GPUSettings
 from policies.facts.review import (
@@ -65,16 +69,26 @@ from policies.sources import Document, printable, read_documents
 
 
 def parse_labels(text: str) -> dict[str, str]:
-    """``k=v,k2=v2`` into a dict.
+    """``k=v,k2=v2`` into a dict: each key a label key and each value a label value, as the API
+    server validates a Namespace's labels (apimachinery's ``IsQualifiedName`` and
+    ``IsValidLabelValue``, in their words), each key once.
 
     Raises:
-        ValueError: an item without ``=`` or with an empty key.
+        ValueError: an item without ``=`` or with an empty key, an invalid key or value, a key
+            given twice (which value would the namespace carry?); the message names the item.
     """
-    labels = {}
+    labels: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--namespace-labels {text!r}: expected k=v[,k=v...], got {item!r}")
+        problems = [*(f"key {key!r}: {m}" for m in qualified_name(key)),
+                    *(f"value {value!r}: {m}" for m in label_value(value))]
+        if problems:
+            raise ValueError(f"--namespace-labels {item!r}: not a label: " + "; ".join(problems))
+        if key in labels:
+            raise ValueError(f"--namespace-labels {text!r}: the key {key!r} is given twice "
+                             f"({key}={labels[key]} and {item}): a label has one value")
         labels[key] = value
     return labels
 
@@ -254,6 +268,9 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     """Evaluate the policies on every object under ``args.filename``; see module docstring."""
     try:
         labels = parse_labels(args.namespace_labels or "")
+        problem = namespace_problem(args.namespace)
+        if problem:
+            raise ValueError(f"-n {args.namespace!r}: not a namespace name: {problem}")
     except ValueError as exc:
         print(f"gpuguard: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

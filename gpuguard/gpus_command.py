@@ -3,10 +3,12 @@
 The Nodes of the input value the shared requests of its pods: a pod pinned to a time-sliced
 product (``NVIDIA-A10-SHARED``) gets the replica count of the Nodes labelled with it.
 
-Errors in the input (unparseable documents, objects without kind) are listed in ``errors`` and on
-stderr, one line each naming the file and document; the other documents are still reported and the
-exit code is 2. A path that names no object at all (an empty file or directory, see
-:mod:`gpuguard.input_paths`) is such an error too: no facts is not "no GPUs".
+Errors in the input (unparseable documents, objects without kind, a workload or Node whose
+``kind`` or name fields are not strings — :mod:`policies.facts.identity`, the rule ``check`` and
+the audit apply; it gets no row) are listed in ``errors`` and on stderr, one line each naming the
+file and document; the other documents are still reported and the exit code is 2. A path that
+names no object at all (an empty file or directory, see :mod:`gpuguard.input_paths`) is such an
+error too: no facts is not "no GPUs".
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
 from policies.facts.dra import DraIndex
+from policies.facts.identity import identity_problems
 from policies.facts.nodes import node_facts, node_replicas
 from policies.facts.resource_names import GPUSettings
 from policies.facts.workloads import dra_index_of, workload_facts
@@ -39,16 +42,24 @@ def collect(paths: Sequence[str], settings: GPUSettings) -> dict[str, Any]:
     claims = dra_index_of(d.body for d in documents)
     objects: list[dict[str, Any]] = []
     ignored: list[str] = []
+    refused: list[str] = []
     for document in documents:
         entry = _describe(document, settings, claims)
         if entry is None:
             meta = document.body.get("metadata")
             name = meta.get("name") if isinstance(meta, dict) else None
             ignored.append(f"{document.body.get('kind')}/{name}")
-        else:
-            objects.append(entry)
+            continue
+        problems = identity_problems(document.body)
+        if problems:  # no row: it could not be told apart, and the API server refuses it
+            refused.append(f"{document.location}: {printable(str(entry['kind']))}: "
+                           + "; ".join(problems)
+                           + "; not reported: these fields say which object it is")
+            continue
+        objects.append(entry)
     return {"objects": objects, "ignored": ignored,
-            "errors": [*(str(e) for e in errors), *documents_of(documents, errors, paths)]}
+            "errors": [*(str(e) for e in errors), *refused,
+                       *documents_of(documents, errors, paths)]}
 
 
 def with_input_nodes(settings: GPUSettings, documents: Sequence[Document]) -> GPUSettings:

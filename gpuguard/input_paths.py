@@ -5,7 +5,9 @@ Owns the rule, for every command that reads manifests: a path that names nothing
 no object, empty standard input, a path from which every document failed to parse — is an input
 error naming the path and what was expected, never a run over nothing that reports success.
 Within a path that names something, an unreadable file or document stays one error line of its
-own (the commands decide what that means for them).
+own (the commands decide what that means for them). A path whose objects are all of kinds a
+command does not read (``gpuguard audit`` of a directory of AdmissionReviews or ConfigMaps) names
+nothing for it either: :func:`nothing_auditable` says what was found instead.
 
 Must not read objects itself; it only counts what the readers of :mod:`policies.sources` and
 :mod:`audit.sources.files` yield (and, for the message, looks at the path again).
@@ -14,7 +16,7 @@ Must not read objects itself; it only counts what the readers of :mod:`policies.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from policies.sources import Document, LoadError, iter_paths, printable
 
@@ -89,3 +91,22 @@ def documents_of(documents: Iterable[Document], errors: Iterable[LoadError],
     for item in items:
         coverage.count(item)
     return coverage.nothing_named()
+
+
+def nothing_auditable(paths: Sequence[str], objects: int, found: Mapping[str, int]) -> str:
+    """The message for an audit input of ``objects`` objects, none a Node, a Pod or a workload:
+    ``found`` counts what was read by kind (the audit's ``ignored``: ``{"ConfigMap": 3}``); the
+    rest were Namespaces, ResourceClaims or objects refused with an error of their own."""
+    where = ", ".join("standard input" if p == "-" else printable(p) for p in paths) or \
+        "the cluster"
+    kinds = [f"{count} {printable(kind)}" for kind, count in found.items()]
+    rest = objects - sum(found.values())
+    if rest > 0:
+        kinds.append(f"{rest} Namespace, ResourceClaim or refused object(s)")
+    message = (f"-f {where}: {objects} object(s) read, none of them a Node, Pod or workload the "
+               f"audit reports on ({', '.join(kinds)})")
+    if any(kind.startswith("AdmissionReview") for kind in found):
+        message += ("; AdmissionReviews are admission requests, not cluster objects: "
+                    "'gpuguard check -f PATH' evaluates them")
+    return message + ("; expected Nodes, Pods and workloads (Deployments, Jobs, training jobs, "
+                      "...), e.g. kubectl get nodes,pods,deployments,jobs -A -o yaml output")

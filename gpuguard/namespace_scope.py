@@ -34,11 +34,23 @@ def add_namespace_flag(parser: Any) -> None:
                         "left out, so no node figures (free, stranded GPUs) are computed")
 
 
+def namespace_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Namespace's name, in apimachinery's words (a lowercase RFC 1123
+    label, at most 63 characters: ``ValidateNamespaceName``), or None when it can be. The one
+    check of every ``-n`` (``audit``, ``diff``, ``check``)."""
+    # imported here, not for --help: the CEL format library holds apimachinery's validators
+    from policies.cel.library.format import dns1123_label  # noqa: PLC0415
+
+    problems = dns1123_label(name)
+    return "; ".join(problems) if problems else None
+
+
 def namespaces_of(values: Sequence[str] | None) -> tuple[str, ...]:
     """The namespaces ``-n`` names, in the order given, each once (``()``: no limit).
 
     Raises:
-        ValueError: a value with an empty item (``-n ''``, ``-n a,,b``); the message names it.
+        ValueError: a value with an empty item (``-n ''``, ``-n a,,b``) or an item that is no
+            namespace name (:func:`namespace_problem`); the message names it.
     """
     names: list[str] = []
     for value in values or ():
@@ -46,6 +58,10 @@ def namespaces_of(values: Sequence[str] | None) -> tuple[str, ...]:
         if not all(items):
             raise ValueError(f"-n {value!r}: expected namespace names separated by commas, "
                              "e.g. -n team-a,team-b")
+        for item in items:
+            problem = namespace_problem(item)
+            if problem:
+                raise ValueError(f"-n {item!r}: not a namespace name: {problem}")
         names += [item for item in items if item not in names]
     return tuple(names)
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 import yaml
+from yaml.reader import ReaderError
 
 try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is missing.
     _Loader: type = yaml.CSafeLoader
@@ -252,8 +253,9 @@ def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
     ``.json``, optionally followed by ``.gz``.
 
     Yields:
-        Each file path (``-`` passes through), or a LoadError for a path that cannot be read
-        (missing, unreadable, a broken link, not a regular file, an empty path).
+        Each file path (``-`` and streams such as ``/dev/stdin`` or a named pipe pass
+        through), or a LoadError for a path that cannot be read (missing, unreadable, a broken
+        link, a block device, an empty path).
     """
     for raw in paths:
         if raw == "-":
@@ -269,10 +271,14 @@ def iter_paths(paths: Sequence[str]) -> Iterator[str | LoadError]:
             continue
         if stat.S_ISDIR(mode):
             yield from _walk(raw)
-        elif stat.S_ISREG(mode):
+        elif stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or \
+                stat.S_ISSOCK(mode):
+            # a stream named by path (/dev/stdin, /dev/fd/N of a shell's <(...), a named pipe)
+            # is read to its end as ``-`` is
             yield raw
         else:
-            yield LoadError(raw, None, "not a regular file or directory")
+            yield LoadError(raw, None, "not a regular file, directory or stream (a pipe, "
+                                       "/dev/stdin)")
 
 
 MAX_DECOMPRESSED = 1 << 30  # bytes; a gzip bomb beyond this is refused, not expanded
@@ -649,20 +655,42 @@ def load_json(text: str) -> Any:
                                    where) from None
 
 
-def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int) -> tuple[int | None, str]:
-    """``(file line, problem)`` of a YAML error in a chunk that starts at ``first_line``.
+def yaml_problem(exc: yaml.YAMLError, first_line: int,
+                 text: str | None = None) -> tuple[int | None, str]:
+    r"""``(file line, problem)`` of a YAML error in a chunk ``text`` that starts at
+    ``first_line``: the one place PyYAML's messages are put into words, on one line (PyYAML's
+    own ``str()`` adds ``\n  in "<unicode string>", position N``, which names no file).
 
     The context mark is where a broken construct starts (an unclosed '['); the problem mark is
     where the parser gave up, often the next document's '---'. A duplicate key is at its second
-    occurrence, and the problem names the first one's file line.
+    occurrence, and the problem names the first one's file line. A character YAML does not
+    allow in a stream (a control character: YAML 1.1 §5.1) is at the line of its position in
+    ``text`` (None without it).
     """
     if isinstance(exc, DuplicateKeyError):
         assert exc.problem_mark is not None
         return (first_line + exc.problem_mark.line,
                 duplicate_key_message(exc.key, first_line + exc.first_mark.line))
-    mark = exc.context_mark or exc.problem_mark
-    problem = "; ".join(filter(None, (exc.context, exc.problem))) or str(exc)
-    return (first_line + mark.line if mark is not None else None), problem
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.context_mark or exc.problem_mark
+        problem = "; ".join(filter(None, (exc.context, exc.problem))) or _one_line(str(exc))
+        return (first_line + mark.line if mark is not None else None), problem
+    if isinstance(exc, ReaderError):
+        character = exc.character
+        code = character if isinstance(character, int) else ord(character[:1] or "\0")
+        problem = f"unacceptable character #x{code:04x}: {exc.reason}"
+        if code < 0x100 and "not allowed" in str(exc.reason):  # not a byte that did not decode
+            problem += (" (YAML allows no control character but tab, line feed and carriage "
+                        f"return; in a double-quoted string write it as the escape \\x{code:02x})")
+        line = first_line + text.count("\n", 0, exc.position) if text is not None else None
+        return line, problem
+    return None, _one_line(str(exc))
+
+
+def _one_line(message: str) -> str:
+    """A PyYAML message on one line, without its ``in "<unicode string>"`` marks."""
+    return " ".join(re.sub(r'\s*in "<(unicode|byte) string>"(, (line \d+, column \d+|position '
+                           r'\d+))?', "", message).split())
 
 
 def _line_map(chunk: str, first_line: int) -> dict[str, int]:
@@ -731,12 +759,12 @@ def parse_text(
             line, problem = yaml_problem(exc, first_line)
             yield LoadError(source, index, problem, line)
             continue
-        except yaml.MarkedYAMLError as exc:
-            line, problem = yaml_problem(exc, first_line)
+        except yaml.YAMLError as exc:
+            line, problem = yaml_problem(exc, first_line, chunk)
             where = f" at line {line}" if line is not None else ""
             yield LoadError(source, index, f"invalid YAML{where}: {problem}")
             continue
-        except (yaml.YAMLError, RecursionError) as exc:
+        except RecursionError as exc:
             yield LoadError(source, index, f"invalid YAML: {exc}")
             continue
         if value is not None:

@@ -334,7 +334,10 @@ def _build_review(context: _Context, where: str, case: Mapping[str, Any]) -> Rev
             request_map["operation"] = operation
     else:
         obj = _load_input(context, f"{where}.{key}", case[key], case, use_document=key != "object")
-        review = from_object(obj, operation=str(operation or "CREATE"), user=user, now=now)
+        try:
+            review = from_object(obj, operation=str(operation or "CREATE"), user=user, now=now)
+        except ReviewError as exc:
+            raise SuiteError(context.error(f"{where}.{key}", str(exc))) from None
         request_map = dict(review.request)
     if "oldObject" in case:
         old = _load_input(context, f"{where}.oldObject", case["oldObject"], case,
@@ -464,6 +467,13 @@ def _check_expect(context: _Context, where: str, expect: Any, policy_names: set[
                              "patch)")
         return
     _check_fields(context, where, expect, _EXPECT_FIELDS)
+    if not any(key in expect for key in ("allowed", "warnings", "patch")) and not any(
+            _as_list(expect.get(key)) for key in ("results", "messageContains",
+                                                  "messageNotContains")):
+        # a case that asserts nothing passes whatever the policies decide
+        context.error(where, "asserts nothing: give at least one of allowed, results, "
+                             "messageContains, messageNotContains, warnings (an empty list: "
+                             "none), patch (an empty list: no mutation)")
     if "allowed" in expect and not isinstance(expect["allowed"], bool):
         context.error(f"{where}.allowed", "expected true or false")
     if "patch" in expect and not isinstance(expect["patch"], list | type(None)):

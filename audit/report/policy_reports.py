@@ -6,7 +6,12 @@ evaluated workloads — never one object per resource — holding a result per f
 exception, with ``summary`` counting those results by outcome; and one
 ``ClusterPolicyReport`` named ``gpuguard-audit`` for the findings of workloads without a namespace
 and the cluster-scoped placement problems of nodes (stranded GPUs, broken MIG layouts, GFD label
-inconsistencies): no finding is left out of the reports.
+inconsistencies): no finding is left out of the reports. The audit's input errors (an unreadable
+file or document, an object that could not be audited) are results of the ClusterPolicyReport
+too — policy ``gpuguard-audit``, rule ``input``, result ``error``, severity ``high``, the message
+naming the file and document, listed first — and its annotation ``gpuguard.io/input-errors``
+counts them: a report over part of the input never reads as a clean one in Policy Reporter or the
+Kyverno UI (``summary.error`` is the count).
 
 Mapping: ``deny`` → result ``fail``, severity ``high``; ``warn`` → ``warn`` / ``medium``;
 ``audit`` → ``fail`` / ``low``; ``error`` → ``error`` / ``medium``; an exception → ``skip`` /
@@ -181,10 +186,26 @@ def cluster_report(report: Mapping[str, Any]) -> dict[str, Any]:
                 "resources": resource})
     compliance = _compliance_results(report, stamp).get(None, [])
     healthy = sum(1 for n in report["nodes"] if not n.get("stranded") and not n["warnings"])
-    results = [*compliance, *results]
+    errors = [str(e) for e in report.get("errors") or ()]
+    results = [*_input_error_results(errors, stamp), *compliance, *results]
     obj = {"apiVersion": API_VERSION, "kind": "ClusterPolicyReport",
            "metadata": {"name": REPORT_NAME, "labels": dict(LABELS)}}
-    return _finish(obj, results, {"gpuguard.io/nodes-without-problems": str(healthy)})
+    annotations = {"gpuguard.io/nodes-without-problems": str(healthy)}
+    if errors:
+        annotations["gpuguard.io/input-errors"] = (
+            f"{len(errors)} input error(s): the report covers only the input that could be read")
+    return _finish(obj, results, annotations)
+
+
+def _input_error_results(errors: list[str], stamp: Mapping[str, int]) -> list[dict[str, Any]]:
+    """One ``error`` result per input error (``"<file>: document N: <problem>"``): no resource,
+    as there may be none (a file that does not parse names no object)."""
+    return [{"source": SOURCE, "policy": "gpuguard-audit", "rule": "input",
+             "category": "GPU audit input", "severity": "high", "result": "error",
+             "scored": False, "timestamp": stamp, "message": error,
+             "properties": {"inputError": "the audit could not read or audit this input: the "
+                            "report leaves it out"}}
+            for error in errors]
 
 
 def build(report: Mapping[str, Any]) -> list[dict[str, Any]]:

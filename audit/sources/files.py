@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
@@ -50,8 +51,11 @@ _ITEMS_KEY = re.compile(r"^items:[ \t]*(?:#.*)?$")
 
 
 def _size(path: str) -> int:
-    """Bytes the file holds once decompressed (gzip's ISIZE trailer; 0 when unknown)."""
+    """Bytes the file holds once decompressed (gzip's ISIZE trailer; 0 when unknown, and for a
+    stream such as ``/dev/stdin`` or a pipe: peeking at it would consume what it holds)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return 0
         with open(path, "rb") as handle:
             if handle.read(2) != b"\x1f\x8b":
                 handle.seek(0, os.SEEK_END)
@@ -268,11 +272,9 @@ class _JsonStream:
                                   f"or ']' after items[{number - 1}]")
 
 
-def _yaml_error(exc: yaml.YAMLError, first_line: int) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError):
-        line, problem = yaml_problem(exc, first_line)
-        return f"invalid YAML{f' at line {line}' if line is not None else ''}: {problem}"
-    return f"invalid YAML: {exc}"
+def _yaml_error(exc: yaml.YAMLError, first_line: int, text: str | None = None) -> str:
+    line, problem = yaml_problem(exc, first_line, text)
+    return f"invalid YAML{f' at line {line}' if line is not None else ''}: {problem}"
 
 
 class _YamlDocument:
@@ -332,7 +334,7 @@ class _YamlDocument:
         try:
             value = load_yaml(text)
         except (yaml.YAMLError, RecursionError) as exc:
-            detail = _yaml_error(exc, self.item_line) if isinstance(exc, yaml.YAMLError) \
+            detail = _yaml_error(exc, self.item_line, text) if isinstance(exc, yaml.YAMLError) \
                 else "invalid YAML: nested too deeply"
             if "undefined alias" in detail:
                 detail += " (an anchor shared between List items: large files are read item " \
@@ -347,10 +349,11 @@ class _YamlDocument:
         if self.streamed or not any(ln.strip() and not ln.lstrip().startswith("#")
                                     for ln in self.header):
             return
+        header = "\n".join(self.header)
         try:
-            value = load_yaml("\n".join(self.header))
+            value = load_yaml(header)
         except (yaml.YAMLError, RecursionError) as exc:
-            detail = _yaml_error(exc, self.header_line) if isinstance(exc, yaml.YAMLError) \
+            detail = _yaml_error(exc, self.header_line, header) if isinstance(exc, yaml.YAMLError) \
                 else "invalid YAML: nested too deeply"
             yield LoadError(self.path, self.index, detail)
             return

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from policies.facts.dra import DraIndex
+from policies.facts.identity import identity_problems
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
 from policies.records import maker
@@ -165,7 +166,17 @@ def from_object(
     """A review of a bare object, as if it were being created (the audit and ``check`` path),
     or updated, deleted, connected to with ``operation``: on DELETE the object is ``oldObject``
     and ``object`` is null, as kube-apiserver sends it (Kubernetes API reference,
-    AdmissionRequest)."""
+    AdmissionRequest).
+
+    Raises:
+        ReviewError: ``kind``, ``metadata`` or a name field is not of its API type
+            (:func:`policies.facts.identity.identity_problems`): the API server refuses such an
+            object, and reading ``namespace: 2024`` as ``"2024"`` would judge one it never admits.
+    """
+    problems = identity_problems(obj)
+    if problems:
+        raise ReviewError("; ".join(problems) + _QUOTE_HINT * any(
+            p.endswith(("got int", "got float", "got bool")) for p in problems))
     metadata = mapping_at(obj, "metadata")
     group, version = _split_api_version(str(obj.get("apiVersion", "")))
     kind = str(obj.get("kind", ""))
@@ -205,6 +216,9 @@ def _resource(group: str, version: str, resource: str) -> GroupVersionResource:
             _RESOURCES.clear()
         found = _RESOURCES[key] = GroupVersionResource(group, version, resource)
     return found
+
+
+_QUOTE_HINT = " (YAML reads an unquoted number or true/false as that type: quote the value)"
 
 
 def _gvk(value: Any, where: str) -> tuple[str, str, str]:

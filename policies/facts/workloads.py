@@ -23,6 +23,7 @@ from typing import Any, TypedDict
 
 from policies.facts.dra import DraIndex, claim_devices, dra_objects
 from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.facts.identity import NAME_FIELDS, identity_problems
 from policies.facts.nodes import mig_resource_suffix
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
@@ -786,18 +787,15 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         whose GPUs come from ``domain.devices`` (``vm_domain_path``).
     """
     reader = _Replicas()
+    reader.invalid.extend(identity_problems(obj))  # the one rule of kind / metadata's types
     kind = obj.get("kind", "")
     if not isinstance(kind, str):
-        reader.invalid.append(f"kind: expected a string, got {type(kind).__name__}")
         kind = ""
-    metadata = reader.map(obj, "metadata", "")
+    metadata = as_mapping(obj.get("metadata"))
     names: dict[str, str | None] = {}
-    for key in ("namespace", "name", "generateName"):
+    for key in NAME_FIELDS:
         value = metadata.get(key)
-        if value is not None and not isinstance(value, str):
-            reader.invalid.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
-            value = None
-        names[key] = value or None
+        names[key] = value if isinstance(value, str) and value else None
     if not names["name"] and not names["generateName"] and "metadata.name" not in " ".join(
             reader.invalid):
         # no object of the API lacks both: one that does cannot be named in any report

@@ -24,7 +24,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from certs.bundle import ca_bundle
 from certs.files import write_atomic
-from certs.generate import CLOCK_SKEW, generate_ca, generate_serving_cert
+from certs.generate import (
+    CLOCK_SKEW,
+    MAX_NOT_AFTER,
+    dns_san_problem,
+    generate_ca,
+    generate_serving_cert,
+    max_days,
+)
 from certs.inject import InjectError, inject_ca_bundle
 from certs.material import CertificateError
 from certs.tls import ReloadingTLS, TLSError
@@ -212,13 +219,115 @@ def test_serving_cert_never_outlives_its_ca(ca):
      "and '-', starting and ending with a letter or digit, at most 63 characters)"),
     (SERVICE, "ns.x", (), "namespace 'ns.x': not a DNS label (lowercase letters, digits and "
      "'-', starting and ending with a letter or digit, at most 63 characters)"),
-    (SERVICE, NAMESPACE, ("bad name",), "subject alternative name 'bad name': not a DNS name "
-     "or IP address"),
+    (SERVICE, NAMESPACE, ("bad name",), "subject alternative name 'bad name': 'bad name' is "
+     "not a DNS label (letters, digits and '-', starting and ending with a letter or digit, at "
+     "most 63 characters; '*' only as the whole leftmost label); expected a DNS name or an IP "
+     "address"),
+    (SERVICE, NAMESPACE, ("999.1.1.1",), "subject alternative name '999.1.1.1': looks like an "
+     "IPv4 address but is not one (four numbers 0-255 separated by dots, e.g. 10.0.0.1); "
+     "expected a DNS name or an IP address"),
 ])
 def test_bad_names_are_refused(ca, service, namespace, extra, message):
     with pytest.raises(ValueError) as raised:
         generate_serving_cert(*ca, service, namespace, 1, extra)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(("san", "problem"), [
+    ("999.1.1.1", "looks like an IPv4 address but is not one (four numbers 0-255 separated by "
+     "dots, e.g. 10.0.0.1)"),
+    ("1.2.3", "all digits and dots: neither an IP address nor a host name (RFC 1123 §2.1: the "
+     "last label of a host name is not all digits)"),
+    ("host.123", "its last label '123' is all digits: not a host name (RFC 1123 §2.1) and not "
+     "an IP address"),
+    ("a..b", "an empty label is not a DNS label (letters, digits and '-', starting and ending "
+     "with a letter or digit, at most 63 characters; '*' only as the whole leftmost label)"),
+    ("-a.example", "'-a' is not a DNS label (letters, digits and '-', starting and ending with a "
+     "letter or digit, at most 63 characters; '*' only as the whole leftmost label)"),
+    ("web.*.example", "'*' is not a DNS label (letters, digits and '-', starting and ending with "
+     "a letter or digit, at most 63 characters; '*' only as the whole leftmost label)"),
+    ("*", "'*' is not a DNS label (letters, digits and '-', starting and ending with a letter or "
+     "digit, at most 63 characters; '*' only as the whole leftmost label)"),
+    ("a" * 64 + ".example", f"'{'a' * 64}' is not a DNS label (letters, digits and '-', starting "
+     "and ending with a letter or digit, at most 63 characters; '*' only as the whole leftmost "
+     "label)"),
+    (".".join(["abcdefgh"] * 29), "260 characters: a DNS name has at most 253"),
+])
+def test_dns_sans_are_rfc_1123_host_names(san, problem):
+    assert dns_san_problem(san) == problem
+
+
+@pytest.mark.parametrize("san", ["localhost", "*.gpuguard.example", "Web-1.Example.COM",
+                                 "3com.example", "a.b-c.d"])
+def test_host_names_and_a_leftmost_wildcard_are_dns_sans(ca, san):
+    assert dns_san_problem(san) is None
+    leaf_cert = cert(generate_serving_cert(*ca, SERVICE, NAMESPACE, 1, [san])[0])
+    assert ext(leaf_cert, x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == [*NAMES, san]
+
+
+def test_a_lifetime_past_9999_is_refused_not_an_overflow(ca):
+    start = datetime.datetime(2030, 1, 1, tzinfo=UTC)
+    limit = max_days(start)
+    assert limit == (MAX_NOT_AFTER - start).days == 2910981
+    last = cert(generate_ca("x", limit, not_before=start)[0])
+    assert last.not_valid_after_utc.date() == datetime.date(9999, 12, 31)
+    for days in (limit + 1, 99999999, 10**12):
+        with pytest.raises(ValueError) as raised:
+            generate_ca("x", days, not_before=start)
+        assert str(raised.value) == (
+            f"{days} days from 2030-01-01 would end after 9999-12-31, the latest notAfter a "
+            "certificate can hold (RFC 5280 §4.1.2.5): at most 2910981 days")
+        with pytest.raises(ValueError):
+            generate_serving_cert(*ca, SERVICE, NAMESPACE, days, not_before=start)
+
+
+@pytest.fixture()
+def fixed_clock(monkeypatch):
+    """The certs' clock (and the CLI's bound on --days) at 2030-01-01T00:00:00Z."""
+    moment = datetime.datetime(2030, 1, 1, tzinfo=UTC)
+    monkeypatch.setattr("certs.generate.utc_now", lambda: moment)
+    monkeypatch.setattr("gpuguard.certs_command.utc_now", lambda: moment)
+    return moment
+
+
+@pytest.mark.parametrize(("command", "flag", "value"), [
+    ("generate", "--days", "99999999"), ("generate", "--ca-days", "3000000"),
+    ("generate", "--days", "2910982"), ("renew", "--days", "99999999")])
+def test_the_cli_refuses_days_past_9999_at_parsing(tmp_path, capsys, fixed_clock, command, flag,
+                                                    value):
+    if command == "renew":
+        assert run_cli(capsys, "generate", "--service", SERVICE, "--namespace", NAMESPACE,
+                       "--out", tmp_path)[0] == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    names = ["--service", SERVICE, "--namespace", NAMESPACE] if command == "generate" else []
+    rc, _, err = run_cli(capsys, command, *names, "--out", tmp_path, flag, value)
+    assert rc == 2
+    assert err.splitlines()[-1] == (
+        f"gpuguard certs {command}: error: argument {flag}: {value} days from 2030-01-01 would "
+        "end after 9999-12-31, the latest notAfter a certificate can hold (RFC 5280 §4.1.2.5): "
+        "at most 2910981 days")
+    assert "Traceback" not in err and "internal error" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+@pytest.mark.parametrize("command", ["generate", "renew"])
+def test_the_cli_refuses_an_invalid_ipv4_san_instead_of_a_dns_san(tmp_path, capsys, command):
+    if command == "renew":
+        assert run_cli(capsys, "generate", "--service", SERVICE, "--namespace", NAMESPACE,
+                       "--out", tmp_path)[0] == 0
+    tls = (tmp_path / "tls.crt").read_bytes() if command == "renew" else None
+    names = ["--service", SERVICE, "--namespace", NAMESPACE] if command == "generate" else []
+    rc, _, err = run_cli(capsys, command, *names, "--out", tmp_path, "--san", "999.1.1.1")
+    assert rc == 2
+    assert err.splitlines()[-1] == (
+        f"gpuguard certs {command}: error: argument --san: subject alternative name "
+        "'999.1.1.1': looks like an IPv4 address but is not one (four numbers 0-255 separated "
+        "by dots, e.g. 10.0.0.1); expected a DNS name or an IP address")
+    if tls is None:
+        assert not (tmp_path / "tls.crt").exists()
+    else:
+        assert (tmp_path / "tls.crt").read_bytes() == tls
 
 
 # --- refusing CA material ------------------------------------------------------------------------

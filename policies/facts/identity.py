@@ -1,0 +1,48 @@
+"""The fields that say which object a manifest is, and the types they must have.
+
+Owns the one rule every reader of objects applies — ``gpuguard check`` (through
+:func:`policies.facts.review.from_object`), ``gpuguard gpus``, ``gpuguard test`` and the audit
+(through :func:`policies.facts.workloads.find_workload`'s ``invalid``): ``kind``,
+``metadata.name``, ``metadata.generateName`` and ``metadata.namespace`` are strings when given,
+and ``metadata`` is a map. YAML reads an unquoted ``namespace: 2024`` as a number and
+``name: 1.5`` as a float; the API server refuses such an object (its ObjectMeta fields are
+strings: Kubernetes API reference, ObjectMeta), so reading it as the string ``"2024"`` would judge
+an object that can never exist, and one that reads ``"2024"`` while another skips it would give
+two commands two answers.
+
+Must not decide whether a name is *required* (the workload reader does, per kind) or check the
+names' syntax (the API server's RFC 1123 rules are the CLI's, for the names it is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The ObjectMeta fields that name an object, in the order their problems are listed.
+NAME_FIELDS = ("namespace", "name", "generateName")
+
+
+def identity_problems(obj: Mapping[str, Any]) -> list[str]:
+    """The problems of ``obj``'s identity fields, each ``"<path>: expected <type>, got <type>"``
+    (``kind``, ``metadata``, ``metadata.namespace``, ``metadata.name``,
+    ``metadata.generateName``); empty when each is absent, null or of its API type.
+
+    The common case (every field a string) costs a few type checks: this runs for every object
+    the audit and ``check`` read.
+    """
+    problems = []
+    kind = obj.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        problems.append(f"kind: expected a string, got {type(kind).__name__}")
+    metadata = obj.get("metadata")
+    if metadata is None:
+        return problems
+    if not isinstance(metadata, Mapping):
+        problems.append(f"metadata: expected a map, got {type(metadata).__name__}")
+        return problems
+    for key in NAME_FIELDS:
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
+    return problems
