@@ -21,8 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from policies.facts.dra import DraIndex, claim_devices, dra_objects
-from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.facts.dra import DraIndex, claim_devices, dra_objects, is_claim_object
+from policies.facts.gpu import (
+    GPUFacts,
+    claim_object_facts,
+    merge,
+    pod_facts,
+    virtual_machine_facts,
+)
 from policies.facts.nodes import mig_resource_suffix
 from policies.facts.quantity import MAX_COUNT
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, ResourceKind, classify
@@ -830,8 +836,17 @@ def workload_facts(
     Per-node workloads (DaemonSet) are totalled for one node. ``dra`` (:func:`dra_index_of` of
     the whole input) resolves DRA claims; without it ``claim_templates`` (the older
     ``(namespace, name) -> (GPU class, count)`` shape) does. Never raises on malformed objects:
-    problems are in the facts' ``invalid``.
+    problems are in the facts' ``invalid``. A ResourceClaim or ResourceClaimTemplate makes no
+    pods but is judged itself (:func:`policies.facts.gpu.claim_object_facts`): a workload of no
+    templates (0 replicas) whose ``total`` is what a pod naming it is given.
     """
+    if is_claim_object(obj):
+        metadata = as_mapping(obj.get("metadata"))
+        names = [metadata.get(k) for k in ("namespace", "name", "generateName")]
+        namespace, name, generate = (v if isinstance(v, str) and v else None for v in names)
+        claim = Workload(str(obj.get("kind")), str(obj.get("apiVersion")), namespace,
+                         name or generate, generic=False, templates=())
+        return WorkloadFacts(claim, (), claim_object_facts(obj, settings=settings, dra=dra))
     workload = find_workload(obj)
     if workload is None:
         return None
