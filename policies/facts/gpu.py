@@ -1376,7 +1376,10 @@ def claim_object_facts(
     """
     metadata = as_mapping(obj.get("metadata"))
     namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None
-    name = str(metadata.get("name") or metadata.get("generateName") or "")
+    # A nameless object (reported by its reader) is still judged: it stands for itself here.
+    names = [n for n in (metadata.get("name"), metadata.get("generateName"))
+             if isinstance(n, str) and n]
+    name = names[0] if names else "(no name)"
     key = (namespace or None, name)
     template = obj.get("kind") == "ResourceClaimTemplate"
     known = None

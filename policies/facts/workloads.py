@@ -690,15 +690,9 @@ def _pod_fields(pod: Mapping[str, Any], reader: _Replicas) -> None:
                               "without, it asks for no GPU)")
 
 
-def find_workload(obj: Mapping[str, Any]) -> Workload | None:
-    """Locate the pod templates of one Kubernetes object.
-
-    Returns:
-        A :class:`Workload`, or None for objects that make no pods (Service, ConfigMap, …).
-        KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
-        whose GPUs come from ``domain.devices`` (``vm_domain_path``).
-    """
-    reader = _Replicas()
+def _identity(obj: Mapping[str, Any], reader: _Replicas) -> _Identity:
+    """The kind, apiVersion, namespace and name of ``obj``; unusable fields (metadata not a map,
+    no name, labels not a map, a Pod's own fields) are reported in ``reader.invalid``."""
     kind = obj.get("kind", "")
     if not isinstance(kind, str):
         reader.invalid.append(f"kind: expected a string, got {type(kind).__name__}")
@@ -727,6 +721,21 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         "namespace": names["namespace"],
         "name": names["name"] or names["generateName"],
     }
+    return base
+
+
+def find_workload(obj: Mapping[str, Any]) -> Workload | None:
+    """Locate the pod templates of one Kubernetes object.
+
+    Returns:
+        A :class:`Workload`, or None for objects that make no pods (Service, ConfigMap, …).
+        KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
+        whose GPUs come from ``domain.devices`` (``vm_domain_path``).
+    """
+    reader = _Replicas()
+    base = _identity(obj, reader)
+    kind = base["kind"]
+    metadata = as_mapping(obj.get("metadata"))
     if kind in ("VirtualMachine", "VirtualMachineInstance") and str(
         obj.get("apiVersion", "")
     ).startswith("kubevirt.io/"):
@@ -824,6 +833,21 @@ def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
+def _claim_shape(obj: Mapping[str, Any], reader: _Replicas) -> None:
+    """Report the unusable levels of a claim object's requests (``spec``, a template's
+    ``spec.spec``, ``devices``, ``requests`` and each request): what
+    :func:`policies.facts.dra.claim_devices` reads as empty."""
+    spec = reader.map(obj, "spec", "")
+    path = "spec"
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec, path = reader.map(spec, "spec", "spec"), "spec.spec"
+    devices = reader.map(spec, "devices", path)
+    for i, request in enumerate(reader.list(devices, "requests", f"{path}.devices")):
+        if not isinstance(request, Mapping):
+            reader.invalid.append(f"{path}.devices.requests[{i}]: expected a map, got "
+                                  f"{type(request).__name__}")
+
+
 def workload_facts(
     obj: Mapping[str, Any],
     *,
@@ -841,12 +865,14 @@ def workload_facts(
     templates (0 replicas) whose ``total`` is what a pod naming it is given.
     """
     if is_claim_object(obj):
-        metadata = as_mapping(obj.get("metadata"))
-        names = [metadata.get(k) for k in ("namespace", "name", "generateName")]
-        namespace, name, generate = (v if isinstance(v, str) and v else None for v in names)
-        claim = Workload(str(obj.get("kind")), str(obj.get("apiVersion")), namespace,
-                         name or generate, generic=False, templates=())
-        return WorkloadFacts(claim, (), claim_object_facts(obj, settings=settings, dra=dra))
+        reader = _Replicas()
+        claim = Workload(**_identity(obj, reader), generic=False, templates=())
+        _claim_shape(obj, reader)
+        facts = claim_object_facts(obj, settings=settings, dra=dra)
+        if reader.invalid:
+            facts = replace(facts, invalid=tuple(dict.fromkeys((*reader.invalid,
+                                                                 *facts.invalid))))
+        return WorkloadFacts(replace(claim, invalid=tuple(reader.invalid)), (), facts)
     workload = find_workload(obj)
     if workload is None:
         return None
