@@ -48,6 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from policies.facts.dra import MIG_DEVICE_CLASSES
+
 # The device env vars, device paths and container types are policies.facts.gpu's own tables,
 # imported so that the conditions follow them (it has no public names for them yet).
 from policies.facts.gpu import (
@@ -61,7 +63,6 @@ from policies.facts.gpu import (
     KAI_FRACTION,
     KAI_MEMORY,
 )
-from policies.facts.dra import MIG_DEVICE_CLASSES
 from policies.facts.resource_names import (
     DEFAULT_SETTINGS,
     GPU_DEVICE_CLASS_HINTS,
