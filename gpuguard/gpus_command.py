@@ -27,7 +27,7 @@ from gpuguard.input_paths import documents_of
 from gpuguard.output_formats import add_output, versioned, write
 from gpuguard.settings import add_gpu_settings
 from gpuguard.terminal import table_console
-from policies.facts.dra import DraIndex
+from policies.facts.dra import DraIndex, is_claim_object
 from policies.facts.identity import identity_problems
 from policies.facts.nodes import node_facts, node_replicas
 from policies.facts.resource_names import GPUSettings
@@ -79,6 +79,8 @@ def _describe(
         facts = node_facts(body, settings)
         return {"kind": "Node", "apiVersion": body.get("apiVersion"), "namespace": None,
                 "name": facts.name, "source": document.location, "node": facts.to_dict()}
+    if is_claim_object(body):  # makes no pods: its GPUs are counted in the pods that name it
+        return None
     workload = workload_facts(body, settings=settings, dra=claims)
     if workload is None:
         return None

@@ -407,3 +407,20 @@ def dra_objects(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
 
 def _is_resource_api(obj: Mapping[str, Any]) -> bool:
     return str(obj.get("apiVersion", "")).startswith("resource.k8s.io/")
+
+
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+"""The ``resource.k8s.io`` kinds that ask for devices: judged themselves at admission (a Pod
+arrives without the claim its ``spec.resourceClaims`` names)."""
+
+
+def is_claim_object(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` is a ``resource.k8s.io`` ResourceClaim or ResourceClaimTemplate."""
+    return obj.get("kind") in CLAIM_KINDS and _is_resource_api(obj)
+
+
+def claim_requests_path(obj: Mapping[str, Any]) -> str:
+    """Where a claim object lists its device requests: ``spec.devices.requests`` of a
+    ResourceClaim, ``spec.spec.devices.requests`` of a ResourceClaimTemplate."""
+    spec = "spec.spec" if obj.get("kind") == "ResourceClaimTemplate" else "spec"
+    return f"{spec}.devices.requests"

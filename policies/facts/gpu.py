@@ -26,7 +26,14 @@ from fractions import Fraction
 from typing import Any, Final, TypeVar
 
 from policies.facts import mig, vgpu
-from policies.facts.dra import MIG_DEVICE_CLASSES, UNKNOWN_MIG_PROFILE, ClaimDevices, DraIndex
+from policies.facts.dra import (
+    MIG_DEVICE_CLASSES,
+    UNKNOWN_MIG_PROFILE,
+    ClaimDevices,
+    DraIndex,
+    claim_devices,
+    claim_requests_path,
+)
 from policies.facts.quantity import (
     MAX_COUNT,
     QuantityError,
@@ -1369,6 +1376,49 @@ def pod_facts(
         unrecognized=tuple(dict.fromkeys(out.unrecognized)),
         sources=tuple(out.sources),
     )
+
+
+def claim_object_facts(
+    obj: Mapping[str, Any], *, settings: GPUSettings = DEFAULT_SETTINGS,
+    dra: DraIndex | None = None,
+) -> GPUFacts:
+    """The GPU facts of one ResourceClaim or ResourceClaimTemplate object by itself: what a pod
+    naming it would be given (its GPUs, MIG slices by profile in ``mig``, GPU-equivalents), read
+    by :func:`policies.facts.dra.claim_devices` as for a pod's claim.
+
+    ``dra`` (the input's DRA objects) gives the DeviceClasses and, for this very object, its
+    entry read with the input's ResourceSlices; without it (at the webhook, where only the
+    object is sent) the classes are known by name only: ``mig.nvidia.com`` and the request's own
+    selectors (``type == 'mig'``, a ``profile`` attribute) make MIG slices, and a DeviceClass
+    whose own selectors pick MIG slices under another name cannot be seen. Paths name the
+    object's ``devices.requests``. Never raises.
+    """
+    metadata = as_mapping(obj.get("metadata"))
+    namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else None
+    # A nameless object (reported by its reader) is still judged: it stands for itself here.
+    names = [n for n in (metadata.get("name"), metadata.get("generateName"))
+             if isinstance(n, str) and n]
+    name = names[0] if names else "(no name)"
+    key = (namespace or None, name)
+    template = obj.get("kind") == "ResourceClaimTemplate"
+    known = None
+    if dra is not None:  # the input's own reading of this object (its slices, its allocation)
+        known = (dra.templates if template else dra.claims).get(key)
+    if known is None:
+        known = claim_devices(obj, dra.device_classes if dra is not None else {})
+    index = DraIndex(templates={key: known} if template else {},
+                     claims={} if template else {key: known},
+                     device_classes=dra.device_classes if dra is not None else {})
+    entry = {"name": name, "resourceClaimTemplateName" if template else "resourceClaimName": name}
+    where = claim_requests_path(obj)
+    facts = pod_facts({"resourceClaims": [entry]}, spec_path="spec", settings=settings,
+                      namespace=key[0], dra=index, claims_path=where)
+    # One entry stands for the whole object: its path is the requests list, not an index in it.
+    def placed(text: str) -> str:
+        return text.replace(f"{where}[0]", where)
+    return replace(facts, unknown=tuple(placed(u) for u in facts.unknown),
+                   invalid=tuple(placed(i) for i in facts.invalid),
+                   dra_claims=tuple(replace(c, path=placed(c.path)) for c in facts.dra_claims))
 
 
 def _hami_details(containers: Sequence[_Container]) -> HamiSplit | None:

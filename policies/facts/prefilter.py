@@ -48,6 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from policies.facts.dra import MIG_DEVICE_CLASSES
+
 # The device env vars, device paths and container types are policies.facts.gpu's own tables,
 # imported so that the conditions follow them (it has no public names for them yet).
 from policies.facts.gpu import (
@@ -61,7 +63,13 @@ from policies.facts.gpu import (
     KAI_FRACTION,
     KAI_MEMORY,
 )
-from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, name_patterns
+from policies.facts.resource_names import (
+    DEFAULT_SETTINGS,
+    GPU_DEVICE_CLASS_HINTS,
+    NON_GPU_DEVICE_CLASSES,
+    GPUSettings,
+    name_patterns,
+)
 from policies.facts.workload_kinds import EPHEMERAL_CONTAINERS, WORKLOAD_KINDS
 
 # HAMi's pod annotations that pick or steer GPUs (gpu-domain.md, "HAMi pod annotations"). The GPU
@@ -98,6 +106,16 @@ ACCELERATOR_FIELD_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = 
     (k.group, k.plural): (*k.claim_refs, *k.mig_requests) for k in WORKLOAD_KINDS
     if k.claim_refs or k.mig_requests
 }
+
+# Where a resource.k8s.io ResourceClaim / ResourceClaimTemplate keeps its ResourceClaimSpec
+# (policies.facts.dra.claim_devices): judged themselves, as a pod arrives without its claims.
+CLAIM_LOCATIONS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    ("resource.k8s.io", "resourceclaims"): ("spec",),
+    ("resource.k8s.io", "resourceclaimtemplates"): ("spec.spec",),
+}
+# A selector the facts read as MIG slices (policies.facts.dra: ``type == 'mig'`` or any test
+# of a ``profile`` attribute), as RE2.
+_MIG_SELECTOR = r"\.profile\b|\[['\"]profile['\"]\]|\.type\s*==\s*['\"]mig['\"]"
 
 NOT_BEING_DELETED: Final = "not-an-update-of-an-object-being-deleted"
 CAN_TOUCH_GPUS: Final = "can-touch-gpus"
@@ -241,6 +259,26 @@ def resources_test(var: str, settings: GPUSettings = DEFAULT_SETTINGS) -> str:
             f"|| {var}.exists(r, {test})")
 
 
+def claim_test(var: str) -> str:
+    """A claim spec ``var`` (a ResourceClaimSpec) with a request, ``exactly`` or
+    ``firstAvailable`` alternative for MIG slices or GPUs as :mod:`policies.facts.dra` reads
+    them without the DeviceClass (which is cluster-scoped, never in the request): a MIG class
+    name (``mig.nvidia.com``), a class name the GPU registry calls a GPU
+    (:func:`policies.facts.resource_names.device_class_is_gpu`), or a CEL selector testing
+    ``type == 'mig'`` or a ``profile`` attribute. A class of another name whose own selectors
+    pick GPUs is not seen (nor by the facts at the webhook)."""
+    name = "q.?deviceClassName.orValue('')"
+    gpu = " || ".join(f"{name}.contains({_quote(h)})" for h in GPU_DEVICE_CLASS_HINTS)
+    return (
+        f"{var}.?devices.?requests.orValue([]).exists(r,\n"
+        "  ([r, ?r.?exactly] + r.?firstAvailable.orValue([])).exists(q,\n"
+        f"    {name} in {_list(MIG_DEVICE_CLASSES)}\n"
+        f"    || (!({name} in {_list(NON_GPU_DEVICE_CLASSES)}) && ({gpu}))\n"
+        "    || q.?selectors.orValue([]).exists(s, s.?cel.?expression.orValue('').matches(\n"
+        f"      {_quote(_MIG_SELECTOR)}))))"
+    )
+
+
 def _location_list(var: str, locations: Iterable[str]) -> str:
     """A CEL list of what lies at ``locations`` of ``var`` (absent ones dropped)."""
     singles: list[str] = []
@@ -301,7 +339,8 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
     if derived:
         raise ValueError(f"{', '.join(derived)}: made by a scheduler for a workload that is "
                          "judged itself; a webhook rule for it would judge the job twice")
-    unknown = [f"{g or 'core'}/{r}" for g, r in resources if (g, r) not in TEMPLATE_LOCATIONS]
+    unknown = [f"{g or 'core'}/{r}" for g, r in resources
+               if (g, r) not in TEMPLATE_LOCATIONS and (g, r) not in CLAIM_LOCATIONS]
     if unknown:
         raise ValueError(f"no pod-template locations known for {', '.join(unknown)}: add them "
                          "to policies.facts.prefilter.TEMPLATE_LOCATIONS (as "
@@ -311,6 +350,7 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
     blocks = _locations(RESOURCE_LOCATIONS, resources)
     devices = _locations(DEVICE_LOCATIONS, resources)
     fields = _locations(ACCELERATOR_FIELD_LOCATIONS, resources)
+    claims = _locations(CLAIM_LOCATIONS, resources)
     tests = []
     if templates == [""]:
         tests.append(pod_template_test("o", settings).replace("\n", "\n  "))
@@ -334,6 +374,10 @@ def can_touch_gpus(resources: Iterable[tuple[str, str]],
                      f"{host}))")
     if fields:
         tests.append(f"({_location_list('o', fields)}).exists(f, f.size() > 0)")
+    if claims:
+        body = claim_test("c").replace("\n", "\n  ")
+        tests.append(f"({_location_list('o', claims)}).exists(c,\n  {body})"
+                     .replace("\n", "\n  "))
     body = "\n|| ".join(tests).replace("\n", "\n  ")
     return f"[object != null ? object : oldObject].exists(o, o != null && (\n  {body}\n))"
 

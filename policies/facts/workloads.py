@@ -21,8 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from policies.facts.dra import DraIndex, claim_devices, dra_objects
-from policies.facts.gpu import GPUFacts, merge, pod_facts, virtual_machine_facts
+from policies.facts.dra import DraIndex, claim_devices, dra_objects, is_claim_object
+from policies.facts.gpu import (
+    GPUFacts,
+    claim_object_facts,
+    merge,
+    pod_facts,
+    virtual_machine_facts,
+)
 from policies.facts.identity import NAME_FIELDS, identity_problems
 from policies.facts.nodes import mig_resource_suffix
 from policies.facts.quantity import MAX_COUNT
@@ -778,15 +784,9 @@ def _virtual_machines(
                     vm_domain_path=path, stopped=stopped)
 
 
-def find_workload(obj: Mapping[str, Any]) -> Workload | None:
-    """Locate the pod templates of one Kubernetes object.
-
-    Returns:
-        A :class:`Workload`, or None for objects that make no pods (Service, ConfigMap, …).
-        KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
-        whose GPUs come from ``domain.devices`` (``vm_domain_path``).
-    """
-    reader = _Replicas()
+def _identity(obj: Mapping[str, Any], reader: _Replicas) -> _Identity:
+    """The kind, apiVersion, namespace and name of ``obj``; unusable fields (metadata not a map,
+    no name, labels not a map, a Pod's own fields) are reported in ``reader.invalid``."""
     reader.invalid.extend(identity_problems(obj))  # the one rule of kind / metadata's types
     kind = obj.get("kind", "")
     if not isinstance(kind, str):
@@ -812,6 +812,21 @@ def find_workload(obj: Mapping[str, Any]) -> Workload | None:
         "namespace": names["namespace"],
         "name": names["name"] or names["generateName"],
     }
+    return base
+
+
+def find_workload(obj: Mapping[str, Any]) -> Workload | None:
+    """Locate the pod templates of one Kubernetes object.
+
+    Returns:
+        A :class:`Workload`, or None for objects that make no pods (Service, ConfigMap, …).
+        KubeVirt VirtualMachine / VirtualMachineInstance give a workload without pod templates
+        whose GPUs come from ``domain.devices`` (``vm_domain_path``).
+    """
+    reader = _Replicas()
+    base = _identity(obj, reader)
+    kind = base["kind"]
+    metadata = as_mapping(obj.get("metadata"))
     virtual = _VIRTUAL_MACHINE_KINDS.get(kind)
     if virtual is not None and str(obj.get("apiVersion", "")).startswith(f"{virtual.group}/"):
         return _virtual_machines(obj, virtual.devices[0].removesuffix(".devices"), base, reader)
@@ -911,6 +926,21 @@ def _stopped_note(workload: Workload, per_vm: GPUFacts) -> str:
             f"{devices}, {size}")
 
 
+def _claim_shape(obj: Mapping[str, Any], reader: _Replicas) -> None:
+    """Report the unusable levels of a claim object's requests (``spec``, a template's
+    ``spec.spec``, ``devices``, ``requests`` and each request): what
+    :func:`policies.facts.dra.claim_devices` reads as empty."""
+    spec = reader.map(obj, "spec", "")
+    path = "spec"
+    if obj.get("kind") == "ResourceClaimTemplate":
+        spec, path = reader.map(spec, "spec", "spec"), "spec.spec"
+    devices = reader.map(spec, "devices", path)
+    for i, request in enumerate(reader.list(devices, "requests", f"{path}.devices")):
+        if not isinstance(request, Mapping):
+            reader.invalid.append(f"{path}.devices.requests[{i}]: expected a map, got "
+                                  f"{type(request).__name__}")
+
+
 def workload_facts(
     obj: Mapping[str, Any],
     *,
@@ -923,8 +953,19 @@ def workload_facts(
     Per-node workloads (DaemonSet) are totalled for one node. ``dra`` (:func:`dra_index_of` of
     the whole input) resolves DRA claims; without it ``claim_templates`` (the older
     ``(namespace, name) -> (GPU class, count)`` shape) does. Never raises on malformed objects:
-    problems are in the facts' ``invalid``.
+    problems are in the facts' ``invalid``. A ResourceClaim or ResourceClaimTemplate makes no
+    pods but is judged itself (:func:`policies.facts.gpu.claim_object_facts`): a workload of no
+    templates (0 replicas) whose ``total`` is what a pod naming it is given.
     """
+    if is_claim_object(obj):
+        reader = _Replicas()
+        claim = Workload(**_identity(obj, reader), generic=False, templates=())
+        _claim_shape(obj, reader)
+        facts = claim_object_facts(obj, settings=settings, dra=dra)
+        if reader.invalid:
+            facts = replace(facts, invalid=tuple(dict.fromkeys((*reader.invalid,
+                                                                 *facts.invalid))))
+        return WorkloadFacts(replace(claim, invalid=tuple(reader.invalid)), (), facts)
     workload = find_workload(obj)
     if workload is None:
         return None

@@ -45,9 +45,11 @@ def test_a_mig_claim_of_unknown_profile_is_denied_by_mig_profile_allowed(capsys)
                        "--namespace-labels", "gpuguard.io/team=inference")
     assert code == 1
     denied = {n for n, r in out.items() if not r["allowed"]}
-    assert denied == {"p-v1-two-requests"}  # 2 mig.nvidia.com slices, no profile pinned
-    assert out["p-v1-two-requests"]["message"].startswith(
-        "mig-profile-allowed: MIG profile unknown is not allowed for team 'inference'")
+    # 2 mig.nvidia.com slices, no profile pinned: the pod and its template itself
+    assert denied == {"p-v1-two-requests", "v1-two-requests"}
+    for name in denied:
+        assert out[name]["message"].startswith(
+            "mig-profile-allowed: MIG profile unknown is not allowed for team 'inference'")
 
 
 def test_gpuquota_mig_limit_denies_two_dra_slices(capsys) -> None:
@@ -97,3 +99,17 @@ def test_gpus_shows_the_mig_profile_and_two_sevenths(capsys) -> None:
     assert main(["gpus", "-f", MIG_ONLY]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "p-mig" in line)
     assert "1g.10gb: 2" in row and "0.285714" in row
+
+
+def test_the_claim_template_itself_is_denied_for_the_vision_team_and_allowed_for_inference(
+        capsys) -> None:
+    # At admission a Pod arrives without its claim: the ResourceClaimTemplate is judged itself.
+    code, out = _check(capsys, "-f", MIG_ONLY, "--policies", LIBRARY_MIG,
+                       "--namespace-labels", "gpuguard.io/team=vision")
+    assert code == 1
+    assert out["mig-only"]["allowed"] is False and out["mig-only"]["message"] == DENIAL
+    assert out["compute-domain"]["allowed"] and out["vfio"]["allowed"]
+    code, out = _check(capsys, "-f", MIG_ONLY, "--policies", LIBRARY_MIG,
+                       "--namespace-labels", "gpuguard.io/team=inference")
+    assert code == 0 and out["mig-only"]["allowed"] is True
+

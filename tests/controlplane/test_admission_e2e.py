@@ -529,3 +529,44 @@ def test_certificate_rotation_while_the_api_server_keeps_calling(cluster, webhoo
         caller.join(60)
     assert failures == []  # every call in between got gpuguard's verdict, none an error
     assert webhook.metric("gpuguard_tls_reloads_total", outcome="success") > before
+
+
+# DRA MIG claims (trial finding 2): a Pod reaches the webhook without the claim it names, so
+# mig-profile-allowed judges the ResourceClaimTemplate itself, which the API server sends
+# (pods.validate's resource.k8s.io rule, its generated matchConditions) before any pod uses it.
+MIG_ONLY = REPO / "tests" / "data" / "trial" / "dra" / "mig-only.yaml"
+
+
+def _trial_template(name: str, namespace: str) -> dict[str, Any]:
+    found = next(d for d in yaml.safe_load_all(MIG_ONLY.read_text(encoding="utf-8"))
+                 if d["kind"] == "ResourceClaimTemplate" and d["metadata"]["name"] == name)
+    found["metadata"]["namespace"] = namespace
+    return dict(found)
+
+
+def test_a_mig_claim_template_of_a_profile_the_team_may_not_use_is_denied(
+        cluster, webhook, make_namespace) -> None:
+    vision = make_namespace("dra-vision", labels={"gpuguard.io/team": "vision"})
+    template = _trial_template("mig-only", vision)
+    denied = cluster.kubectl("create", "-f", "-", input=json.dumps(template))
+    assert denied.returncode == 1
+    assert (f'admission webhook "pods.validate.gpuguard.io" denied the request: '
+            f"mig-profile-allowed: MIG profile 1g.10gb is not allowed for team 'vision' "
+            f"(namespace '{vision}', label gpuguard.io/team=vision); this team may not use MIG. "
+            "Ask the platform team to add 1g.10gb to params.allowedProfiles.vision of policy "
+            "mig-profile-allowed.") in denied.stderr, denied.stderr
+    assert cluster.kubectl("-n", vision, "get", "resourceclaimtemplate",
+                           "mig-only").returncode == 1  # nothing was stored
+    inference = make_namespace("dra-inference", labels={"gpuguard.io/team": "inference"})
+    before = len(webhook.decisions())
+    allowed = cluster.kubectl("create", "-f", "-",
+                              input=json.dumps(_trial_template("mig-only", inference)))
+    assert allowed.returncode == 0, allowed.stderr  # 1g.10gb is the inference team's
+    channel = cluster.kubectl("create", "-f", "-",
+                              input=json.dumps(_trial_template("compute-domain", inference)))
+    assert channel.returncode == 0, channel.stderr
+    sent = {d.get("name") for d in webhook.decisions()[before:]
+            if d.get("namespace") == inference}
+    # the MIG template reached gpuguard; the IMEX channel's (no GPU) was filtered out by the
+    # matchConditions, so an outage of gpuguard cannot block it
+    assert "mig-only" in sent and "compute-domain" not in sent, sent

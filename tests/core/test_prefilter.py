@@ -202,7 +202,8 @@ def test_input_without_webhook_configurations_is_an_error(tmp_path, capsys) -> N
 def test_every_rule_resource_has_template_locations() -> None:
     for name, resources in RULES.items():
         for key in resources:
-            assert key in prefilter.TEMPLATE_LOCATIONS, (name, key)
+            assert key in prefilter.TEMPLATE_LOCATIONS or key in prefilter.CLAIM_LOCATIONS, \
+                (name, key)
     assert len(prefilter.match_conditions(RULES["mutate.gpuguard.io"])) <= 64
 
 
@@ -263,6 +264,12 @@ COUNTED_NOT_SENT = {
     # workerGroupSpecs written as a map: the CRD's structural schema (an array) rejects it before
     # any admission webhook runs; the facts count the one group it describes and call it invalid.
     ("RayCluster", "raycluster-tpu-v4-multihost"),
+    # A claim for a DeviceClass whose name does not tell its kind (its selectors pick GPUs): the
+    # class is cluster-scoped and never in the request, so the condition cannot know it; the
+    # facts count it as of unknown size. Claims are judged for their MIG slices
+    # (mig-profile-allowed), which a MIG class name or the request's own selectors show; the
+    # pods using this one are still judged (quota: its size is unknown).
+    ("ResourceClaimTemplate", "a100"),
 }
 # CPU objects of the corpus that must never reach gpuguard (at least these).
 CPU_OBJECTS = {("Pod", "ollama-cpu-0"), ("StatefulSet", "ollama-cpu"),
@@ -707,6 +714,64 @@ def test_kubevirt_vms_with_gpus_are_sent() -> None:
     assert WORKLOADS.calls(pool) and WORKLOADS.calls(replica_set)
     pool["spec"]["virtualMachineTemplate"]["spec"]["template"]["spec"]["domain"] = plain
     assert not WORKLOADS.calls(pool)
+
+
+def _claim_objects() -> list[tuple[str, dict[str, Any]]]:
+    """The ResourceClaims and ResourceClaimTemplates of tests/data (v1beta1 and v1 shapes)."""
+    documents, _ = read_documents([str(ROOT / "tests" / "data")])
+    return [(d.location, d.body) for d in documents if d.body.get("kind") in (
+        "ResourceClaim", "ResourceClaimTemplate")
+        and str(d.body.get("apiVersion", "")).startswith("resource.k8s.io/")]
+
+
+def test_dra_claims_are_sent_exactly_when_the_facts_see_gpus_or_mig() -> None:
+    # A claim is judged itself (mig-profile-allowed): sent when the facts, without the
+    # DeviceClass (cluster-scoped, not in the request), count a GPU or a MIG slice in it; an
+    # IMEX channel or a NIC is not sent. A class of unknown kind is counted by the facts but
+    # not sent: see CLAIMS_OF_UNKNOWN_KIND.
+    claims = _claim_objects()
+    assert len(claims) >= 10
+    sent, missed, beyond = 0, [], []
+    for where, obj in claims:
+        facts = workload_facts(obj)
+        assert facts is not None
+        total = facts.total
+        counted = bool(total.mig) or (bool(total.dra_claims) and not total.unknown)
+        called = PODS.calls(_without_nulls(obj))
+        assert PODS.calls(None, operation="DELETE", old=_without_nulls(obj)) == called
+        sent += called
+        if (counted or total.mig) and not called:
+            missed.append(where)
+        if called and not total.dra_claims:
+            beyond.append(where)
+    assert not missed, missed
+    assert not beyond, beyond
+    assert sent >= 5
+
+
+def test_a_mig_selector_on_a_class_of_any_name_is_sent() -> None:
+    def claim(request: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "t", "namespace": "n"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "r", **request}]}}}}
+
+    profile = [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}]
+    kind = [{"cel": {"expression": 'device.attributes["gpu.nvidia.com"].type == "mig"'}}]
+    for request in ({"exactly": {"deviceClassName": "slices.example.com", "selectors": profile}},
+                    {"firstAvailable": [{"name": "a", "deviceClassName": "nic.example.com"},
+                                        {"name": "b", "deviceClassName": "x.example.com",
+                                         "selectors": kind}]},
+                    {"deviceClassName": "mig.nvidia.com"},  # v1beta1: no exactly
+                    {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}):
+        obj = claim(request)
+        assert PODS.calls(obj), request
+        assert workload_facts(obj).total.requested, request  # type: ignore[union-attr]
+    for request in ({"exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}},
+                    {"exactly": {"deviceClassName": "nic.example.com"}}):
+        assert not PODS.calls(claim(request)), request
+    bare = claim({"exactly": {"deviceClassName": "gpu.nvidia.com"}})
+    claim_object = {**bare, "kind": "ResourceClaim", "spec": bare["spec"]["spec"]}
+    assert PODS.calls(claim_object)
 
 
 # --- operations ------------------------------------------------------------------------------

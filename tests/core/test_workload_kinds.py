@@ -94,8 +94,10 @@ def test_webhook_rules_follow_the_registry():
         registered = {(k.group, k.plural) for k in WORKLOAD_KINDS}
         assert sent - registered <= {("", "pods"), ("", "pods/ephemeralcontainers")}
         assert not sent & {(k.group, k.plural) for k in WORKLOAD_KINDS if k.derived}
+    # and the DRA claims, judged themselves (a Pod arrives without them), fail-closed as pods
     assert {(g, r) for g, _, r in rules["pods.validate.gpuguard.io"]} == {
-        ("", "pods"), ("", "pods/ephemeralcontainers")}
+        ("", "pods"), ("", "pods/ephemeralcontainers"),
+        ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "resourceclaimtemplates")}
 
 
 @pytest.mark.parametrize("kind", [k for k in WORKLOAD_KINDS if k.replica_specs],

@@ -138,6 +138,9 @@ WORKLOAD_RESOURCES = {
     ("kaito.sh", "workspaces"), ("kaito.sh", "inferencesets"),
 }
 POD_RESOURCES = {("", "pods"), ("", "pods/ephemeralcontainers")}
+# DRA claims, judged themselves (a pod arrives without them): fail-closed beside the pods.
+CLAIM_RESOURCES = {("resource.k8s.io", "resourceclaims"),
+                   ("resource.k8s.io", "resourceclaimtemplates")}
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(
@@ -323,7 +326,7 @@ def _rule_resources(webhook: dict[str, Any]) -> set[tuple[str, str]]:
 @needs_kubectl
 def test_webhook_rules_cover_pods_and_the_workload_kinds() -> None:
     hooks = {w["name"]: w for _, w in _webhooks("base")}
-    assert _rule_resources(hooks["pods.validate.gpuguard.io"]) == POD_RESOURCES
+    assert _rule_resources(hooks["pods.validate.gpuguard.io"]) == POD_RESOURCES | CLAIM_RESOURCES
     assert _rule_resources(hooks["workloads.validate.gpuguard.io"]) == WORKLOAD_RESOURCES
     assert _rule_resources(hooks["mutate.gpuguard.io"]) == POD_RESOURCES | WORKLOAD_RESOURCES
     for hook in hooks.values():
