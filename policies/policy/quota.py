@@ -182,6 +182,9 @@ def _mig_unknown(claims: Iterable[DraClaim]) -> tuple[str, ...]:
         if UNKNOWN_MIG_PROFILE in claim.mig:
             reasons.append(f"{claim.path}: {claim.mig[UNKNOWN_MIG_PROFILE]} MIG slice(s) of "
                            "unknown profile")
+        elif claim.mig and claim.count is None:  # allocationMode All, or an unusable count
+            reasons.append(f"{claim.path}: the number of its MIG slices is not known "
+                           "(allocationMode All takes every matching device of the node)")
         elif claim.device_class is None and claim.count is None:
             reasons.append(f"{claim.path}: the devices of {claim.template or claim.resource_claim}"
                            " are not known (they may be MIG slices)")

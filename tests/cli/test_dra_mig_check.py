@@ -113,3 +113,16 @@ def test_the_claim_template_itself_is_denied_for_the_vision_team_and_allowed_for
                        "--namespace-labels", "gpuguard.io/team=inference")
     assert code == 0 and out["mig-only"]["allowed"] is True
 
+
+
+def test_an_allocation_mode_all_mig_claim_is_unknown_size_under_a_mig_limit(capsys) -> None:
+    """A second trial's find: a claim taking every matching 1g.10gb slice of the node was charged
+    as one slice, so a `mig: {1g.10gb: 1}` GPUQuota admitted it."""
+    code, out = _check(capsys, "-f", str(TRIAL / "dra" / "allocation-all.yaml"), "--policies",
+                       str(TRIAL / "quota" / "mig-quota-vision.yaml"), "--snapshot",
+                       str(TRIAL / "quota" / "vision-namespace.yaml"))
+    assert code == 1
+    assert out["p-all"]["allowed"] is False
+    assert "the number of its MIG slices is not known (allocationMode All" in \
+        out["p-all"]["quota"]["denials"][0]
+    assert out["p-gpuclass"]["allowed"]  # a whole-GPU claim: no mig limit applies
