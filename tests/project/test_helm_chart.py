@@ -336,11 +336,15 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "PDB above the replicas": (
         {"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 5}}},
         "webhook.podDisruptionBudget.minAvailable (5) must be below webhook.replicas (3)"),
+    "extraArgs repeating a flag the chart sets (a second trial's find)": (
+        {"webhook": {"extraArgs": ["--deadline-ms=9000"]}},
+        "extraArgs: --deadline-ms is set by the chart from its values"),
     "required value removed": (
         {"webhook": {"timeoutSeconds": None}},
         "at '/webhook': missing property 'timeoutSeconds'"),
 }
-NOT_LINTED = {"PDB as many as the replicas", "PDB above the replicas"}
+NOT_LINTED = {"PDB as many as the replicas", "PDB above the replicas",
+              "extraArgs repeating a flag the chart sets (a second trial's find)"}
 
 
 def test_the_bad_value_cases_are_the_trials_values() -> None:

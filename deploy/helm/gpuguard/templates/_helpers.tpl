@@ -86,5 +86,13 @@ those in drop removed, then add appended. Arguments: dict args, set, drop, add.
 {{- else -}}{{- $out = append $out $arg -}}
 {{- end -}}
 {{- end -}}
+{{- $flags := list -}}
+{{- range $arg := $out -}}{{- $flags = append $flags (regexReplaceAll "=.*" $arg "") -}}{{- end -}}
+{{- range $arg := (.add | default list) -}}
+{{- $flag := regexReplaceAll "=.*" (toString $arg) "" -}}
+{{- if has $flag $flags -}}
+{{- fail (printf "extraArgs: %s is set by the chart from its values (the last one given wins, so this would bypass the chart's checks, e.g. --deadline-ms against webhook.timeoutSeconds); set the value instead" $flag) -}}
+{{- end -}}
+{{- end -}}
 {{- toJson (concat $out (.add | default list)) -}}
 {{- end -}}
