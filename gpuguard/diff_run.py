@@ -1,24 +1,7 @@
-"""``gpuguard diff``'s run (its flags are :mod:`gpuguard.diff_command`, which imports this module
-only when the command runs: the scanner and the policy engine cost ~0.3 s of CPU that ``--help``
+"""``gpuguard diff``'s run: the two scans and the comparison. What the command does, its flags
+and exit codes are :mod:`gpuguard.diff_command`'s docstring; that module imports this one only
+when the command runs (the scanner and the policy engine cost ~0.3 s of CPU that ``--help``
 must not pay).
-``gpuguard diff``: what a candidate policy set would change, before it is enforced.
-
-Reads a snapshot (``-f``, as ``gpuguard audit -f`` reads it: files, directories, ``-``, ``.gz``)
-or the live cluster (``--cluster``, read-only, listed as ``gpuguard audit --cluster`` lists it)
-once and scans it twice with the audit's scanner — once with the policy set in force
-(``--policies``, default the built-in library), once with the candidate (``--candidate``) — then
-prints per workload what changes (:mod:`audit.report.policy_diff`): newly denied, newly warned, no
-longer denied, new, removed or changed mutations (their RFC 6902 patches), with counts per policy
-and per team (``-o table|json|markdown``). A workload's findings are the audit's own, so what
-``gpuguard audit --policies`` finds and what ``diff`` says cannot disagree.
-
-Exit codes (:mod:`gpuguard.exit_codes`): 0 the candidate denies nothing the current set admits;
-1 it would deny at least one workload the current set admits (or only warns about), for CI on
-policy repositories; 2 bad input or usage, and then nothing is printed on stdout: either policy
-set broken or empty, a ``-f`` path that names no object, nothing readable, an unusable cluster
-configuration; 3 the API server cannot be reached (nothing compared). Within the inputs that name
-something, each unreadable file, document or resource is one line on stderr and both scans run on
-the rest.
 """
 
 from __future__ import annotations
