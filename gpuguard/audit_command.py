@@ -118,4 +118,8 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                        help="report writes per second for all reports (default 20)")
     watch.add_argument("--policy-reload-s", type=float, default=5.0, metavar="S",
                        help="seconds between checks of the --policies files (default 5)")
+    watch.add_argument("--policy-removal-quiet-s", type=float,
+                       default=60.0, metavar="S",  # serve's default (a test keeps them equal)
+                       help="seconds a change that removes content from a policy must hold "
+                       "still before it is used, as in serve (default %(default)s)")
     return "audit", run

@@ -425,7 +425,8 @@ def _watch(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
     from_files = {q.name for q in loaded.engine.policies.quotas}
     extra = tuple(q for name, q in quotas.items() if name not in from_files)
     try:
-        source = audit_watch.FilePolicySource(args.policies, gpu, metrics, extra)
+        source = audit_watch.FilePolicySource(args.policies, gpu, metrics, extra,
+                                              removal_quiet_s=args.policy_removal_quiet_s)
     except ValueError as exc:
         _error(f"error: the policy set did not load: {exc}")
         return EXIT_USAGE

@@ -44,7 +44,7 @@ from kube.lists import AUDIT_RESOURCES, Resource
 from kube.policy_reports import ReportWriter
 from kube.resource_watch import ResourceWatch
 from policies.facts.resource_names import GPUSettings
-from webhook.policy_store import LOADED, REJECTED, PolicyStore
+from webhook.policy_store import HELD, LOADED, REJECTED, PolicyStore
 
 LOG = logging.getLogger("gpuguard.audit.watch")
 
@@ -113,8 +113,9 @@ class FilePolicySource(PolicySource):
     last good set stays."""
 
     def __init__(self, paths: list[str] | None, gpu: GPUSettings, metrics: WatchMetrics,
-                 extra_quotas: tuple[Any, ...] = ()) -> None:
-        self.store = PolicyStore(paths, lambda snapshot: policy_set.load(snapshot, gpu))
+                 extra_quotas: tuple[Any, ...] = (), *, removal_quiet_s: float = 0.0) -> None:
+        self.store = PolicyStore(paths, lambda snapshot: policy_set.load(snapshot, gpu),
+                                 removal_quiet_s=removal_quiet_s)
         self.metrics = metrics
         self._extra_quotas = extra_quotas
         first = self.store.load()
@@ -144,6 +145,11 @@ class FilePolicySource(PolicySource):
             self.metrics.policy_reloads.labels("rejected").inc()
             LOG.error("policy update rejected; the previous set stays",
                       extra={"fields": {"errors": list(result.errors)}})
+        if result.outcome == HELD and result.first:
+            self.metrics.policy_reloads.labels("held").inc()
+            LOG.warning("policy update removes content from policies; used once the files read "
+                        f"the same for {self.store.removal_quiet_s:g} s", extra={"fields": {
+                            "removes": list(result.errors)}})
         return None
 
 

@@ -126,6 +126,12 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
     parser.add_argument("--policy-reload-s", type=float, default=ServerSettings.policy_reload_s,
                         metavar="S", help="seconds between policy file checks "
                         "(default %(default)s)")
+    parser.add_argument("--policy-removal-quiet-s", type=float,
+                        default=ServerSettings.policy_removal_quiet_s, metavar="S",
+                        help="seconds a change that removes content from a policy (a field, a "
+                        "validation, the end of an expression: what a truncated file looks "
+                        "like) must hold still before it is served; 0: as any change "
+                        "(default %(default)s)")
     parser.add_argument("--tls-reload-s", type=float, default=ServerSettings.tls_reload_s,
                         metavar="S", help="seconds between certificate file checks "
                         "(default %(default)s)")

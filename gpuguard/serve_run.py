@@ -247,7 +247,8 @@ def serve_worker(config: ServeConfig) -> int:
         return EXIT_USAGE
     loader = functools.partial(policy_set.load, settings=config.gpu,
                                skip_broken=config.skip_broken)
-    store: PolicyStore = PolicyStore(config.policies, loader)
+    removal_quiet_s = config.server.policy_removal_quiet_s
+    store: PolicyStore = PolicyStore(config.policies, loader, removal_quiet_s=removal_quiet_s)
     watch = None
     elector: LeaseElector | None = None
     if cluster is not None:
@@ -258,7 +259,8 @@ def serve_worker(config: ServeConfig) -> int:
                                    15, math.ceil(3 * config.server.policy_reload_s)),
                                clock=time.monotonic)
         store = ClusterPolicyStore(config.policies, loader, watch,
-                                   publisher=StatusPublisher(cluster.api_client, elector.leading))
+                                   publisher=StatusPublisher(cluster.api_client, elector.leading),
+                                   removal_quiet_s=removal_quiet_s)
     banner = functools.partial(_print_dev_help, config.dev, config.server.host) \
         if config.dev is not None else None
     server = Server(config.server, store, namespaces, tls,
@@ -421,7 +423,7 @@ def build_config(args: argparse.Namespace, settings: GPUSettings, *,
         header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
         max_connections=args.max_connections,
         max_idle_connections=args.max_idle_connections, client_auth=bool(args.client_ca),
-        policy_reload_s=args.policy_reload_s,
+        policy_reload_s=args.policy_reload_s, policy_removal_quiet_s=args.policy_removal_quiet_s,
         tls_reload_s=args.tls_reload_s, shutdown_delay_s=args.shutdown_delay_s,
         drain_timeout_s=args.drain_timeout_s, log_objects=args.log_objects,
         benchmark_routes=args.benchmark_routes,

@@ -5,7 +5,8 @@ Owns :class:`ClusterPolicyStore`, a :class:`~webhook.policy_store.PolicyStore` w
 watch (:class:`kube.policy_objects.PolicyObjectWatch`), with the rules of both sources:
 
 - The files keep theirs (:mod:`webhook.policy_store`): whole or refused, a change loaded once it
-  holds still for two checks, a file that loses a document refused. A refused file update leaves
+  holds still for two checks (for ``removal_quiet_s`` when it removes content from a document),
+  a file that loses a document refused. A refused file update leaves
   the files last served in the set; the objects' changes are still applied over them.
 - The objects are whole or refused **each** (:func:`kube.served_set.merge`): an object with an
   error is left out (its last accepted version served in its place), the rest are served. A
@@ -37,7 +38,6 @@ from policies.sources import Snapshot
 from webhook.policy_store import (
     LOADED,
     REJECTED,
-    RETRY,
     UNCHANGED,
     Loader,
     PolicySnapshot,
@@ -86,14 +86,16 @@ class ClusterPolicyStore(PolicyStore):
         objects: the cluster's objects; nothing is loaded before it has synced (an unsynced
             watch would serve a set without the cluster's policies).
         publisher: gets each merge (status conditions); None: no status is written.
-        clock / quiet_s: as for :class:`~webhook.policy_store.PolicyStore` (the files' quiet
-            period; objects need none: the API server writes them whole).
+        clock / quiet_s / removal_quiet_s: as for :class:`~webhook.policy_store.PolicyStore`
+            (the files' quiet periods; objects need none: the API server writes them whole).
     """
 
     def __init__(self, paths: Sequence[str] | None, loader: Loader, objects: ObjectSource, *,
                  publisher: Publisher | None = None,
-                 clock: Callable[[], float] = time.monotonic, quiet_s: float = 0.0) -> None:
-        super().__init__(paths, loader, clock=clock, quiet_s=quiet_s)
+                 clock: Callable[[], float] = time.monotonic, quiet_s: float = 0.0,
+                 removal_quiet_s: float = 0.0) -> None:
+        super().__init__(paths, loader, clock=clock, quiet_s=quiet_s,
+                         removal_quiet_s=removal_quiet_s)
         self.objects = objects
         self.publisher = publisher
         self._files: Snapshot | None = None  # the files in the set being served
@@ -140,23 +142,22 @@ class ClusterPolicyStore(PolicyStore):
         if served is None:
             return self._merge(files, new_files=True)
         digest = files.digest
+        waiting: ReloadResult | None = None
         if digest == served.digest:
-            self._pending, self._rejected, self._file_errors = None, None, ()
+            self._rejected, self._file_errors = None, ()
+            self._clear_pending()
             chosen = served
         elif digest == self._rejected:
-            self._pending = None
-            chosen = served
-        elif self._pending is None or self._pending[0] != digest:
-            self._pending = (digest, self._clock())
-            chosen = served
-        elif self._clock() - self._pending[1] < self.quiet_s:
+            self._clear_pending()
             chosen = served
         else:
-            self._pending = None
-            chosen = files
+            waiting = self._wait(files, served)
+            chosen = served if waiting is not None else files
         result = self._merge(chosen, new_files=chosen is not served)
-        if result.outcome == UNCHANGED and self._pending is not None:
-            return ReloadResult(RETRY)
+        if result.outcome == UNCHANGED and waiting is not None:
+            return waiting
+        if waiting is not None and waiting.first:
+            self._held_digest = None  # an object change was loaded: announce the hold next time
         return result
 
     def _merge(self, files: Snapshot, *, new_files: bool) -> ReloadResult:

@@ -7,7 +7,8 @@ has synced when the served set holds ``GPUQuota`` documents, and no shutdown has
 policy update or a failed certificate reload does not make the server unready (the last good set
 and certificate keep serving) but is shown in the detail. The ``policies`` check names the set
 served: ``generation``, ``hash`` (``sha256:`` of its files) and ``policies`` (how many), plus
-``rejectedUpdate`` (the errors) and ``pendingUpdate`` (a change waiting to hold still).
+``rejectedUpdate`` (the errors) and ``pendingUpdate`` (a change waiting to hold still; for one
+that removes content from policies, what it removes).
 
 Must not serve HTTP (the app does) or change any state other than its own flags.
 """
@@ -57,7 +58,12 @@ class Health:
                 "detail": f"{len(snapshot.names)} policies from {self.store.describe()}"}
             if self.store.last_errors:
                 checks["policies"]["rejectedUpdate"] = list(self.store.last_errors)
-            if self.store.pending:
+            if self.store.held:
+                checks["policies"]["pendingUpdate"] = (
+                    "the policy files changed and remove content from policies; served once they "
+                    f"read the same for {self.store.removal_quiet_s:g} s: "
+                    + "; ".join(self.store.held))
+            elif self.store.pending:
                 checks["policies"]["pendingUpdate"] = "the policy files changed; loaded once " \
                     "they read the same at two consecutive checks"
         tls: dict[str, Any] = {"ok": self.tls_up,

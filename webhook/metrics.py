@@ -22,8 +22,9 @@ Metrics (``endpoint`` is ``validate`` or ``mutate``):
 - ``gpuguard_admission_inline_handoffs_total``: evaluations that outlasted their slice on the
   event loop and were done again in the thread pool (a slow policy set shows here first).
 - ``gpuguard_admission_requests_in_flight``; ``gpuguard_policy_reloads_total{outcome}``
-  (``success``, ``rejected``); ``gpuguard_tls_reloads_total{outcome}`` (``success``,
-  ``failure``); ``gpuguard_policies_loaded``.
+  (``success``, ``rejected``, ``held``: an update that removes content, counted once when it
+  begins to wait for ``--policy-removal-quiet-s``); ``gpuguard_tls_reloads_total{outcome}``
+  (``success``, ``failure``); ``gpuguard_policies_loaded``.
 - ``gpuguard_policy_set_generation`` and ``gpuguard_policy_set_hash``: which policy set is
   served — its generation (1 at start, +1 per accepted reload) and its content hash as a number,
   the first 48 bits of the ``sha256:`` hash that ``/readyz`` and the decision log show
@@ -116,7 +117,8 @@ class Metrics:
             "gpuguard_admission_requests_in_flight", "Admission requests being handled.",
             registry=registry, multiprocess_mode="livesum")
         self.policy_reloads = Counter(
-            "gpuguard_policy_reloads", "Policy set (re)loads by outcome (success, rejected).",
+            "gpuguard_policy_reloads", "Policy set (re)loads by outcome (success, rejected; "
+            "held: an update that removes content, waiting for --policy-removal-quiet-s).",
             ["outcome"], registry=registry)
         self.tls_reloads = Counter(
             "gpuguard_tls_reloads", "Serving certificate reloads by outcome (success, failure).",

@@ -21,7 +21,16 @@ A policy source is whole or refused:
   file (delete or rename the file) or at a restart. Edits inside a document are accepted when
   they load cleanly; a truncation that cuts a document where the rest is still a valid, smaller
   policy (a validation list losing its last entries at a line break) cannot be told from an edit
-  and is caught only by the quiet period while the write is under way.
+  and is caught only by the quiet periods below.
+- **A longer quiet period for removals.** A change that keeps a document in the same file but
+  removes content from it — a field, a list entry (a validation, a match rule), the end of a
+  string (:func:`policies.policy.revisions.lost_content`) — is what a file truncated at a line
+  break, or half-written by a writer that stalled, looks like; it is held until the files have
+  read the same for ``removal_quiet_s`` (``--policy-removal-quiet-s``, 60 s by default), logged
+  as a warning naming what it removes, and shown in ``/readyz`` meanwhile. Edits that only add
+  or change content load after the ordinary quiet period. A writer that stalls longer than
+  ``removal_quiet_s`` in the middle of a file can still have its partial file served: write
+  policy files atomically (a ConfigMap volume's symlink swap, or write then rename).
 
 ConfigMap volumes: the kubelet writes each update into a new hidden ``..<timestamp>`` directory
 and swaps the ``..data`` symlink; the visible files are symlinks through ``..data``. Directories
@@ -48,9 +57,10 @@ from typing import Any, Protocol
 from policies.engine.evaluation import Engine
 from policies.policy.loader import read_policy_files
 from policies.policy.model import PolicySet
+from policies.policy.revisions import lost_content
 from policies.sources import Snapshot
 
-LOADED, UNCHANGED, REJECTED, RETRY = "loaded", "unchanged", "rejected", "retry"
+LOADED, UNCHANGED, REJECTED, RETRY, HELD = "loaded", "unchanged", "rejected", "retry", "held"
 
 
 class LoadedPolicies(Protocol):
@@ -128,13 +138,17 @@ class ReloadResult:
 
     ``outcome`` is ``loaded`` (a new set is being served), ``unchanged`` (nothing to do, or the
     same rejected content as last time), ``rejected`` (``errors`` say why; the previous set keeps
-    serving) or ``retry`` (the files changed since the last check, or have not stayed the same
-    for the quiet period yet: loaded at a later check once they hold still).
+    serving), ``retry`` (the files changed since the last check, or have not stayed the same
+    for the quiet period yet: loaded at a later check once they hold still) or ``held`` (the
+    change removes content, ``errors`` say what; loaded ``held_s`` seconds from now if the files
+    still read the same; ``first`` is True at the first check that held this content).
     """
 
     outcome: str
     errors: tuple[str, ...] = ()
     snapshot: PolicySnapshot | None = None
+    held_s: float = 0.0
+    first: bool = False
 
 
 def lost_documents(before: PolicySet, generation: int, after: PolicySet,
@@ -176,14 +190,21 @@ class PolicyStore:
             fake one.
         quiet_s: how long the files must read the same before a change is loaded, measured
             between checks (0: two consecutive checks suffice; see the module docstring).
+        removal_quiet_s: how long they must read the same before a change that removes
+            content from a document is loaded (seconds on ``clock``; 0: as ``quiet_s``).
     """
 
     def __init__(self, paths: Sequence[str] | None, loader: Loader, *,
-                 clock: Callable[[], float] = time.monotonic, quiet_s: float = 0.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, quiet_s: float = 0.0,
+                 removal_quiet_s: float = 0.0) -> None:
         self.paths = tuple(paths) if paths else None
         self._loader = loader
         self._clock = clock
         self.quiet_s = quiet_s
+        self.removal_quiet_s = removal_quiet_s
+        self.held: tuple[str, ...] = ()  # what the change held for removal_quiet_s removes
+        self._held_digest: str | None = None  # the pending content _losses was computed for
+        self._losses: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._current: PolicySnapshot | None = None
         self._served: str | None = None  # digest of the files the current set was built from
@@ -227,19 +248,40 @@ class PolicyStore:
             digest = snapshot.digest
             if self._current is not None and digest == self._served:
                 # Back to what is served (a broken or half-written update was reverted).
-                self._rejected, self._pending, self.last_errors = None, None, ()
+                self._rejected, self.last_errors = None, ()
+                self._clear_pending()
                 return ReloadResult(UNCHANGED)
             if digest == self._rejected:
-                self._pending = None
+                self._clear_pending()
                 return ReloadResult(UNCHANGED)
-            now = self._clock()
-            if self._pending is None or self._pending[0] != digest:
-                self._pending = (digest, now)
-                return ReloadResult(RETRY)
-            if now - self._pending[1] < self.quiet_s:
-                return ReloadResult(RETRY)
-            self._pending = None
-            return self._build(snapshot)
+            waiting = self._wait(snapshot, self._current.source if self._current else None)
+            return waiting if waiting is not None else self._build(snapshot)
+
+    def _wait(self, files: Snapshot, served: Snapshot | None) -> ReloadResult | None:
+        """Whether changed ``files`` must wait (the quiet periods of the module docstring,
+        against ``served``, the files of the set being served): the ``retry`` or ``held``
+        result, or None when they may be loaded now. Call under the lock."""
+        now, digest = self._clock(), files.digest
+        if self._pending is None or self._pending[0] != digest:
+            self._clear_pending()
+            self._pending = (digest, now)
+            return ReloadResult(RETRY)
+        still = now - self._pending[1]
+        if still < self.quiet_s:
+            return ReloadResult(RETRY)
+        if served is not None and still < self.removal_quiet_s:
+            first = self._held_digest != digest
+            if first:  # parsed once per pending content, not at every check of the hold
+                self._losses, self._held_digest = tuple(lost_content(served, files)), digest
+            if self._losses:
+                self.held = self._losses
+                return ReloadResult(HELD, self._losses, held_s=self.removal_quiet_s - still,
+                                    first=first)
+        self._clear_pending()
+        return None
+
+    def _clear_pending(self) -> None:
+        self._pending, self.held, self._held_digest, self._losses = None, (), None, ()
 
     def _build(self, snapshot: Snapshot | None) -> ReloadResult:
         errors: list[str] = []

@@ -42,7 +42,7 @@ from webhook.evaluators import EvaluationProcesses
 from webhook.health import Health
 from webhook.memory import MemoryReturn, fix_mmap_threshold
 from webhook.metrics import Metrics
-from webhook.policy_store import LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
+from webhook.policy_store import HELD, LOADED, REJECTED, RETRY, PolicyStore, ReloadResult
 from webhook.quota import QuotaGate
 from webhook.settings import ServerSettings
 from webhook.timer import MonotonicTimer, Timer
@@ -201,6 +201,14 @@ class Server:
                 f"still serving generation {serving.generation}" if serving
                 else "no policy set is loaded"), extra={"fields": {
                     "errors": list(result.errors), "source": self.store.describe()}})
+        elif result.outcome == HELD and result.first:
+            self.metrics.policy_reloads.labels("held").inc()
+            LOG.warning("policy update removes content from policies; serving it once the files "
+                        f"read the same for {self.store.removal_quiet_s:g} s "
+                        "(--policy-removal-quiet-s), as a truncated or half-written file looks "
+                        "the same", extra={"fields": {
+                            "removes": list(result.errors), "loads_in_s": round(result.held_s, 1),
+                            "source": self.store.describe()}})
         elif result.outcome == RETRY:
             LOG.info("policy files changed; loading them once they read the same at two "
                      "consecutive checks")

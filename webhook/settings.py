@@ -76,6 +76,10 @@ class ServerSettings:
             presents against that CA, so here only its presence is checked).
         policy_reload_s / tls_reload_s: seconds between checks of the policy files and of the
             certificate files for changes.
+        policy_removal_quiet_s: seconds a change to the policy files that removes content from
+            a document (a field, a list entry, the end of a string: what a truncated or
+            half-written file looks like) must read the same before it is served
+            (:mod:`webhook.policy_store`); 0: as any other change.
         shutdown_delay_s: after SIGTERM, seconds spent answering while reporting not ready, so
             that endpoints stop sending before the listener closes.
         drain_timeout_s: after the listener closes, the longest wait (seconds) for requests in
@@ -104,6 +108,7 @@ class ServerSettings:
     max_idle_connections: int = 32
     client_auth: bool = False
     policy_reload_s: float = 5.0
+    policy_removal_quiet_s: float = 60.0
     tls_reload_s: float = 10.0
     shutdown_delay_s: float = 2.0
     drain_timeout_s: float = 20.0
@@ -130,7 +135,7 @@ class ServerSettings:
                      "keepalive_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be above 0 seconds, got {getattr(self, name)}")
-        for name in ("shutdown_delay_s", "drain_timeout_s"):
+        for name in ("shutdown_delay_s", "drain_timeout_s", "policy_removal_quiet_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative, got {getattr(self, name)}")
 

@@ -238,7 +238,8 @@ class WatchMetrics:
                             registry=registry)
         self.policy_reloads = Counter(
             "gpuguard_audit_policy_reloads",
-            "Policy set reloads by outcome (success, rejected).", ["outcome"], registry=registry)
+            "Policy set reloads by outcome (success, rejected; held: an update that removes "
+            "content, waiting for --policy-removal-quiet-s).", ["outcome"], registry=registry)
 
     def exposition(self) -> bytes:
         """The text exposition format of every metric."""

@@ -50,6 +50,7 @@ from policies.policy.model import (
 )
 from policies.policy.mutation import SHORTCUTS
 from policies.policy.quota import QUOTA_KIND, Quota, parse_quota
+from policies.policy.revisions import document_identity
 from policies.sources import (
     Document,
     LoadError,
@@ -957,7 +958,7 @@ def build_policy_set(
     contents: dict[str, dict[str, None]] = {}
     for document in documents:
         if id(document) in used:
-            contents.setdefault(document.source, {})[_identity(document)] = None
+            contents.setdefault(document.source, {})[document_identity(document)] = None
     ignored = [d for d in documents if id(d) not in used]
     if ignored:
         kinds = ", ".join(sorted({str(d.body.get("kind")) for d in ignored}))
@@ -1020,16 +1021,6 @@ def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],
         first[quota.name] = quota
         kept.append(quota)
     return kept
-
-
-def _identity(document: Document) -> str:
-    """``Kind/name`` (``Kind/namespace/name`` when namespaced) of a policy-file document."""
-    body = document.body
-    metadata = mapping_at(body, "metadata")
-    namespace = metadata.get("namespace")
-    name = f"{namespace}/{metadata.get('name', '')}" if namespace else \
-        str(metadata.get("name", ""))
-    return f"{body.get('kind')}/{name}"
 
 
 def load_quotas(paths: Sequence[str]) -> tuple[tuple[Quota, ...], list[PolicyError]]:
