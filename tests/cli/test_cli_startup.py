@@ -4,10 +4,11 @@ imports none of what only its run needs (:data:`HELP_MUST_NOT_IMPORT`, one entry
 and the top-level help lines (gpuguard/cli.py ``COMMANDS``, listed without importing) are the ones
 the modules register.
 
-The import sets are deterministic. The 0.4 s budget of issue 19 is checked too, on the CPU time
-(user + system, ``getrusage(RUSAGE_CHILDREN)``) of a fresh interpreter: not wall-clock time, so
-a loaded machine does not change it much, and the budget is ~3x what is measured. Figures (best
-of three, two cores under load): ``gpuguard --help`` 0.035 s, bare ``python -c pass`` ~0.02 s;
+The import sets are deterministic, and so is the number of modules each small command imports
+(:data:`MODULE_BUDGET`). The 0.4 s CPU budget of issue 19 is measured by
+``benchmarks/startup.py``, not asserted here: CPU time, though not wall-clock time, still grew
+past 3x its quiet figure on a machine at load 13. Figures (CPU seconds, best of three, two
+cores under load): ``gpuguard --help`` 0.035 s, bare ``python -c pass`` ~0.02 s;
 ``audit --help`` 0.34 -> 0.07 s, ``serve --help`` 0.62 -> 0.08 s, ``diff --help`` 0.33 -> 0.08 s,
 ``certs --help`` 0.31 -> 0.11 s, ``test --help`` 0.25 -> 0.08 s (the run moved to
 ``*_run.py`` or imported in the function that needs it); before the lazy imports ~1.5 s.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 
@@ -127,8 +127,14 @@ def test_command_help_imports_no_heavy_library(command):
     assert not heavy, sorted(heavy)
 
 
-#: Issue 19: "start-up under 0.4 s of CPU for --help and the small commands".
-CPU_BUDGET_S = 0.4
+#: Issue 19's "start-up under 0.4 s of CPU for --help and the small commands" is measured by
+#: ``benchmarks/startup.py`` (CPU seconds, best of three): a CPU-time assertion here failed on a
+#: machine at load 13 (issue 13, item 7: no test may depend on the machine's speed). What the
+#: suite checks is the deterministic cause of start-up cost, the modules a command imports:
+#: at most MODULE_BUDGET each. Measured: ``--help`` 97, ``lint --help`` 127, ``serve --help``
+#: 162, ``gpus -f`` 229, ``certs --help`` 234 (the most, 0.11 s of CPU) — while importing
+#: ``gpuguard.serve_run`` alone loads 915 and ``gpuguard.audit_run`` 457.
+MODULE_BUDGET = 300
 SMALL_COMMANDS = {
     "--help": ["--help"], "--version": ["--version"],
     **{f"{name} --help": [name, "--help"] for name in cli.COMMANDS},
@@ -137,20 +143,22 @@ SMALL_COMMANDS = {
 }
 
 
-def _cpu_seconds(argv: list[str]) -> float:
-    """User + system CPU seconds of ``python -m gpuguard ARGV`` (best of three: the least
-    disturbed by other processes' cache and scheduler effects), through the rusage of children."""
-    best = float("inf")
-    for _ in range(3):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "gpuguard", *argv], cwd=ROOT, timeout=120,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        best = min(best, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
-    return best
+def module_count(argv: list[str]) -> int:
+    """How many modules ``main(argv)`` leaves in ``sys.modules`` of a fresh interpreter,
+    whatever its exit status."""
+    code = ("import io, sys, contextlib\n"
+            "from gpuguard.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), "
+            "contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    status = main({argv!r})\n"
+            "print(status, len(sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=True)
+    _status, count = done.stdout.split()  # `match-conditions` alone is a usage error (2)
+    return int(count)
 
 
 @pytest.mark.parametrize("name", list(SMALL_COMMANDS))
-def test_start_up_costs_under_0_4_s_of_cpu(name):
-    seconds = _cpu_seconds(SMALL_COMMANDS[name])
-    assert seconds < CPU_BUDGET_S, f"gpuguard {name}: {seconds:.2f} s of CPU"
+def test_start_up_imports_at_most_the_module_budget(name):
+    count = module_count(SMALL_COMMANDS[name])
+    assert count <= MODULE_BUDGET, f"gpuguard {name}: {count} modules imported"
