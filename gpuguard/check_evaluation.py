@@ -62,7 +62,7 @@ from policies.facts.review import (
     namespace_stub,
     runtime_class_names,
 )
-from policies.facts.workloads import dra_index_of, workload_facts
+from policies.facts.workloads import WorkloadFacts, dra_index_of, workload_facts
 from policies.json_fields import mapping_at
 from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
@@ -210,7 +210,20 @@ def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings,
                     f"policy (--gpu-resource {name} counts it as whole devices)"
                     for name in facts.total.unrecognized
                     if not any(name in warning for warning in warnings)]
-    return [*modelled, *unverified, *unrecognized]
+    return [*modelled, *unverified, *unrecognized, *_missing_claims(review, facts)]
+
+
+def _missing_claims(review: ReviewInput, facts: WorkloadFacts) -> list[str]:
+    """A note for each DRA claim the object names that is not among the ``-f`` and
+    ``--snapshot`` objects (``DraClaim.found``): its devices — whole GPUs, MIG slices of which
+    profile, or none — are unknown, so a policy on them (``mig-profile-allowed``, a GPU count)
+    passes it unjudged. At admission the same holds (a Pod arrives without its claim), and the
+    claim is judged itself when it is created; here the user is told what to add."""
+    where = f" in namespace {review.namespace}" if review.namespace else ""
+    return [f"{claim.path}: {claim.source}{where} is not in the input, so its devices (how many "
+            "GPUs, which MIG profile) are unknown and no policy judged them; give it with -f or "
+            "--snapshot (at admission it is judged itself when it is created)"
+            for claim in facts.total.dra_claims if not claim.found]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,

@@ -188,7 +188,9 @@ class DraClaim:
     every pod naming it, so totals count it once (:meth:`GPUFacts.scaled` does not multiply it)
     and each of its ``shared_by`` pods of the input gets ``count / shared_by`` GPU-equivalents.
     ``mig`` is the MIG slices among ``count`` by profile (``unknown``: a profile not pinned),
-    also counted in the pod's ``mig``.
+    also counted in the pod's ``mig``. ``found`` is False when the ResourceClaim or template is
+    not among the DRA objects the pod was resolved against: its devices (whole GPUs, MIG slices
+    of some profile, or none) are unknown, ``device_class`` and ``count`` None.
     """
 
     name: str
@@ -199,6 +201,15 @@ class DraClaim:
     resource_claim: str | None = None
     shared_by: int = 1
     mig: Mapping[str, int] = field(default_factory=dict)
+    found: bool = True
+
+    @property
+    def source(self) -> str:
+        """The object the claim names, as a user writes it: ``ResourceClaimTemplate 'name'`` or
+        ``ResourceClaim 'name'``."""
+        if self.template is not None:
+            return f"ResourceClaimTemplate {self.template!r}"
+        return f"ResourceClaim {self.resource_claim!r}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``{name, template, resource_claim, shared_by, device_class, count, mig,
@@ -1059,7 +1070,7 @@ def _dra(
             out.shared = True
         claims.append(DraClaim(name, str(template) if template else None, device_class, count,
                                path, str(claim_name) if claim_name and not template else None,
-                               shared_by, dict(migs)))
+                               shared_by, dict(migs), known is not None))
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
