@@ -21,7 +21,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from policies.facts.dra import DraIndex, claim_devices, dra_objects, is_claim_object
+from policies.facts.dra import (
+    DRA_KINDS,
+    DraIndex,
+    claim_devices,
+    dra_objects,
+    is_claim_object,
+)
 from policies.facts.gpu import (
     GPUFacts,
     claim_object_facts,
@@ -886,7 +892,7 @@ def dra_index_of(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
     index = dra_objects(found)
     users: dict[tuple[str | None, str], int] = {}
     for obj in found:
-        workload = find_workload(obj) if obj.get("kind") not in _DRA_KINDS else None
+        workload = find_workload(obj) if obj.get("kind") not in DRA_KINDS else None
         if workload is None:
             continue
         for template in workload.templates:
@@ -901,9 +907,6 @@ def dra_index_of(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
                     key = (workload.namespace, name)
                     users[key] = users.get(key, 0) + (template.replicas or 1)
     return replace(index, claim_users=users)
-
-
-_DRA_KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice")
 
 
 def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
