@@ -64,6 +64,7 @@ from policies.facts.review import (
 )
 from policies.facts.workloads import WorkloadFacts, dra_index_of, workload_facts
 from policies.json_fields import mapping_at
+from policies.policy.loader import only_quotas
 from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
 
@@ -296,9 +297,14 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         return EXIT_USAGE
     if not loaded.engine.policies.policies and not (args.snapshot
                                                     and loaded.engine.policies.quotas):
-        # Evaluating nothing would allow everything: refuse rather than fail open.
+        # Evaluating nothing would allow everything: refuse rather than fail open. (A set with
+        # neither policies nor quotas is refused by policy_set.load; here it holds quotas only.)
         where = ", ".join(args.policies or ["the library"])
-        print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
+        print("gpuguard: error: " + only_quotas(
+            where, len(loaded.engine.policies.quotas),
+            "check judges GPUQuotas against the usage of a cluster snapshot: give --snapshot "
+            "PATH (its Pods and Namespaces), or policy files with a policy to evaluate"),
+            file=sys.stderr)
         return EXIT_USAGE
     problems = [str(e) for e in errors] + documents_of(documents, errors, args.filename)
     engine: Engine = loaded.engine

@@ -59,7 +59,7 @@ from policies.facts.review import (
     namespace_stub,
 )
 from policies.json_fields import mapping_at
-from policies.policy.loader import load_policies
+from policies.policy.loader import load_policies, only_quotas
 from policies.rbac import NO_RBAC_OBJECTS, offline_authorizer
 from policies.sources import (
     Document,
@@ -581,8 +581,12 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
     errors = [f"{context.where('policies')}: policies: policy error: {e}" for e in load_errors]
     policy_names = set(engine.policies.names())
     if not policy_names and not errors:
-        errors.append(f"{context.where('policies')}: policies: no policies found in "
-                      f"{', '.join(named)}")
+        quotas = len(engine.policies.quotas)
+        errors.append(f"{context.where('policies')}: policies: " + (only_quotas(
+            ", ".join(named), quotas,
+            "a test case evaluates policies only (GPUQuotas are judged by `gpuguard check "
+            "--snapshot`, the webhook and the audit)") if quotas else
+            f"no policies found in {', '.join(named)}"))
     if errors:
         return SuiteResult(document.source, name, (), tuple(errors))
     assert isinstance(cases, list)
