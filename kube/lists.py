@@ -28,6 +28,7 @@ from urllib3.util import Retry
 
 from policies.facts.dra import DRA_RESOURCES
 from policies.facts.workload_kinds import JUDGED_KINDS
+from policies.value_words import described
 
 DEFAULT_PAGE_SIZE = 500
 MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header
@@ -162,7 +163,7 @@ class Lister:
                 "utf-8", "replace") if isinstance(body, bytes) else body, data=None)
         page = json.loads(body)
         if not isinstance(page, dict):
-            raise ListError(f"{resource.path}: the API answered a {type(page).__name__}, "
+            raise ListError(f"{resource.path}: the API answered {described(page)}, "
                             "not a List")
         return page
 
@@ -306,7 +307,7 @@ def call_pages(call: Callable[..., Any], what: str, *, page_size: int = DEFAULT_
             kwargs["_continue"] = token
         page = json.loads(call(**kwargs).data)
         if not isinstance(page, dict):
-            raise ListError(f"{what}: the API answered a {type(page).__name__}, not a List")
+            raise ListError(f"{what}: the API answered {described(page)}, not a List")
         return page
 
     return fetch_pages(fetch, what, sleep=sleep, stats=stats, on_restart=on_restart)

@@ -70,6 +70,7 @@ from policies.sources import (
     read_documents,
     read_text,
 )
+from policies.value_words import described
 from policies.vocabulary import EvaluationPoint
 
 API_VERSION: Final = "gpuguard.io/v1alpha1"
@@ -263,7 +264,7 @@ def _load_input(context: _Context, where: str, spec: Any, case: Mapping[str, Any
                                            f"{exc.args[0]!r} on the path {selector!r}")) from None
     if not isinstance(chosen, Mapping):
         raise SuiteError(context.error(where, f"{spec}: expected a mapping, got "
-                                              f"{type(chosen).__name__}"))
+                                              f"{described(chosen)}"))
     return chosen
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from gpuguard.cli import main
+from tests.fakes.fake_kube_api import FakeKubeAPI
 
 NODE = """\
 apiVersion: v1
@@ -134,10 +137,6 @@ def test_the_cluster_audit_lists_resource_claims_as_it_lists_templates(tmp_path,
     ResourceClaims (nor the DeviceClasses and ResourceSlices a claim is resolved with), so a pod
     of a ResourceClaim was of unknown size live and known from a snapshot of the same objects.
     Both read the four DRA kinds, and count each in ``ignored`` alike."""
-    import yaml  # noqa: PLC0415
-
-    from tests.fakes.fake_kube_api import FakeKubeAPI  # noqa: PLC0415
-
     pod = _pod("trainer", "resourceClaimName: allocated").replace("nodeName: n1",
                                                                   "nodeName: missing-node")
     texts = [MIG_SLICE, MIG_CLAIM, MIG_TEMPLATE, pod]
