@@ -24,6 +24,7 @@ import yaml
 
 from policies.policy.quota import product_key
 from policies.sources import load_yaml, read_text, yaml_problem
+from policies.value_words import described
 
 API_VERSION = "gpuguard.io/v1alpha1"
 KIND = "GPUPriceTable"
@@ -97,17 +98,21 @@ class PriceTable:
                            for m in self.models]}
 
 
-def _amount(value: Any, where: str) -> float:
+def _amount(value: Any, where: str, unit: str) -> float:
+    """A price: a finite number ≥ 0 and below :data:`MAX_PRICE` of ``unit`` (``USD per
+    GPU-hour``). A negative zero (``-0.0``) is refused with the negatives: it is a sign typed by
+    mistake, and would be reported as a price of -0."""
     if isinstance(value, bool) or not isinstance(value, int | float) or \
-            not math.isfinite(value) or not 0 <= value < MAX_PRICE:
-        raise ValueError(f"{where}: expected a number of currency units per hour, 0 or more "
-                         f"and below {MAX_PRICE:,.0f}, got {value!r}")
+            not math.isfinite(value) or not 0 <= value < MAX_PRICE or \
+            math.copysign(1.0, value) < 0:
+        raise ValueError(f"{where}: expected a number ≥ 0 and below {MAX_PRICE:,.0f} ({unit}), "
+                         f"got {described(value)}")
     return float(value)
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(value).__name__}")
+        raise ValueError(f"{where}: expected a mapping, got {described(value)}")
     return value
 
 
@@ -134,26 +139,27 @@ def _parse(body: Any, source: str) -> PriceTable:
     document = _mapping(body, "the document")
     if document.get("apiVersion") != API_VERSION:
         raise ValueError(f"apiVersion: expected {API_VERSION}, got "
-                         f"{document.get('apiVersion')!r}")
+                         f"{described(document.get('apiVersion'))}")
     if document.get("kind") != KIND:
-        raise ValueError(f"kind: expected {KIND}, got {document.get('kind')!r}")
+        raise ValueError(f"kind: expected {KIND}, got {described(document.get('kind'))}")
     _unknown(document, {"apiVersion", "kind", "metadata", "spec"}, "")
     metadata = _mapping(document.get("metadata") or {}, "metadata")
     name = metadata.get("name")
     if name is not None and not isinstance(name, str):
-        raise ValueError(f"metadata.name: expected a string, got {type(name).__name__}")
+        raise ValueError(f"metadata.name: expected a string, got {described(name)}")
     spec = _mapping(document.get("spec"), "spec")
     _unknown(spec, _SPEC_FIELDS, "spec.")
     currency = spec.get("currency")
     if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         raise ValueError(f"spec.currency: expected an ISO 4217 code such as USD or EUR, got "
-                         f"{currency!r}")
+                         f"{described(currency)}")
     default = spec.get("perGpuEquivalentHour")
-    if default is not None:
-        default = _amount(default, "spec.perGpuEquivalentHour")
+    if "perGpuEquivalentHour" in spec:  # a null price is an error, not "no default"
+        default = _amount(default, "spec.perGpuEquivalentHour",
+                          f"{currency} per GPU-equivalent-hour")
     raw_models = spec.get("models") or []
     if not isinstance(raw_models, list):
-        raise ValueError(f"spec.models: expected a list, got {type(raw_models).__name__}")
+        raise ValueError(f"spec.models: expected a list, got {described(raw_models)}")
     models: list[ModelPrice] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_models):
@@ -163,7 +169,7 @@ def _parse(body: Any, source: str) -> PriceTable:
         product = entry.get("product")
         if not isinstance(product, str) or not product.strip():
             raise ValueError(f"{where}.product: expected an nvidia.com/gpu.product value such as "
-                             f"NVIDIA-H100-80GB-HBM3, got {product!r}")
+                             f"NVIDIA-H100-80GB-HBM3, got {described(product)}")
         if "perGpuHour" not in entry:
             raise ValueError(f"{where}.perGpuHour: missing (the price of one whole GPU for an "
                              "hour)")
@@ -173,7 +179,8 @@ def _parse(body: Any, source: str) -> PriceTable:
                              f"spec.models[{seen[key]}])")
         seen[key] = index
         models.append(ModelPrice(product.strip(), key,
-                                 _amount(entry["perGpuHour"], f"{where}.perGpuHour")))
+                                 _amount(entry["perGpuHour"], f"{where}.perGpuHour",
+                                         f"{currency} per GPU-hour")))
     if default is None and not models:
         raise ValueError("spec: prices nothing (give spec.perGpuEquivalentHour, spec.models, "
                          "or both)")
@@ -195,8 +202,8 @@ def read_price_table(path: str) -> PriceTable:
     try:
         body = load_yaml(text)
     except yaml.YAMLError as exc:
-        line, problem = yaml_problem(exc, 0, text)
-        where = f"line {line + 1}: " if line is not None else ""
+        line, problem = yaml_problem(exc, 1, text)  # the file's first line is line 1
+        where = f"line {line}: " if line is not None else ""
         raise PriceTableError(f"{path}: {where}{problem}") from None
     except RecursionError as exc:
         raise PriceTableError(f"{path}: not a YAML document ({exc})") from None

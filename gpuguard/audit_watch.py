@@ -2,8 +2,8 @@
 
 Joins the parts (the composition root of the continuous audit): a Lease so that one replica is
 active (:class:`kube.lease.LeaseElector`; the others wait as standbys), one list + watch per
-resource the audit reads plus ResourceClaims and ResourceSlices
-(:class:`kube.resource_watch.ResourceWatch`, worker threads whose events reach this loop through
+resource the batch audit reads (:data:`kube.lists.AUDIT_RESOURCES`, DRA objects included;
+:class:`kube.resource_watch.ResourceWatch`, worker threads whose events reach this loop through
 a queue), the controller (:class:`audit.watch.controller.WatchController`), the policy files
 reloaded as ``gpuguard serve`` reloads them (:class:`webhook.policy_store.PolicyStore`: one
 snapshot, refused whole when broken, the last good set kept) and ``/metrics``
@@ -48,14 +48,9 @@ from webhook.policy_store import HELD, LOADED, REJECTED, PolicyStore
 
 LOG = logging.getLogger("gpuguard.audit.watch")
 
-#: What the controller watches: what the batch audit lists, plus DRA's ResourceClaims (a pod's
-#: GPUs may be claims) and ResourceSlices (the devices nodes publish), where served.
-WATCHED: tuple[Resource, ...] = (
-    *AUDIT_RESOURCES[:-1],
-    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim"),
-    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice"),
-    AUDIT_RESOURCES[-1],
-)
+#: What the controller watches: what the batch audit lists (DRA's DeviceClasses, ResourceSlices,
+#: ResourceClaimTemplates and ResourceClaims included, where served), so the two read one input.
+WATCHED: tuple[Resource, ...] = AUDIT_RESOURCES
 
 
 @dataclass(frozen=True)

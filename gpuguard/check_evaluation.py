@@ -62,8 +62,9 @@ from policies.facts.review import (
     namespace_stub,
     runtime_class_names,
 )
-from policies.facts.workloads import dra_index_of, workload_facts
+from policies.facts.workloads import WorkloadFacts, dra_index_of, workload_facts
 from policies.json_fields import mapping_at
+from policies.policy.loader import only_quotas
 from policies.rbac import is_rbac_object, offline_authorizer
 from policies.sources import Document, printable, read_documents
 
@@ -210,7 +211,20 @@ def _notes(review: ReviewInput, verdict: Verdict, settings: GPUSettings,
                     f"policy (--gpu-resource {name} counts it as whole devices)"
                     for name in facts.total.unrecognized
                     if not any(name in warning for warning in warnings)]
-    return [*modelled, *unverified, *unrecognized]
+    return [*modelled, *unverified, *unrecognized, *_missing_claims(review, facts)]
+
+
+def _missing_claims(review: ReviewInput, facts: WorkloadFacts) -> list[str]:
+    """A note for each DRA claim the object names that is not among the ``-f`` and
+    ``--snapshot`` objects (``DraClaim.found``): its devices — whole GPUs, MIG slices of which
+    profile, or none — are unknown, so a policy on them (``mig-profile-allowed``, a GPU count)
+    passes it unjudged. At admission the same holds (a Pod arrives without its claim), and the
+    claim is judged itself when it is created; here the user is told what to add."""
+    where = f" in namespace {review.namespace}" if review.namespace else ""
+    return [f"{claim.path}: {claim.source}{where} is not in the input, so its devices (how many "
+            "GPUs, which MIG profile) are unknown and no policy judged them; give it with -f or "
+            "--snapshot (at admission it is judged itself when it is created)"
+            for claim in facts.total.dra_claims if not claim.found]
 
 
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
@@ -283,9 +297,14 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         return EXIT_USAGE
     if not loaded.engine.policies.policies and not (args.snapshot
                                                     and loaded.engine.policies.quotas):
-        # Evaluating nothing would allow everything: refuse rather than fail open.
+        # Evaluating nothing would allow everything: refuse rather than fail open. (A set with
+        # neither policies nor quotas is refused by policy_set.load; here it holds quotas only.)
         where = ", ".join(args.policies or ["the library"])
-        print(f"gpuguard: error: no policies found in {where}", file=sys.stderr)
+        print("gpuguard: error: " + only_quotas(
+            where, len(loaded.engine.policies.quotas),
+            "check judges GPUQuotas against the usage of a cluster snapshot: give --snapshot "
+            "PATH (its Pods and Namespaces), or policy files with a policy to evaluate"),
+            file=sys.stderr)
         return EXIT_USAGE
     problems = [str(e) for e in errors] + documents_of(documents, errors, args.filename)
     engine: Engine = loaded.engine

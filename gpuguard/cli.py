@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -36,13 +37,78 @@ from gpuguard.exit_codes import (
 DEBUG_VARIABLE = "GPUGUARD_DEBUG"
 
 
+#: The options of ``gpuguard`` itself, written before the command (``gpuguard --debug audit``);
+#: a command given one of them is told where it goes.
+ROOT_OPTIONS = ("--version", "--debug")
+_NEGATIVE_NUMBER = re.compile(r"-\d+$|-\d*\.\d+$")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as exit code 2 without raising SystemExit to callers."""
+    """argparse that reports usage errors as exit code 2 without raising SystemExit to callers.
+
+    A command's parser (``gpuguard gpus``) refuses an option it does not have itself, with its
+    own usage and name, before any other problem (a missing required option would otherwise be
+    reported instead, and an unknown one fall through to the top-level parser's usage): the
+    same ``gpuguard <command>: error: unrecognized arguments: --flag`` for every command.
+    """
 
     def error(self, message: str) -> None:  # type: ignore[override]
         """Print the usage error and raise the private exit signal handled by :func:`main`."""
         self.print_usage(sys.stderr)
         raise _UsageError(f"{self.prog}: error: {message}")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, but a command's parser errors on the options it does not know."""
+        words = list(sys.argv[1:] if args is None else args)
+        is_command = " " in self.prog  # "gpuguard gpus", not the top-level "gpuguard"
+        unknown = self._unknown_options(words) if is_command else []
+        if unknown:
+            self.error(_unrecognized(unknown))
+        found, extras = super().parse_known_args(words, namespace)
+        if is_command and extras:
+            self.error(_unrecognized(extras))
+        return found, extras
+
+    def _unknown_options(self, words: list[str]) -> list[str]:
+        """The words of ``words`` that are options this parser has not (up to ``--``; a value
+        attached with ``=`` or to a short option, and a negative number, are not options). The
+        words after a sub-command's name are its parser's to judge."""
+        known = self._option_string_actions
+        unknown: list[str] = []
+        for word in words:
+            if word == "--":
+                break
+            if self._subparsers is not None and word in self._sub_commands():
+                break
+            if not word.startswith("-") or word == "-" or _NEGATIVE_NUMBER.match(word):
+                continue
+            name = word.split("=", 1)[0]
+            if name in known or (not word.startswith("--") and word[:2] in known):
+                continue
+            if word.startswith("--") and any(o.startswith(name) for o in known):
+                continue  # an abbreviation (argparse's allow_abbrev) it resolves itself
+            unknown.append(word)
+        return unknown
+
+    def _sub_commands(self) -> set[str]:
+        names: set[str] = set()
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                names.update(action.choices)
+        return names
+
+
+def _unrecognized(words: Sequence[str]) -> str:
+    """``unrecognized arguments: --version`` (argparse's words), with where an option of
+    ``gpuguard`` itself goes."""
+    message = f"unrecognized arguments: {' '.join(words)}"
+    root = [w for w in words if w.split("=", 1)[0] in ROOT_OPTIONS]
+    if root:
+        message += (f" ({root[0]} is an option of gpuguard itself and goes before the "
+                    f"command: gpuguard {root[0]} ...)")
+    return message
 
 
 class _UsageError(Exception):
@@ -103,9 +169,10 @@ def build_parser(command: object = _ALL) -> tuple[argparse.ArgumentParser,
         "2 bad input or usage, 3 environment (no NVML, API server unreachable), "
         "70 internal error.",
     )
-    parser.add_argument("--version", action=_VersionAction, nargs=0,
+    version_option, debug_option = ROOT_OPTIONS
+    parser.add_argument(version_option, action=_VersionAction, nargs=0,
                         help="print gpuguard's version and exit")
-    parser.add_argument("--debug", action="store_true",
+    parser.add_argument(debug_option, action="store_true",
                         help=f"print the traceback of an internal error (or {DEBUG_VARIABLE}=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     handlers = {}

@@ -96,13 +96,13 @@ def documents_of(documents: Iterable[Document], errors: Iterable[LoadError],
 def nothing_auditable(paths: Sequence[str], objects: int, found: Mapping[str, int]) -> str:
     """The message for an audit input of ``objects`` objects, none a Node, a Pod or a workload:
     ``found`` counts what was read by kind (the audit's ``ignored``: ``{"ConfigMap": 3}``); the
-    rest were Namespaces, ResourceClaims or objects refused with an error of their own."""
+    rest were Namespaces or objects refused with an error of their own."""
     where = ", ".join("standard input" if p == "-" else printable(p) for p in paths) or \
         "the cluster"
     kinds = [f"{count} {printable(kind)}" for kind, count in found.items()]
     rest = objects - sum(found.values())
     if rest > 0:
-        kinds.append(f"{rest} Namespace, ResourceClaim or refused object(s)")
+        kinds.append(f"{rest} Namespace or refused object(s)")
     message = (f"-f {where}: {objects} object(s) read, none of them a Node, Pod or workload the "
                f"audit reports on ({', '.join(kinds)})")
     if any(kind.startswith("AdmissionReview") for kind in found):

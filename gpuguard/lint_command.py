@@ -32,8 +32,7 @@ def run(paths: list[str], output: str, settings: GPUSettings) -> int:
             print(f"error: {error}")
         for warning in loaded.warnings:
             print(f"warning: {warning}")
-        print(f"{len(names)} polic{'y' if len(names) == 1 else 'ies'}"
-              + (f" and {len(quotas)} GPUQuota(s)" if quotas else "") + " loaded, "
+        print(f"{loaded.engine.policies.counts()} loaded, "
               f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)")
     return EXIT_FINDINGS if loaded.errors else EXIT_OK
 

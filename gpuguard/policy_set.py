@@ -63,7 +63,7 @@ def load(source: Sequence[str] | Snapshot | None, settings: GPUSettings, *,
         skipped = tuple(dict.fromkeys(f"{e.source}: document {e.index}" for e in broken))
         policy_set = replace(policy_set, skipped=skipped)
         warnings = (*warnings, *(f"skipped (--skip-broken): {e}" for e in broken))
-    if not errors and not policy_set.policies and not policy_set.quotas:
+    if not errors and policy_set.empty:
         errors.append(PolicyError(", ".join(snapshot.paths) or "--policies", None, None, "",
                                   EMPTY))
     return Loaded(Engine(policy_set, environment, settings), tuple(errors), warnings)

@@ -26,7 +26,9 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util import Retry
 
+from policies.facts.dra import DRA_RESOURCES
 from policies.facts.workload_kinds import JUDGED_KINDS
+from policies.value_words import described
 
 DEFAULT_PAGE_SIZE = 500
 MAX_RETRY_AFTER_S = 60.0  # longest single wait honoured from a Retry-After header
@@ -58,16 +60,18 @@ class Resource:
 
 
 #: What the audit reads, in this order: namespaces and nodes first (policies need the namespace
-#: object, placement the nodes), then the workload controllers, then pods. CRDs that a cluster
-#: does not have answer 404 and are skipped.
+#: object, placement the nodes), then the DRA objects (:data:`policies.facts.dra.DRA_RESOURCES`,
+#: in its order: the claims workloads and pods name, resolved with DeviceClasses and
+#: ResourceSlices), then the workload controllers, then pods. CRDs (and API versions) that a
+#: cluster does not serve answer 404 and are skipped.
 AUDIT_RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace"),
     Resource("", "v1", "nodes", "Node"),
+    *(Resource("resource.k8s.io", "v1", plural, kind) for plural, kind in DRA_RESOURCES),
     # Pods come last; PodTemplates make no pods by themselves, VMIs run in pods, and the
     # derived kinds (Kueue Workload, Volcano PodGroup) stand for jobs that are listed.
     *(Resource(k.group, k.version, k.plural, k.kind) for k in JUDGED_KINDS
       if k.kind not in ("Pod", "PodTemplate", "VirtualMachineInstance")),
-    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
     Resource("", "v1", "pods", "Pod"),
 )
 
@@ -159,7 +163,7 @@ class Lister:
                 "utf-8", "replace") if isinstance(body, bytes) else body, data=None)
         page = json.loads(body)
         if not isinstance(page, dict):
-            raise ListError(f"{resource.path}: the API answered a {type(page).__name__}, "
+            raise ListError(f"{resource.path}: the API answered {described(page)}, "
                             "not a List")
         return page
 
@@ -303,7 +307,7 @@ def call_pages(call: Callable[..., Any], what: str, *, page_size: int = DEFAULT_
             kwargs["_continue"] = token
         page = json.loads(call(**kwargs).data)
         if not isinstance(page, dict):
-            raise ListError(f"{what}: the API answered a {type(page).__name__}, not a List")
+            raise ListError(f"{what}: the API answered {described(page)}, not a List")
         return page
 
     return fetch_pages(fetch, what, sleep=sleep, stats=stats, on_restart=on_restart)

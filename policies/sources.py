@@ -54,6 +54,8 @@ from typing import Any, BinaryIO, TextIO
 import yaml
 from yaml.reader import ReaderError
 
+from policies.value_words import described
+
 try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is missing.
     _Loader: type = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
@@ -657,8 +659,9 @@ def load_json(text: str) -> Any:
 
 def yaml_problem(exc: yaml.YAMLError, first_line: int,
                  text: str | None = None) -> tuple[int | None, str]:
-    r"""``(file line, problem)`` of a YAML error in a chunk ``text`` that starts at
-    ``first_line``: the one place PyYAML's messages are put into words, on one line (PyYAML's
+    r"""``(file line, problem)`` of a YAML error in a chunk ``text`` that starts at file line
+    ``first_line`` (1-based: a whole file is ``1``; both lines returned and named are 1-based
+    file lines): the one place PyYAML's messages are put into words, on one line (PyYAML's
     own ``str()`` adds ``\n  in "<unicode string>", position N``, which names no file).
 
     The context mark is where a broken construct starts (an unclosed '['); the problem mark is
@@ -779,7 +782,7 @@ def _objects(
         yield LoadError(
             source, index,
             f"expected a Kubernetes object (a mapping with apiVersion and kind), got "
-            f"{type(value).__name__}",
+            f"{described(value)}",
         )
         return
     kind = value.get("kind")

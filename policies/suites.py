@@ -59,7 +59,7 @@ from policies.facts.review import (
     namespace_stub,
 )
 from policies.json_fields import mapping_at
-from policies.policy.loader import load_policies
+from policies.policy.loader import load_policies, only_quotas
 from policies.rbac import NO_RBAC_OBJECTS, offline_authorizer
 from policies.sources import (
     Document,
@@ -70,6 +70,7 @@ from policies.sources import (
     read_documents,
     read_text,
 )
+from policies.value_words import described
 from policies.vocabulary import EvaluationPoint
 
 API_VERSION: Final = "gpuguard.io/v1alpha1"
@@ -263,7 +264,7 @@ def _load_input(context: _Context, where: str, spec: Any, case: Mapping[str, Any
                                            f"{exc.args[0]!r} on the path {selector!r}")) from None
     if not isinstance(chosen, Mapping):
         raise SuiteError(context.error(where, f"{spec}: expected a mapping, got "
-                                              f"{type(chosen).__name__}"))
+                                              f"{described(chosen)}"))
     return chosen
 
 
@@ -581,8 +582,12 @@ def _run_document(document: Document, cache: EngineCache) -> SuiteResult:
     errors = [f"{context.where('policies')}: policies: policy error: {e}" for e in load_errors]
     policy_names = set(engine.policies.names())
     if not policy_names and not errors:
-        errors.append(f"{context.where('policies')}: policies: no policies found in "
-                      f"{', '.join(named)}")
+        quotas = len(engine.policies.quotas)
+        errors.append(f"{context.where('policies')}: policies: " + (only_quotas(
+            ", ".join(named), quotas,
+            "a test case evaluates policies only (GPUQuotas are judged by `gpuguard check "
+            "--snapshot`, the webhook and the audit)") if quotas else
+            f"no policies found in {', '.join(named)}"))
     if errors:
         return SuiteResult(document.source, name, (), tuple(errors))
     assert isinstance(cases, list)

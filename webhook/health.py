@@ -55,7 +55,7 @@ class Health:
         else:
             checks["policies"] = {
                 "ok": True, **snapshot.identity,
-                "detail": f"{len(snapshot.names)} policies from {self.store.describe()}"}
+                "detail": f"{snapshot.engine.policies.counts()} from {self.store.describe()}"}
             if self.store.last_errors:
                 checks["policies"]["rejectedUpdate"] = list(self.store.last_errors)
             if self.store.held:

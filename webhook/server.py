@@ -190,8 +190,9 @@ class Server:
             LOG.info("policy set loaded", extra={"fields": {
                 "generation": snapshot.generation, "hash": snapshot.digest,
                 "policies": list(snapshot.names),
+                "quotas": [q.name for q in snapshot.engine.policies.quotas],
                 "source": self.store.describe(), "warnings": list(snapshot.warnings)}})
-            if not snapshot.names:
+            if snapshot.engine.policies.empty:  # a quota-only set still enforces its quotas
                 LOG.warning("the policy set is empty: every request is allowed",
                             extra={"fields": {"source": self.store.describe()}})
         elif result.outcome == REJECTED:

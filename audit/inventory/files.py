@@ -43,6 +43,7 @@ from policies.sources import (
     printable,
     read_text,
 )
+from policies.value_words import described
 
 __all__ = ["InventoryLoad", "inventories_from_objects", "read_inventories"]
 
@@ -71,7 +72,7 @@ def _from_value(value: Any, where: str, found: dict[str, InventorySummary],
         return
     if not isinstance(value, Mapping):
         errors.append(f"{where}: expected a GPUInventory, a GPUInventorySummary or a Node, got "
-                      f"{type(value).__name__}")
+                      f"{described(value)}")
         return
     kind = value.get("kind")
     try:

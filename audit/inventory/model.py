@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.value_words import described, type_words
+
 __all__ = [
     "API_VERSION",
     "KIND",
@@ -308,7 +310,7 @@ class _Reader:
     def __init__(self, data: Any, path: str) -> None:
         if not isinstance(data, Mapping):
             raise InventoryFormatError(f"{path or 'document'}: expected an object, got "
-                                       f"{type(data).__name__}")
+                                       f"{described(data)}")
         self.data = data
         self.path = path
 
@@ -321,9 +323,9 @@ class _Reader:
             return None
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            expected = "/".join(k.__name__ for k in kinds)
+            expected = type_words(*kinds)
             raise InventoryFormatError(f"{self._where(key)}: expected {expected}, got "
-                                       f"{type(value).__name__}")
+                                       f"{described(value)}")
         return value
 
     def items(self, key: str, *, optional: bool = False) -> list[_Reader] | None:

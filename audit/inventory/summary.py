@@ -20,6 +20,7 @@ from typing import Any
 
 from audit.inventory.model import Gpu, Inventory, InventoryFormatError, mib
 from policies.sources import load_json
+from policies.value_words import described, type_words
 
 __all__ = [
     "ANNOTATION",
@@ -176,8 +177,8 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str,
     if value is None and optional:
         return None
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise InventoryFormatError(f"{where}{key}: expected {kind.__name__}, got "
-                                   f"{type(value).__name__}")
+        raise InventoryFormatError(f"{where}{key}: expected {type_words(kind)}, got "
+                                   f"{described(value)}")
     return value
 
 
@@ -198,7 +199,7 @@ def summary_from_dict(data: Any) -> InventorySummary:
             wrong type (the message names it).
     """
     if not isinstance(data, Mapping):
-        raise InventoryFormatError(f"expected an object, got {type(data).__name__}")
+        raise InventoryFormatError(f"expected an object, got {described(data)}")
     if data.get("kind") != SUMMARY_KIND:
         raise InventoryFormatError(f"kind: expected {SUMMARY_KIND}, got {data.get('kind')!r}")
     version = _field(data, "version", int, "", optional=False)

@@ -128,6 +128,40 @@ class _Ledger:
         return amount, cost, unpriced
 
 
+class _Idle:
+    """Idle GPU-equivalents (or GPU-hours) per team, per namespace and per product, priced: what
+    :func:`rate` and :func:`window` both add up, and the one builder of their ``teams`` and
+    ``namespaces`` rows."""
+
+    def __init__(self, table: PriceTable) -> None:
+        self.teams, self.namespaces, self.products = _Ledger(table), _Ledger(table), \
+            _Ledger(table)
+
+    def add(self, team: str | None, namespace: str | None, product: str | None,
+            amount: float) -> None:
+        self.teams.add(team, product, amount)
+        self.namespaces.add((namespace, team), product, amount)
+        self.products.add(product, product, amount)
+
+    def rows(self, unit: str, cost_key: str) -> tuple[list[dict[str, Any]],
+                                                      list[dict[str, Any]]]:
+        """``(teams, namespaces)`` rows: ``{team, idle_<unit>, idle_<cost_key>,
+        unpriced_<unit>}`` by team (no team last), and the same with ``namespace`` first by
+        namespace; ``unit`` is ``gpu_equivalents`` (a rate, ``cost_key`` ``cost_per_hour``) or
+        ``gpu_hours`` (a window, ``cost``), as :func:`_products_list` names them."""
+        def figures(ledger: _Ledger, key: Any) -> dict[str, Any]:
+            return {f"idle_{unit}": _eq(ledger.amount[key]),
+                    f"idle_{cost_key}": ledger.cost_of(key),
+                    f"unpriced_{unit}": _eq(ledger.unpriced[key])}
+
+        teams = [{"team": team, **figures(self.teams, team)}
+                 for team in sorted(self.teams.amount, key=lambda t: (t is None, t or ""))]
+        namespaces = [{"namespace": ns, "team": team, **figures(self.namespaces, (ns, team))}
+                      for ns, team in sorted(self.namespaces.amount,
+                                             key=lambda k: (str(k[0]), str(k[1])))]
+        return teams, namespaces
+
+
 def _products_list(table: PriceTable, idle: Mapping[str | None, float],
                    stranded: Mapping[str | None, float], unit: str,
                    cost_key: str) -> list[dict[str, Any]]:
@@ -154,11 +188,9 @@ def rate(table: PriceTable, figures: Waste) -> dict[str, Any]:
         ``{idle, stranded, teams[], namespaces[], products[], unpriced[]}``; ``idle`` is None
         and ``teams`` / ``namespaces`` empty when the run did not know idle GPUs.
     """
-    teams, namespaces, idle_products = _Ledger(table), _Ledger(table), _Ledger(table)
+    idle = _Idle(table)
     for team, namespace, product, amount in figures.idle:
-        teams.add(team, product, amount)
-        namespaces.add((namespace, team), product, amount)
-        idle_products.add(product, product, amount)
+        idle.add(team, namespace, product, amount)
     stranded = _Ledger(table)
     for _, product, amount in figures.stranded:
         stranded.add(product, product, amount)
@@ -168,21 +200,14 @@ def rate(table: PriceTable, figures: Waste) -> dict[str, Any]:
         return {"gpu_equivalents": _eq(amount), "cost_per_hour": cost,
                 "unpriced_gpu_equivalents": _eq(unpriced)}
 
-    products = _products_list(table, idle_products.amount, stranded.amount, "gpu_equivalents",
+    products = _products_list(table, idle.products.amount, stranded.amount, "gpu_equivalents",
                               "cost_per_hour")
+    teams, namespaces = idle.rows("gpu_equivalents", "cost_per_hour")
     return {
-        "idle": line(idle_products) if figures.idle_known else None,
+        "idle": line(idle.products) if figures.idle_known else None,
         "stranded": {**line(stranded), "nodes_unknown": list(figures.stranded_unknown)},
-        "teams": [{"team": team, "idle_gpu_equivalents": _eq(teams.amount[team]),
-                   "idle_cost_per_hour": teams.cost_of(team),
-                   "unpriced_gpu_equivalents": _eq(teams.unpriced[team])}
-                  for team in sorted(teams.amount, key=lambda t: (t is None, t or ""))],
-        "namespaces": [{"namespace": ns, "team": team,
-                        "idle_gpu_equivalents": _eq(namespaces.amount[(ns, team)]),
-                        "idle_cost_per_hour": namespaces.cost_of((ns, team)),
-                        "unpriced_gpu_equivalents": _eq(namespaces.unpriced[(ns, team)])}
-                       for ns, team in sorted(namespaces.amount, key=lambda k: (str(k[0]),
-                                                                                  str(k[1])))],
+        "teams": teams,
+        "namespaces": namespaces,
         "products": products,
         "unpriced": [{"product": p["product"], "idle_gpu_equivalents": p["idle_gpu_equivalents"],
                       "stranded_gpu_equivalents": p["stranded_gpu_equivalents"]}
@@ -225,8 +250,7 @@ def window(table: PriceTable, runs: Sequence[tuple[str, Waste | None]]) -> dict[
     if not runs:
         return None
     times = [_time(at) for at, _ in runs]
-    teams, namespaces, idle_products, stranded = (_Ledger(table), _Ledger(table),
-                                                  _Ledger(table), _Ledger(table))
+    idle, stranded = _Idle(table), _Ledger(table)
     idle_hours = stranded_hours = 0.0
     for index in range(1, len(runs)):
         hours = (times[index] - times[index - 1]).total_seconds() / 3600
@@ -244,16 +268,15 @@ def window(table: PriceTable, runs: Sequence[tuple[str, Waste | None]]) -> dict[
         left_idle, right_idle = _idle_by_key(before), _idle_by_key(after)
         for key in set(left_idle) | set(right_idle):
             team, namespace, product = key
-            amount = (left_idle.get(key, 0.0) + right_idle.get(key, 0.0)) / 2 * hours
-            teams.add(team, product, amount)
-            namespaces.add((namespace, team), product, amount)
-            idle_products.add(product, product, amount)
+            idle.add(team, namespace, product,
+                     (left_idle.get(key, 0.0) + right_idle.get(key, 0.0)) / 2 * hours)
 
     def line(ledger: _Ledger, covered: float) -> dict[str, Any]:
         amount, cost, unpriced = ledger.total()
         return {"hours_covered": round(covered, 6), "gpu_hours": _eq(amount),
                 "cost": cost, "unpriced_gpu_hours": _eq(unpriced)}
 
+    teams, namespaces = idle.rows("gpu_hours", "cost")
     series = []
     for at, figures in runs:
         point: dict[str, Any] = {"at": at, "idle_gpu_equivalents": None,
@@ -270,19 +293,11 @@ def window(table: PriceTable, runs: Sequence[tuple[str, Waste | None]]) -> dict[
     return {
         "start": runs[0][0], "end": runs[-1][0], "runs": len(runs),
         "hours": round((times[-1] - times[0]).total_seconds() / 3600, 6),
-        "idle": line(idle_products, idle_hours),
+        "idle": line(idle.products, idle_hours),
         "stranded": line(stranded, stranded_hours),
-        "teams": [{"team": team, "idle_gpu_hours": _eq(teams.amount[team]),
-                   "idle_cost": teams.cost_of(team),
-                   "unpriced_gpu_hours": _eq(teams.unpriced[team])}
-                  for team in sorted(teams.amount, key=lambda t: (t is None, t or ""))],
-        "namespaces": [{"namespace": ns, "team": team,
-                        "idle_gpu_hours": _eq(namespaces.amount[(ns, team)]),
-                        "idle_cost": namespaces.cost_of((ns, team)),
-                        "unpriced_gpu_hours": _eq(namespaces.unpriced[(ns, team)])}
-                       for ns, team in sorted(namespaces.amount, key=lambda k: (str(k[0]),
-                                                                                  str(k[1])))],
-        "products": _products_list(table, idle_products.amount, stranded.amount, "gpu_hours",
+        "teams": teams,
+        "namespaces": namespaces,
+        "products": _products_list(table, idle.products.amount, stranded.amount, "gpu_hours",
                                    "cost"),
         "series": series,
     }

@@ -46,6 +46,7 @@ from policies.facts.resource_names import (
     classify,
 )
 from policies.json_fields import as_mapping
+from policies.value_words import described
 
 _DEVICE_KINDS = (ResourceKind.WHOLE, ResourceKind.CORES, ResourceKind.MIG, ResourceKind.SHARED)
 
@@ -181,11 +182,11 @@ def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacit
     cpu = _scalar(raw_allocatable, "cpu", 1000, where, invalid)
     memory = _scalar(raw_allocatable, "memory", 1, where, invalid)
     if node.get("spec") is not None and not isinstance(node.get("spec"), Mapping):
-        invalid.append(f"spec: expected a map, got {type(node.get('spec')).__name__}; ignored")
+        invalid.append(f"spec: expected a map, got {described(node.get('spec'))}; ignored")
     for path, value in (("status.conditions", status.get("conditions")),
                         ("spec.taints", spec.get("taints"))):
         if value is not None and not isinstance(value, list):
-            invalid.append(f"{path}: expected a list, got {type(value).__name__}; ignored")
+            invalid.append(f"{path}: expected a list, got {described(value)}; ignored")
     if invalid:
         facts = dataclasses.replace(facts, warnings=(*facts.warnings, *invalid),
                                     invalid=(*facts.invalid, *invalid))

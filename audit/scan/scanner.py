@@ -29,6 +29,7 @@ from audit.scan.utilization import Metrics, utilization_report
 from audit.settings import AuditSettings
 from policies.engine.evaluation import Engine
 from policies.facts.dra import (
+    DRA_KINDS,
     ClaimDevices,
     DeviceClassFacts,
     DraIndex,
@@ -103,17 +104,28 @@ class Scanner:
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
 
-    def _dra_inventory(self, body: Mapping[str, Any]) -> None:
-        """A DeviceClass (its MIG profile, kind) or ResourceSlice (its MIG devices' profiles)."""
-        if body.get("kind") == "DeviceClass":
+    def _dra_object(self, body: Mapping[str, Any]) -> None:
+        """One ``resource.k8s.io`` object of :data:`~policies.facts.dra.DRA_KINDS`: a DeviceClass
+        (its MIG profile, kind), a ResourceSlice (its MIG devices' profiles), a
+        ResourceClaimTemplate or ResourceClaim (what the pods naming it get). Each is counted in
+        ``ignored`` by its kind, the same for all four: they value pods, they are not audited
+        themselves."""
+        kind = str(body.get("kind"))
+        if kind == "DeviceClass":
             facts = device_class_facts(body)
             if facts.name:
                 self._device_classes[facts.name] = facts
-        else:
+        elif kind == "ResourceSlice":
             spec = body.get("spec")
             self._slice_devices.update(slice_mig_profiles(spec if isinstance(spec, Mapping)
                                                           else {}))
-        self.ignored[str(body.get("kind"))] = self.ignored.get(str(body.get("kind")), 0) + 1
+        else:
+            key = key_of(body)
+            if key is not None:
+                found = self._templates if kind == "ResourceClaimTemplate" else self._claims
+                found[(key.namespace, key.name)] = claim_devices(
+                    body, self._device_classes, None, self._slice_devices)
+        self.ignored[kind] = self.ignored.get(kind, 0) + 1
 
     def feed(self, item: Document | LoadError) -> None:
         """Take one document (or one reading error)."""
@@ -142,16 +154,9 @@ class Scanner:
                                 f"{problem}" for problem in node.facts.invalid]
             elif kind == "Namespace":
                 self._namespace(body)
-            elif kind in ("ResourceClaimTemplate", "ResourceClaim") and \
+            elif kind in DRA_KINDS and \
                     str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
-                key = key_of(body)
-                if key is not None:
-                    found = self._templates if kind == "ResourceClaimTemplate" else self._claims
-                    found[(key.namespace, key.name)] = claim_devices(
-                        body, self._device_classes, None, self._slice_devices)
-            elif kind in ("DeviceClass", "ResourceSlice") and \
-                    str(body.get("apiVersion", "")).startswith("resource.k8s.io/"):
-                self._dra_inventory(body)
+                self._dra_object(body)
             elif kind in _NOT_WORKLOADS:
                 self.ignored[str(kind)] = self.ignored.get(str(kind), 0) + 1
             else:

@@ -42,6 +42,7 @@ from policies.sources import (
     load_yaml,
     yaml_problem,
 )
+from policies.value_words import described
 
 _CHUNK = 1 << 20  # characters read at a time
 _MAX_VALUE = 64 << 20  # characters one JSON value may span before it is declared broken
@@ -131,7 +132,7 @@ def _whole(path: str, index: int, value: Any) -> Iterator[Document | LoadError]:
     """A document that was not streamed (no ``items``), as the core reader would give it."""
     if not isinstance(value, dict):
         yield LoadError(path, index, "expected a Kubernetes object (a mapping with apiVersion "
-                        f"and kind), got {type(value).__name__}")
+                        f"and kind), got {described(value)}")
     elif not isinstance(value.get("kind"), str) or not value["kind"]:
         yield LoadError(path, index, "object has no kind (expected e.g. kind: Pod)")
     else:

@@ -21,16 +21,20 @@ from typing import Any
 import orjson
 
 from audit.scan.ownership import ObjectKey, key_of
+from policies.facts.dra import DRA_KINDS
 from policies.sources import Document
 
 #: The order a scan reads kinds in (the order of ``kube.lists.AUDIT_RESOURCES``): namespaces
-#: and nodes first, then claims and workload controllers, pods last.
-_ORDER = {"Namespace": 0, "Node": 1, "ResourceClaimTemplate": 2, "ResourceClaim": 2,
-          "ResourceSlice": 2, "Pod": 4}
+#: and nodes first, then the DRA objects in :data:`~policies.facts.dra.DRA_KINDS` order
+#: (DeviceClasses and ResourceSlices before the claims resolved with them), then workload
+#: controllers, pods last.
+_ORDER = {"Namespace": 0, "Node": 1, **{kind: 2 + n for n, kind in enumerate(DRA_KINDS)}}
+_WORKLOAD_RANK = len(_ORDER) + 1
+_ORDER["Pod"] = _WORKLOAD_RANK + 1
 
 
 def _rank(key: ObjectKey) -> int:
-    return _ORDER.get(key.kind, 3)
+    return _ORDER.get(key.kind, _WORKLOAD_RANK)
 
 
 @dataclass(frozen=True, slots=True)

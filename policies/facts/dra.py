@@ -409,6 +409,17 @@ def _is_resource_api(obj: Mapping[str, Any]) -> bool:
     return str(obj.get("apiVersion", "")).startswith("resource.k8s.io/")
 
 
+DRA_RESOURCES: tuple[tuple[str, str], ...] = (
+    ("deviceclasses", "DeviceClass"), ("resourceslices", "ResourceSlice"),
+    ("resourceclaimtemplates", "ResourceClaimTemplate"), ("resourceclaims", "ResourceClaim"))
+"""The ``resource.k8s.io`` resources a :class:`DraIndex` is built from, ``(plural, kind)``, in
+the order a streaming reader (the audit) must see them: DeviceClasses and ResourceSlices (what a
+claim's devices and MIG profiles are resolved with) before the claims, and all of them before
+the workloads and pods that name the claims. Whoever lists or counts DRA objects takes them from
+here, so a ResourceClaim is never left out where a ResourceClaimTemplate is read."""
+DRA_KINDS: tuple[str, ...] = tuple(kind for _, kind in DRA_RESOURCES)
+"""The kinds of :data:`DRA_RESOURCES`."""
+
 CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 """The ``resource.k8s.io`` kinds that ask for devices: judged themselves at admission (a Pod
 arrives without the claim its ``spec.resourceClaims`` names)."""

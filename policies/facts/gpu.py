@@ -56,6 +56,7 @@ from policies.facts.resource_names import (
 )
 from policies.json_fields import as_mapping
 from policies.sources import shortened
+from policies.value_words import described
 
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
@@ -188,7 +189,9 @@ class DraClaim:
     every pod naming it, so totals count it once (:meth:`GPUFacts.scaled` does not multiply it)
     and each of its ``shared_by`` pods of the input gets ``count / shared_by`` GPU-equivalents.
     ``mig`` is the MIG slices among ``count`` by profile (``unknown``: a profile not pinned),
-    also counted in the pod's ``mig``.
+    also counted in the pod's ``mig``. ``found`` is False when the ResourceClaim or template is
+    not among the DRA objects the pod was resolved against: its devices (whole GPUs, MIG slices
+    of some profile, or none) are unknown, ``device_class`` and ``count`` None.
     """
 
     name: str
@@ -199,6 +202,15 @@ class DraClaim:
     resource_claim: str | None = None
     shared_by: int = 1
     mig: Mapping[str, int] = field(default_factory=dict)
+    found: bool = True
+
+    @property
+    def source(self) -> str:
+        """The object the claim names, as a user writes it: ``ResourceClaimTemplate 'name'`` or
+        ``ResourceClaim 'name'``."""
+        if self.template is not None:
+            return f"ResourceClaimTemplate {self.template!r}"
+        return f"ResourceClaim {self.resource_claim!r}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``{name, template, resource_claim, shared_by, device_class, count, mig,
@@ -527,7 +539,7 @@ def _map(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Map
     value = parent.get(key)
     if value is None or type(value) is dict or isinstance(value, Mapping):
         return value or _EMPTY
-    out.invalid.append(f"{path}.{key}: expected a map, got {type(value).__name__}")
+    out.invalid.append(f"{path}.{key}: expected a map, got {described(value)}")
     return _EMPTY
 
 
@@ -536,7 +548,7 @@ def _seq(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Seq
     value = parent.get(key)
     if value is None or isinstance(value, list):
         return value or ()
-    out.invalid.append(f"{path}.{key}: expected a list, got {type(value).__name__}")
+    out.invalid.append(f"{path}.{key}: expected a list, got {described(value)}")
     return ()
 
 
@@ -555,7 +567,7 @@ def _entries(parent: Mapping[str, Any], key: str, path: str,
             found.append((index, entry))
         else:
             out.invalid.append(f"{path}.{key}[{index}]: expected a map, got "
-                               f"{type(entry).__name__}")
+                               f"{described(entry)}")
     return found
 
 
@@ -882,7 +894,7 @@ def _placement(spec: Mapping[str, Any], spec_path: str, out: _Collector) -> _Pla
     for key, value in selector.items():
         if not isinstance(value, str):
             out.invalid.append(f"{spec_path}.nodeSelector[{key}]: expected a string, got "
-                               f"{type(value).__name__}")
+                               f"{described(value)}")
     _map(affinity, "nodeAffinity", f"{spec_path}.affinity", out)
     model = mig_profile = None
     excluded = shared = False
@@ -934,7 +946,7 @@ def _kai(
             value = annotations[key]
             if not isinstance(value, str):
                 out.invalid.append(f"{where}.annotations[{key}]: annotation values must be "
-                                   f"strings, got {type(value).__name__} {value!r}")
+                                   f"strings, got {described(value)}")
             texts[key] = str(value)
     if KAI_FRACTION not in texts and KAI_MEMORY not in texts:
         return None, Fraction(0)
@@ -1059,7 +1071,7 @@ def _dra(
             out.shared = True
         claims.append(DraClaim(name, str(template) if template else None, device_class, count,
                                path, str(claim_name) if claim_name and not template else None,
-                               shared_by, dict(migs)))
+                               shared_by, dict(migs), known is not None))
         for container in containers:
             if name in container.claims:
                 container.asks_gpu = True
@@ -1276,7 +1288,7 @@ def pod_facts(
     """
     out = _Collector()
     if spec is not None and not isinstance(spec, Mapping):
-        out.invalid.append(f"{spec_path}: expected a PodSpec map, got {type(spec).__name__}")
+        out.invalid.append(f"{spec_path}: expected a PodSpec map, got {described(spec)}")
     spec = as_mapping(spec)
     metadata = as_mapping(metadata)
     dra_index = dra if dra is not None else _legacy_index(claim_templates or {})
@@ -1467,7 +1479,7 @@ def virtual_machine_facts(
         for index, entry in enumerate(_seq(devices, key, f"{path}.devices", out)):
             where = f"{path}.devices.{key}[{index}]"
             if not isinstance(entry, Mapping):
-                out.invalid.append(f"{where}: expected a device map, got {type(entry).__name__}")
+                out.invalid.append(f"{where}: expected a device map, got {described(entry)}")
                 continue
             name = entry.get("deviceName")
             claim = entry.get("claimName")

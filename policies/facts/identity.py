@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from policies.value_words import described
+
 #: The ObjectMeta fields that name an object, in the order their problems are listed.
 NAME_FIELDS = ("namespace", "name", "generateName")
 
@@ -34,15 +36,15 @@ def identity_problems(obj: Mapping[str, Any]) -> list[str]:
     problems = []
     kind = obj.get("kind")
     if kind is not None and not isinstance(kind, str):
-        problems.append(f"kind: expected a string, got {type(kind).__name__}")
+        problems.append(f"kind: expected a string, got {described(kind)}")
     metadata = obj.get("metadata")
     if metadata is None:
         return problems
     if not isinstance(metadata, Mapping):
-        problems.append(f"metadata: expected a map, got {type(metadata).__name__}")
+        problems.append(f"metadata: expected a map, got {described(metadata)}")
         return problems
     for key in NAME_FIELDS:
         value = metadata.get(key)
         if value is not None and not isinstance(value, str):
-            problems.append(f"metadata.{key}: expected a string, got {type(value).__name__}")
+            problems.append(f"metadata.{key}: expected a string, got {described(value)}")
     return problems

@@ -42,6 +42,7 @@ from policies.facts.resource_names import (
     cores_per_device,
 )
 from policies.sources import load_json, shortened
+from policies.value_words import described
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 _MIG_LABEL_FAMILY = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.count$")
@@ -281,7 +282,7 @@ def _map(parent: Mapping[str, Any], key: str, path: str, invalid: list[str]) -> 
     if isinstance(value, Mapping):
         return value
     if value is not None:
-        invalid.append(f"{path}: expected a map, got {type(value).__name__}; ignored")
+        invalid.append(f"{path}: expected a map, got {described(value)}; ignored")
     return {}
 
 
@@ -295,7 +296,7 @@ def _string_labels(labels: Mapping[str, Any], invalid: list[str]) -> dict[str, s
             clean[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         else:
             invalid.append(f"metadata.labels[{key}]: expected a string, got "
-                            f"{type(value).__name__}; ignored")
+                            f"{described(value)}; ignored")
     return clean
 
 
@@ -309,7 +310,7 @@ def node_facts(node: Mapping[str, Any], settings: GPUSettings = DEFAULT_SETTINGS
     metadata = _map(node, "metadata", "metadata", invalid)
     if metadata.get("name") is not None and not isinstance(metadata.get("name"), str):
         invalid.append(f"metadata.name: expected a string, got "
-                       f"{type(metadata.get('name')).__name__}; ignored")
+                       f"{described(metadata.get('name'))}; ignored")
     labels = _string_labels(_map(metadata, "labels", "metadata.labels", invalid), invalid)
     annotations = _map(metadata, "annotations", "metadata.annotations", invalid)
     status = _map(node, "status", "status", invalid)

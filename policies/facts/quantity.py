@@ -16,6 +16,8 @@ import math
 import re
 from fractions import Fraction
 
+from policies.value_words import described
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Fraction(1, 10**9),
@@ -102,7 +104,7 @@ def _parse(value: object) -> Fraction:
         return Fraction(repr(value))
     if not isinstance(value, str):
         raise QuantityError(
-            f"expected a quantity string or number, got {type(value).__name__} {value!r}"
+            f"expected a quantity string or number, got {described(value)}"
         )
     text = value.strip()
     if not text or len(text) > _MAX_TEXT:

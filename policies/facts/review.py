@@ -21,6 +21,7 @@ from policies.facts.identity import identity_problems
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
 from policies.records import maker
+from policies.value_words import described, type_words
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
@@ -176,7 +177,8 @@ def from_object(
     problems = identity_problems(obj)
     if problems:
         raise ReviewError("; ".join(problems) + _QUOTE_HINT * any(
-            p.endswith(("got int", "got float", "got bool")) for p in problems))
+            p.rpartition(", got ")[2].startswith(("the number ", "the boolean "))
+            for p in problems))
     metadata = mapping_at(obj, "metadata")
     group, version = _split_api_version(str(obj.get("apiVersion", "")))
     kind = str(obj.get("kind", ""))
@@ -260,7 +262,7 @@ def from_request(
         value = request.get(key)
         if value is not None and not _is_object(value):
             raise ReviewError(f"request.{key}: expected an object or null, got "
-                              f"{type(value).__name__}")
+                              f"{described(value)}")
         objects[key] = value
     if objects["object"] is None and operation in ("CREATE", "UPDATE"):
         raise ReviewError(f"request.object: a {operation} carries the object, got null")
@@ -279,11 +281,11 @@ def from_request(
     if info is None:
         info = {}
     elif not _is_object(info):
-        raise ReviewError(f"request.userInfo: expected an object, got {type(info).__name__}")
+        raise ReviewError(f"request.userInfo: expected an object, got {described(info)}")
     for key, expected in (("username", str), ("uid", str), ("groups", list)):
         if info.get(key) is not None and not isinstance(info[key], expected):
-            raise ReviewError(f"request.userInfo.{key}: expected a {expected.__name__}, got "
-                              f"{type(info[key]).__name__}")
+            raise ReviewError(f"request.userInfo.{key}: expected {type_words(expected)}, got "
+                              f"{described(info[key])}")
     groups = info.get("groups") or []
     user = _make_user(
         username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
@@ -292,7 +294,7 @@ def from_request(
     metadata = mapping_at(subject, "metadata") if _is_object(subject) else {}
     namespace = request.get("namespace") or metadata.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
-        raise ReviewError(f"request.namespace: expected a string, got {type(namespace).__name__}")
+        raise ReviewError(f"request.namespace: expected a string, got {described(namespace)}")
     return _make_review(
         operation=str(operation), object=objects["object"], old_object=objects["oldObject"],
         resource=resource, subresource=str(request.get("subResource") or ""), kind=kind,

@@ -21,7 +21,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-from policies.facts.dra import DraIndex, claim_devices, dra_objects, is_claim_object
+from policies.facts.dra import (
+    DRA_KINDS,
+    DraIndex,
+    claim_devices,
+    dra_objects,
+    is_claim_object,
+)
 from policies.facts.gpu import (
     GPUFacts,
     claim_object_facts,
@@ -36,6 +42,7 @@ from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings, Resourc
 from policies.facts.workload_kinds import WORKLOAD_KINDS
 from policies.json_fields import as_mapping
 from policies.sources import shortened
+from policies.value_words import described
 
 KUBEFLOW_REPLICA_SPECS = {
     "PyTorchJob": "pytorchReplicaSpecs",
@@ -201,7 +208,7 @@ class _Replicas:
         if value is None or isinstance(value, Mapping):
             return value or {}
         where = f"{path}.{key}" if path else key
-        self.invalid.append(f"{where}: expected a map, got {type(value).__name__}")
+        self.invalid.append(f"{where}: expected a map, got {described(value)}")
         return {}
 
     def list(self, owner: Mapping[str, Any], key: str, path: str) -> list[Any]:
@@ -210,7 +217,7 @@ class _Replicas:
         if value is None or isinstance(value, list):
             return value or []
         where = f"{path}.{key}" if path else key
-        self.invalid.append(f"{where}: expected a list, got {type(value).__name__}")
+        self.invalid.append(f"{where}: expected a list, got {described(value)}")
         return []
 
 
@@ -223,7 +230,7 @@ def _template(
     bounds: tuple[int | None, int | None] = (None, None),
 ) -> PodTemplate:
     if template is not None and not isinstance(template, Mapping):
-        reader.invalid.append(f"{path}: expected a pod template map, got {type(template).__name__}")
+        reader.invalid.append(f"{path}: expected a pod template map, got {described(template)}")
     template = as_mapping(template)
     return PodTemplate(
         path=path,
@@ -486,7 +493,7 @@ def _nim_template(
         where = f"spec.draResources[{i}]"
         if not isinstance(entry, Mapping):
             reader.invalid.append(f"{where}: expected a DRA resource map, got "
-                                  f"{type(entry).__name__}")
+                                  f"{described(entry)}")
             continue
         claim: dict[str, Any] = {"name": f"dra-resource-{i}"}
         for key in ("resourceClaimName", "resourceClaimTemplateName"):
@@ -541,7 +548,7 @@ def _kaito_templates(
             mig_request = {"profile": mig_request}
         if not isinstance(mig_request, Mapping):
             reader.invalid.append(f"{where}: expected a map {{profile, count}}, got "
-                                  f"{type(mig_request).__name__}")
+                                  f"{described(mig_request)}")
         elif not isinstance(mig_request.get("profile"), str) or not mig_request["profile"]:
             reader.invalid.append(f"{where}.profile: expected a MIG profile such as 1g.10gb, "
                                   f"got {shortened(repr(mig_request.get('profile')))}")
@@ -729,14 +736,14 @@ def _pod_fields(pod: Mapping[str, Any], reader: _Replicas) -> None:
     status = reader.map(pod, "status", "")
     phase = status.get("phase")
     if phase is not None and not isinstance(phase, str):
-        reader.invalid.append(f"status.phase: expected a string, got {type(phase).__name__}")
+        reader.invalid.append(f"status.phase: expected a string, got {described(phase)}")
     spec = pod.get("spec")
     if spec is not None and not isinstance(spec, Mapping):
         return  # "spec: expected a map" is recorded with the templates
     spec = spec or {}
     node = spec.get("nodeName")
     if node is not None and not isinstance(node, str):
-        reader.invalid.append(f"spec.nodeName: expected a string, got {type(node).__name__}")
+        reader.invalid.append(f"spec.nodeName: expected a string, got {described(node)}")
     containers = spec.get("containers")
     if pod.get("spec") is None or containers is None or containers == []:
         where = "spec" if pod.get("spec") is None else "spec.containers"
@@ -886,7 +893,7 @@ def dra_index_of(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
     index = dra_objects(found)
     users: dict[tuple[str | None, str], int] = {}
     for obj in found:
-        workload = find_workload(obj) if obj.get("kind") not in _DRA_KINDS else None
+        workload = find_workload(obj) if obj.get("kind") not in DRA_KINDS else None
         if workload is None:
             continue
         for template in workload.templates:
@@ -901,9 +908,6 @@ def dra_index_of(objects: Iterable[Mapping[str, Any]]) -> DraIndex:
                     key = (workload.namespace, name)
                     users[key] = users.get(key, 0) + (template.replicas or 1)
     return replace(index, claim_users=users)
-
-
-_DRA_KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice")
 
 
 def _vmi_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -938,7 +942,7 @@ def _claim_shape(obj: Mapping[str, Any], reader: _Replicas) -> None:
     for i, request in enumerate(reader.list(devices, "requests", f"{path}.devices")):
         if not isinstance(request, Mapping):
             reader.invalid.append(f"{path}.devices.requests[{i}]: expected a map, got "
-                                  f"{type(request).__name__}")
+                                  f"{described(request)}")
 
 
 def workload_facts(

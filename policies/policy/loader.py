@@ -801,6 +801,15 @@ NO_DOCUMENT = ("a policy file holds GPUPolicy, ValidatingAdmissionPolicy, "
                "documents (to remove a file's policies, delete the file)")
 
 
+def only_quotas(where: str, quotas: int, why: str) -> str:
+    """The refusal of a command that has nothing to evaluate a set of ``quotas`` GPUQuotas and no
+    policy with (``why``: what it would need, or who evaluates them). A GPUQuota is a policy
+    source (lint, the webhook and the audit load and enforce a quota-only set), so the message
+    never says "no policies found"."""
+    return (f"{where} holds {quotas} GPUQuota document(s) and no GPUPolicy, "
+            f"ValidatingAdmissionPolicy or MutatingAdmissionPolicy; {why}")
+
+
 def _from_load_error(error: LoadError) -> PolicyError:
     return PolicyError(error.source, error.index, error.line, "", error.message)
 

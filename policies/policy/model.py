@@ -241,6 +241,19 @@ class PolicySet:
         """Policy names, in evaluation order."""
         return tuple(p.name for p in self.policies)
 
+    def counts(self) -> str:
+        """What the set holds, as lint, ``/readyz`` and the logs say it: ``3 policies``, ``0
+        policies and 1 GPUQuota(s)`` — a GPUQuota is a policy source, so a quota-only set is
+        never described as empty."""
+        policies = len(self.policies)
+        return (f"{policies} polic{'y' if policies == 1 else 'ies'}"
+                + (f" and {len(self.quotas)} GPUQuota(s)" if self.quotas else ""))
+
+    @property
+    def empty(self) -> bool:
+        """Whether the set holds neither a policy nor a GPUQuota: it would allow everything."""
+        return not self.policies and not self.quotas
+
 
 def _canonical(value: Any) -> Any:
     """Plain, order-stable data of a model value: dataclass fields but ``origin`` and those left

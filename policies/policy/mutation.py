@@ -25,6 +25,7 @@ import jsonpointer
 
 from policies.cel.json_values import to_json_data
 from policies.facts.workloads import POD_SPEC, RESOURCES, WorkloadFacts
+from policies.value_words import described
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 
@@ -41,7 +42,7 @@ def validate_operations(value: Any) -> list[dict[str, Any]]:
             ``from`` for move / copy, ``value`` for add / replace / test).
     """
     if not isinstance(value, list):
-        raise MutationError(f"expected a list of JSONPatch operations, got {type(value).__name__}")
+        raise MutationError(f"expected a list of JSONPatch operations, got {described(value)}")
     operations = []
     for index, op in enumerate(value):
         if not isinstance(op, Mapping):
@@ -97,7 +98,7 @@ def check_identity(result: Any, original: Mapping[str, Any] | None = None) -> di
             ``metadata.name`` / ``namespace`` / ``uid`` differ from ``original``.
     """
     if not isinstance(result, dict):
-        raise MutationError(f"the patched object is a {type(result).__name__}, not an object")
+        raise MutationError(f"the patched object is {described(result)}, not an object")
     if original is not None:
         for path in _IDENTITY:
             before: Any = original
@@ -226,7 +227,7 @@ def apply_shortcut(
     if field is not None and argument.get("target", "object") == "object":
         if not isinstance(obj.get("metadata"), dict):
             raise MutationError(f"{name}: the object's metadata is "
-                                f"{type(obj.get('metadata')).__name__}, not a map")
+                                f"{described(obj.get('metadata'))}, not a map")
         return _set_key(obj["metadata"], field, argument["key"], argument["value"])
     changed = False
     for spec_path, metadata_path in _pod_targets(obj, facts):

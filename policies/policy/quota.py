@@ -185,7 +185,7 @@ def _mig_unknown(claims: Iterable[DraClaim]) -> tuple[str, ...]:
         elif claim.mig and claim.count is None:  # allocationMode All, or an unusable count
             reasons.append(f"{claim.path}: the number of its MIG slices is not known "
                            "(allocationMode All takes every matching device of the node)")
-        elif claim.device_class is None and claim.count is None:
+        elif not claim.found:
             reasons.append(f"{claim.path}: the devices of {claim.template or claim.resource_claim}"
                            " are not known (they may be MIG slices)")
     return tuple(reasons)

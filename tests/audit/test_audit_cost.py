@@ -225,15 +225,18 @@ _HEAD = "apiVersion: gpuguard.io/v1alpha1\nkind: GPUPriceTable\n"
 
 @pytest.mark.parametrize(("text", "problem"), [
     ("apiVersion: gpuguard.io/v1\nkind: GPUPriceTable\nspec: {currency: USD}\n",
-     "apiVersion: expected gpuguard.io/v1alpha1, got 'gpuguard.io/v1'"),
+     "apiVersion: expected gpuguard.io/v1alpha1, got the string 'gpuguard.io/v1'"),
     ("apiVersion: gpuguard.io/v1alpha1\nkind: GPUQuota\nspec: {}\n",
-     "kind: expected GPUPriceTable, got 'GPUQuota'"),
+     "kind: expected GPUPriceTable, got the string 'GPUQuota'"),
     (_HEAD + "spec: {currency: usd, perGpuEquivalentHour: 1}\n",
-     "spec.currency: expected an ISO 4217 code such as USD or EUR, got 'usd'"),
+     "spec.currency: expected an ISO 4217 code such as USD or EUR, got the string "
+     "'usd'"),
     (_HEAD + "spec: {currency: USD, perGpuEquivalentHour: -1}\n",
-     "spec.perGpuEquivalentHour: expected a number of currency units per hour, 0 or more"),
+     "spec.perGpuEquivalentHour: expected a number ≥ 0 and below 1,000,000 (USD per "
+     "GPU-equivalent-hour), got the number -1"),
     (_HEAD + "spec: {currency: USD, perGpuEquivalentHour: '2.5'}\n",
-     "spec.perGpuEquivalentHour: expected a number of currency units per hour"),
+     "spec.perGpuEquivalentHour: expected a number ≥ 0 and below 1,000,000 (USD per "
+     "GPU-equivalent-hour), got the string '2.5'"),
     (_HEAD + "spec: {currency: USD, perGpuEquivalentHour: true}\n",
      "spec.perGpuEquivalentHour: expected a number"),
     (_HEAD + "spec: {currency: USD, perGpuHour: 2}\n",
@@ -249,11 +252,27 @@ _HEAD = "apiVersion: gpuguard.io/v1alpha1\nkind: GPUPriceTable\n"
      "spec.models[1].product: 'NVIDIA-H100-80GB-HBM3-SHARED' is priced twice (also "
      "spec.models[0])"),
     (_HEAD + "spec:\n  currency: USD\n  models: {NVIDIA-L4: 1}\n",
-     "spec.models: expected a list, got dict"),
+     "spec.models: expected a list, got a map"),
     (_HEAD + "spec: {currency: USD}\n", "spec: prices nothing"),
-    (_HEAD + "spec: [currency]\n", "spec: expected a mapping, got list"),
+    (_HEAD + "spec: [currency]\n", "spec: expected a mapping, got a list"),
     (_HEAD + "spec: {currency: USD\n", "line 3: "),
     (_HEAD + "spec: {currency: USD, currency: EUR}\n", "currency"),
+    # A fresh-context trial's finds: the first line was "line 0", a negative zero was a price,
+    # and a null one was "got NoneType".
+    ("apiVersion: gpuguard.io/v1alpha1\napiVersion: gpuguard.io/v1alpha1\n",
+     "line 2: duplicate key 'apiVersion' (first at line 1)"),
+    (_HEAD + "spec:\n  currency: USD\n  perGpuEquivalentHour: 2\n  perGpuEquivalentHour: 3\n",
+     "line 6: duplicate key 'perGpuEquivalentHour' (first at line 5)"),
+    (_HEAD + "spec: {currency: USD, perGpuEquivalentHour: -0.0}\n",
+     "spec.perGpuEquivalentHour: expected a number ≥ 0 and below 1,000,000 (USD per "
+     "GPU-equivalent-hour), got the number -0.0"),
+    (_HEAD + "spec: {currency: EUR, perGpuEquivalentHour: null}\n",
+     "spec.perGpuEquivalentHour: expected a number ≥ 0 and below 1,000,000 (EUR per "
+     "GPU-equivalent-hour), got null"),
+    (_HEAD + "spec:\n  currency: USD\n  models:\n  - {product: NVIDIA-L4, perGpuHour: null}\n",
+     "spec.models[0].perGpuHour: expected a number ≥ 0 and below 1,000,000 (USD per GPU-hour), "
+     "got null"),
+    (_HEAD + "spec: null\n", "spec: expected a mapping, got null"),
     ("", "empty (expected apiVersion: gpuguard.io/v1alpha1, kind: GPUPriceTable)"),
 ])
 def test_a_bad_price_table_is_refused_naming_the_file_and_field(tmp_path, capsys, text,

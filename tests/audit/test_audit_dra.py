@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from gpuguard.cli import main
+from tests.fakes.fake_kube_api import FakeKubeAPI
 
 NODE = """\
 apiVersion: v1
@@ -127,3 +130,27 @@ def test_an_allocated_mig_claim_takes_its_profile_from_the_resource_slice(tmp_pa
     report = _audit(tmp_path, capsys, MIG_SLICE, MIG_CLAIM, pod)
     assert report["summary"]["on_missing_nodes"]["gpu_equivalents"] == round(3 / 7, 6)
     assert report["summary"]["on_missing_nodes"]["unknown_pods"] == 0
+
+
+def test_the_cluster_audit_lists_resource_claims_as_it_lists_templates(tmp_path, capsys):
+    """A fresh-context trial's find: ``audit --cluster`` listed ResourceClaimTemplates but no
+    ResourceClaims (nor the DeviceClasses and ResourceSlices a claim is resolved with), so a pod
+    of a ResourceClaim was of unknown size live and known from a snapshot of the same objects.
+    Both read the four DRA kinds, and count each in ``ignored`` alike."""
+    pod = _pod("trainer", "resourceClaimName: allocated").replace("nodeName: n1",
+                                                                  "nodeName: missing-node")
+    texts = [MIG_SLICE, MIG_CLAIM, MIG_TEMPLATE, pod]
+    from_files = _audit(tmp_path, capsys, *texts)
+    with FakeKubeAPI([yaml.safe_load(t) for t in texts]) as api:
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        assert main(["audit", "--kubeconfig", kubeconfig, "-o", "json", "--jobs", "0"]) == 0
+        live = json.loads(capsys.readouterr().out)
+        listed = {path for _, path, _ in api.requests}
+    assert {"/apis/resource.k8s.io/v1/resourceclaims", "/apis/resource.k8s.io/v1/deviceclasses",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            "/apis/resource.k8s.io/v1/resourceclaimtemplates"} <= listed
+    for report in (from_files, live):
+        assert report["summary"]["on_missing_nodes"]["gpu_equivalents"] == round(3 / 7, 6)
+        assert report["summary"]["on_missing_nodes"]["unknown_pods"] == 0
+        assert report["ignored"] == {"ResourceClaim": 1, "ResourceClaimTemplate": 1,
+                                     "ResourceSlice": 1}

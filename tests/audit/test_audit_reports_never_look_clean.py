@@ -111,6 +111,6 @@ def test_a_snapshot_of_only_config_objects_says_what_it_found(tmp_path):
     assert code == EXIT_USAGE and out == ""
     assert err.splitlines()[0] == (
         f"gpuguard: -f {path}: 3 object(s) read, none of them a Node, Pod or workload the audit "
-        "reports on (2 ConfigMap, 1 Namespace, ResourceClaim or refused object(s)); expected "
+        "reports on (2 ConfigMap, 1 Namespace or refused object(s)); expected "
         "Nodes, Pods and workloads (Deployments, Jobs, training jobs, ...), e.g. kubectl get "
         "nodes,pods,deployments,jobs -A -o yaml output")

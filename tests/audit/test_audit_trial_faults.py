@@ -97,10 +97,10 @@ def test_retyped_pod_fields_are_input_errors_and_the_pods_are_not_audited():
     tail = "; not audited (it asks for GPUs): these fields say which pod it is, where it runs " \
            "or in what state"
     assert report["errors"] == [
-        f"input.yaml: document 2: Pod ns7: metadata.namespace: expected a string, got int{tail}",
-        f"input.yaml: document 3: Pod ml/node7: spec.nodeName: expected a string, got int{tail}",
-        f"input.yaml: document 4: Pod ml/phase1: status.phase: expected a string, got int{tail}",
-        f"input.yaml: document 5: Pod ml/status: status: expected a map, got str{tail}"]
+        f"input.yaml: document 2: Pod ns7: metadata.namespace: expected a string, got the number 7{tail}",
+        f"input.yaml: document 3: Pod ml/node7: spec.nodeName: expected a string, got the number 7{tail}",
+        f"input.yaml: document 4: Pod ml/phase1: status.phase: expected a string, got the number 1{tail}",
+        f"input.yaml: document 5: Pod ml/status: status: expected a map, got the string 'Running'{tail}"]
     # not a pending pod with an invented cause, nor a pod of namespace null
     assert report["pending"] == []
     assert report["summary"]["gpu_pods"] == {"running": 1, "pending": 0}
@@ -127,7 +127,7 @@ def test_a_workload_with_a_retyped_namespace_is_an_input_error():
                       {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
     report = _report([deployment])
     assert report["errors"] == [
-        "input.yaml: document 0: Deployment d: metadata.namespace: expected a string, got int; "
+        "input.yaml: document 0: Deployment d: metadata.namespace: expected a string, got the number 7; "
         "not audited: these fields say which object it is"]
     assert report["workloads"] == []
 

@@ -97,17 +97,18 @@ def test_bad_inputs_are_one_line_each(tmp_path):
     assert list(load.errors) == [
         f"{binary}: not UTF-8 text (byte offset 0)",
         f"{broken}: document 0: invalid JSON at line 1 column 10: Expecting value",
-        f"{mixed}: document 1: GPUInventorySummary: gpus[0].process_count: expected int, got str",
+        f"{mixed}: document 1: GPUInventorySummary: gpus[0].process_count: expected an integer, "
+        "got the string 'many'",
         f"{mixed}: document 2: GPUInventory names no node (write it with gpuguard inventory "
         "--node NAME)",
         f"{mixed}: document 3: kind 'Pod' is not a GPUInventory, a GPUInventorySummary or a Node",
         f"{mixed}: document 4[0]: expected a GPUInventory, a GPUInventorySummary or a Node, got "
-        "str",
+        "the string 'x'",
         f"{mixed}: document 5: Node n3: annotation gpuguard.io/inventory: not JSON: Expecting "
         "property name enclosed in double quotes: line 1 column 2 (char 1)",
         f"{mixed}: document 6: Node n4: annotation gpuguard.io/inventory describes node n5; "
         "ignored",
-        f"{lines}: line 1: GPUInventorySummary: version: expected int, got NoneType",
+        f"{lines}: line 1: GPUInventorySummary: version: expected an integer, got null",
         f"{lines}: line 2: invalid JSON: Expecting property name enclosed in double quotes",
         f"{tmp_path / 'missing.json'}: no such file or directory",
     ]

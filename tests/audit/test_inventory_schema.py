@@ -88,12 +88,12 @@ def test_mig_pending_in_the_summary():
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(kind="Pod"), "kind: expected GPUInventory, got 'Pod'"),
     (lambda d: d.update(version=2), "version: 2 is not supported"),
-    (lambda d: d["gpus"][1].update(index="1"), "gpus[1].index: expected int, got str"),
+    (lambda d: d["gpus"][1].update(index="1"), "gpus[1].index: expected an integer, got the string '1'"),
     (lambda d: d["gpus"][0]["mig"]["devices"][2].update(profile=7),
-     "gpus[0].mig.devices[2].profile: expected str, got int"),
+     "gpus[0].mig.devices[2].profile: expected a string, got the number 7"),
     (lambda d: d["gpus"][3].update(status="melted"), "gpus[3].status: expected ok, lost or"),
     (lambda d: d["gpus"][1]["processes"][0].update(pid=True), "gpus[1].processes[0].pid"),
-    (lambda d: d.update(gpus={}), "gpus: expected list, got dict"),
+    (lambda d: d.update(gpus={}), "gpus: expected a list, got a map"),
 ])
 def test_bad_inventory_names_the_field(edit, message):
     data = copy.deepcopy(example().to_dict())
@@ -104,10 +104,10 @@ def test_bad_inventory_names_the_field(edit, message):
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d.update(kind="GPUInventory"), "kind: expected GPUInventorySummary"),
-    (lambda d: d.update(version="1"), "version: expected int, got str"),
+    (lambda d: d.update(version="1"), "version: expected an integer, got the string '1'"),
     (lambda d: d["gpus"][0].update(mig_profiles={"1g.10gb": -1}), "gpus[0].mig_profiles"),
-    (lambda d: d["gpus"][1].update(process_count=1.5), "gpus[1].process_count: expected int"),
-    (lambda d: d.pop("collected_at"), "collected_at: expected str, got NoneType"),
+    (lambda d: d["gpus"][1].update(process_count=1.5), "gpus[1].process_count: expected an integer"),
+    (lambda d: d.pop("collected_at"), "collected_at: expected a string, got null"),
 ])
 def test_bad_summary_names_the_field(edit, message):
     data = copy.deepcopy(summarize(example()).to_dict())

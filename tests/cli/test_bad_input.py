@@ -48,22 +48,23 @@ def test_huge_replicas_and_claim_counts():
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda p: p.__setitem__("spec", "string"), "spec: expected a map, got str"),
+        (lambda p: p.__setitem__("spec", "string"), "spec: expected a map, got the string 'string'"),
         (lambda p: p["spec"]["containers"][0].__setitem__("resources", [1]),
-         "spec.containers[0].resources: expected a map, got list"),
+         "spec.containers[0].resources: expected a map, got a list"),
         (lambda p: p["spec"]["containers"][0]["resources"].__setitem__("limits", "nvidia.com/gpu=1"),
-         "spec.containers[0].resources.limits: expected a map, got str"),
+         "spec.containers[0].resources.limits: expected a map, got the string "
+         "'nvidia.com/gpu=1'"),
         (lambda p: p["spec"].__setitem__("nodeSelector", ["a"]),
-         "spec.nodeSelector: expected a map, got list"),
-        (lambda p: p["spec"].__setitem__("affinity", "x"), "spec.affinity: expected a map, got str"),
+         "spec.nodeSelector: expected a map, got a list"),
+        (lambda p: p["spec"].__setitem__("affinity", "x"), "spec.affinity: expected a map, got the string 'x'"),
         (lambda p: p["metadata"].__setitem__("annotations", ["a"]),
-         "metadata.annotations: expected a map, got list"),
+         "metadata.annotations: expected a map, got a list"),
         (lambda p: p["spec"]["containers"][0].__setitem__("env", {"a": 1}),
-         "spec.containers[0].env: expected a list, got dict"),
+         "spec.containers[0].env: expected a list, got a map"),
         (lambda p: p["metadata"].__setitem__("name", ["a"]),
-         "metadata.name: expected a string, got list"),
+         "metadata.name: expected a string, got a list"),
         (lambda p: p["metadata"].__setitem__("annotations", {"gpu-fraction": 0.5}),
-         "metadata.annotations[gpu-fraction]: annotation values must be strings, got float 0.5"),
+         "metadata.annotations[gpu-fraction]: annotation values must be strings, got the number 0.5"),
     ],
 )
 def test_wrong_typed_fields_are_invalid(edit, message):
@@ -77,10 +78,10 @@ def test_wrong_typed_fields_are_invalid(edit, message):
     [
         ("manifests/vllm__mistral-7b-nvidia-deployment.yaml",
          lambda d: d["spec"].__setitem__("template", "x"),
-         "spec.template: expected a pod template map, got str"),
+         "spec.template: expected a pod template map, got the string 'x'"),
         ("manifests/ndp__e2e-job-nbody.yaml",
          lambda j: j["spec"]["template"].__setitem__("spec", [1]),
-         "spec.template.spec: expected a map, got list"),
+         "spec.template.spec: expected a map, got a list"),
     ],
 )
 def test_wrong_typed_templates_are_invalid(kind_file, edit, message):
@@ -108,7 +109,7 @@ def test_node_with_negative_or_typed_wrong_values():
     assert facts.gpu_equivalents == 0
     assert facts.mig_strategy is None
     assert facts.warnings == (
-        "metadata.labels[nvidia.com/mig.strategy]: expected a string, got list; ignored",
+        "metadata.labels[nvidia.com/mig.strategy]: expected a string, got a list; ignored",
         "status.allocatable[nvidia.com/gpu]: -4 is not a device count (expected a whole number "
         "from 0); ignored",
         "metadata.labels[nvidia.com/gpu.count]: 'abc' is not a non-negative integer; ignored",
@@ -201,7 +202,7 @@ def test_gpus_names_a_pod_without_metadata_and_says_why_a_pod_has_no_gpus(tmp_pa
 def test_a_kind_that_is_not_a_string_is_invalid_not_a_crash():
     facts = workload_facts({"apiVersion": "v1", "kind": ["Pod"],
                             "spec": {"containers": [{"name": "c"}]}})
-    assert facts is not None and "kind: expected a string, got list" in facts.total.invalid
+    assert facts is not None and "kind: expected a string, got a list" in facts.total.invalid
 
 
 # --- numbers beyond int64 (tests/data/edge/nodes-out-of-range.yaml) ------------------------------
@@ -218,7 +219,7 @@ def test_node_values_beyond_int64_or_negative_are_input_errors_and_the_audit_com
     assert report["errors"] == [
         f"{where} 0: Node n1: status.allocatable[nvidia.com/gpu]: 100000...e400 is out of range "
         "(at most 9223372036854775807); ignored",
-        f"{where} 1: Node n2: metadata.labels: expected a map, got str; ignored",
+        f"{where} 1: Node n2: metadata.labels: expected a map, got the string 'x'; ignored",
         f"{where} 1: Node n2: status.capacity[nvidia.com/gpu]: 123456...e29 is out of range "
         "(at most 9223372036854775807); ignored",
         f"{where} 1: Node n2: status.allocatable[nvidia.com/gpu]: -4 is not a device count "

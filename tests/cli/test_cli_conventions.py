@@ -410,3 +410,45 @@ def test_lint_and_test_take_f_and_stdin(command, monkeypatch):
     with contextlib.redirect_stderr(err):
         assert cli.main([command]) == 2
     assert f"gpuguard {command}: error: no input: give PATH... or -f PATH" in err.getvalue()
+
+
+# --- an option a command does not have ------------------------------------------------------
+
+#: Every command and sub-command, as typed (``certs`` has sub-commands of its own).
+EVERY_COMMAND = [[name] for name in cli.COMMANDS] + [
+    ["certs", sub] for sub in ("generate", "renew", "ca-bundle", "inject")]
+
+
+def _usage_error(argv: list[str]) -> tuple[int, list[str]]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(argv)
+    return code, err.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("command", EVERY_COMMAND, ids=" ".join)
+def test_an_option_a_command_lacks_is_its_own_usage_error_naming_the_option(command):
+    """A fresh-context trial's find: ``gpuguard gpus --version`` said "the following arguments
+    are required: -f/--filename" (the unknown option unnamed), and ``gpuguard lint --version``
+    printed the top-level usage. Every command now answers with its own usage and name, exit 2,
+    the option first — before a missing required option."""
+    name = " ".join(command)
+    code, lines = _usage_error([*command, "--no-such-flag"])
+    assert code == 2
+    assert lines[0].startswith(f"usage: gpuguard {name} ")
+    assert lines[-1] == f"gpuguard {name}: error: unrecognized arguments: --no-such-flag"
+    code, lines = _usage_error([*command, "--version"])
+    assert code == 2 and lines[0].startswith(f"usage: gpuguard {name} ")
+    assert lines[-1] == (
+        f"gpuguard {name}: error: unrecognized arguments: --version (--version is an option of "
+        "gpuguard itself and goes before the command: gpuguard --version ...)")
+
+
+def test_values_that_look_like_options_are_still_values(capsys):
+    # a negative number, standard input, an abbreviation and an attached value: argparse's own
+    # rules decide these (here: --jobs -1 is refused by audit itself, not as an option)
+    code, lines = _usage_error(["audit", "-f", str(EXAMPLE), "--jobs", "-1"])
+    assert code == 2 and lines[-1] == "gpuguard: error: --jobs -1: expected 0 or more"
+    assert cli.main(["gpus", "-f", POD, "-o=json", "--al"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "GPUFacts"
+    assert cli.main(["--debug", "gpus", "-f", POD, "-ojson"]) == 0

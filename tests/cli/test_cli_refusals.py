@@ -371,3 +371,41 @@ def test_a_kubeconfig_that_cannot_be_read_is_bad_input_in_one_line(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and says in err[0] and "internal error" not in err[0], err
+
+
+# --- a policy set of GPUQuotas only ---------------------------------------------------------
+
+QUOTA_ONLY = "tests/data/quota/example-cluster-quotas.yaml"  # 3 GPUQuotas, no policy
+
+
+def test_a_quota_only_set_is_a_policy_source_and_no_command_calls_it_empty(capsys, tmp_path):
+    """A fresh-context trial's find: ``check --policies`` of a file holding only a GPUQuota said
+    "no policies found". lint, audit and serve load and enforce such a set; check needs
+    --snapshot to judge a quota and says so; a test suite evaluates policies only and says so."""
+    code, stdout, _ = run(capsys, "lint", QUOTA_ONLY)
+    assert code == 0 and stdout.splitlines()[-1] == (
+        "0 policies and 3 GPUQuota(s) loaded, 0 error(s), 0 warning(s)")
+    code, stdout, err = run(capsys, "check", "-f", str(REVIEW), "--policies", QUOTA_ONLY)
+    assert code == EXIT_USAGE and stdout == ""
+    assert err == [
+        f"gpuguard: error: {QUOTA_ONLY} holds 3 GPUQuota document(s) and no GPUPolicy, "
+        "ValidatingAdmissionPolicy or MutatingAdmissionPolicy; check judges GPUQuotas against "
+        "the usage of a cluster snapshot: give --snapshot PATH (its Pods and Namespaces), or "
+        "policy files with a policy to evaluate"]
+    assert "no policies found" not in " ".join(err)
+    code, stdout, _ = run(capsys, "audit", "-f", "examples/cluster", "--policies", QUOTA_ONLY,
+                          "-o", "json", "--jobs", "0")
+    assert code == 0 and len(json.loads(stdout)["quotas"]) == 3
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({
+        "apiVersion": "gpuguard.io/v1alpha1", "kind": "GPUPolicyTest", "metadata": {"name": "s"},
+        "policies": [str(Path(QUOTA_ONLY).resolve())],
+        "cases": [{"name": "cpu pod", "object": {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}},
+            "expect": {"allowed": True}}]}))
+    code, stdout, _ = run(capsys, "test", str(suite), "-o", "json")
+    assert code == EXIT_USAGE
+    [error] = json.loads(stdout)["suites"][0]["errors"]
+    assert "holds 3 GPUQuota document(s) and no GPUPolicy" in error
+    assert "a test case evaluates policies only" in error

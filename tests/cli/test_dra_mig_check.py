@@ -126,3 +126,45 @@ def test_an_allocation_mode_all_mig_claim_is_unknown_size_under_a_mig_limit(caps
     assert "the number of its MIG slices is not known (allocationMode All" in \
         out["p-all"]["quota"]["denials"][0]
     assert out["p-gpuclass"]["allowed"]  # a whole-GPU claim: no mig limit applies
+
+
+MISSING = ("{path}: {what} in namespace team-llm is not in the input, so its devices (how many "
+           "GPUs, which MIG profile) are unknown and no policy judged them; give it with -f or "
+           "--snapshot (at admission it is judged itself when it is created)")
+
+
+def test_a_pod_whose_claim_template_is_not_in_the_input_passes_with_a_note_naming_it(
+        tmp_path: Path, capsys) -> None:
+    """A fresh-context trial's find: p-mig without its template passed mig-profile-allowed with
+    no word (the matchCondition saw no MIG profile). It still passes, as at the webhook, where
+    the template is judged itself, but the result says which object was missing."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(Path(MIG_ONLY).read_text(encoding="utf-8").split("---\n")[3],
+                    encoding="utf-8")
+    team = ["--policies", LIBRARY_MIG, "--namespace-labels", "gpuguard.io/team=vision"]
+    code, out = _check(capsys, "-f", str(pods), *team)
+    assert code == 0 and out["p-mig"]["allowed"] is True
+    assert out["p-mig"]["notes"] == [MISSING.format(
+        path="spec.resourceClaims[0]", what="ResourceClaimTemplate 'mig-only'")]
+    assert main(["check", "-f", str(pods), *team]) == 0
+    assert "note: spec.resourceClaims[0]: ResourceClaimTemplate 'mig-only' in namespace " \
+        "team-llm is not in the input" in capsys.readouterr().out
+    # given the template, no note, and the vision team is denied
+    code, out = _check(capsys, "-f", str(pods), "-f", MIG_ONLY, *team)
+    assert code == 1 and out["p-mig"]["notes"] == []
+
+
+def test_a_workload_naming_a_resource_claim_not_in_the_input_gets_the_note(
+        tmp_path: Path, capsys) -> None:
+    deployment = tmp_path / "deploy.yaml"
+    deployment.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: team-llm}\n"
+        "spec:\n  selector: {matchLabels: {a: b}}\n  template:\n    metadata: {labels: {a: b}}\n"
+        "    spec:\n      resourceClaims: [{name: g, resourceClaimName: shared-mig}]\n"
+        "      containers: [{name: c, image: x, resources: {claims: [{name: g}]}}]\n",
+        encoding="utf-8")
+    code, out = _check(capsys, "-f", str(deployment), "--policies", LIBRARY_MIG,
+                       "--namespace-labels", "gpuguard.io/team=vision")
+    assert code == 0
+    assert out["d"]["notes"] == [MISSING.format(path="spec.template.spec.resourceClaims[0]",
+                                                what="ResourceClaim 'shared-mig'")]

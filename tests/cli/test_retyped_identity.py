@@ -25,10 +25,10 @@ spec: {{containers: [{{name: c, image: x, securityContext: {{privileged: true}},
   resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]}}
 """
 HINT = " (YAML reads an unquoted number or true/false as that type: quote the value)"
-CASES = [("p", "2024", "metadata.namespace: expected a string, got int"),
-         ("p", "1.5", "metadata.namespace: expected a string, got float"),
-         ("7", "team-llm", "metadata.name: expected a string, got int"),
-         ("p", "[a]", "metadata.namespace: expected a string, got list")]
+CASES = [("p", "2024", "metadata.namespace: expected a string, got the number 2024"),
+         ("p", "1.5", "metadata.namespace: expected a string, got the number 1.5"),
+         ("7", "team-llm", "metadata.name: expected a string, got the number 7"),
+         ("p", "[a]", "metadata.namespace: expected a string, got a list")]
 
 
 def _file(tmp_path: Path, name: str, namespace: str) -> str:
@@ -97,4 +97,4 @@ def test_a_well_typed_object_has_no_identity_problem():
     assert identity_problems({"kind": "Pod", "metadata": {"name": "p", "namespace": "ml"}}) == []
     assert identity_problems({"kind": "Pod"}) == []  # absent: the readers decide what is required
     assert identity_problems({"kind": 3, "metadata": []}) == [
-        "kind: expected a string, got int", "metadata: expected a map, got list"]
+        "kind: expected a string, got the number 3", "metadata: expected a map, got a list"]

@@ -218,7 +218,8 @@ def test_a_case_object_with_a_retyped_namespace_is_an_error(capsys, tmp_path):
     (case,) = json.loads(out)["suites"][0]["cases"]
     assert case["status"] == "error"
     assert case["differences"][0].endswith(
-        "cases[0].object: metadata.namespace: expected a string, got int (YAML reads an unquoted "
+        "cases[0].object: metadata.namespace: expected a string, got the number 2024 (YAML reads an "
+        "unquoted "
         "number or true/false as that type: quote the value)")
 
 

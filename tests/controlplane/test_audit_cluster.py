@@ -28,8 +28,9 @@ from tests.controlplane.webhook_process import REPO, gpuguard
 
 EXAMPLE = REPO / "examples" / "cluster"
 DATA = Path(__file__).resolve().parent / "data"
+CLUSTER_SCOPED = ("Namespace", "Node", "DeviceClass", "ResourceSlice")
 # apiVersion, kind -> (path prefix, plural, namespaced)
-RESOURCES = {(r.api_version, r.kind): (r.path, r.plural, r.kind not in ("Namespace", "Node"))
+RESOURCES = {(r.api_version, r.kind): (r.path, r.plural, r.kind not in CLUSTER_SCOPED)
              for r in AUDIT_RESOURCES}
 SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation",
                  "selfLink")

@@ -808,5 +808,5 @@ def test_malformed_env_from_is_invalid_not_a_crash():
     pod = _access_pods("envfrom.yaml")["envfrom"]
     pod["spec"]["containers"][0]["envFrom"] = ["gpu-env", {"prefix": 7, "configMapRef": "x"}]
     facts = facts_of(pod)
-    assert facts.invalid == ("spec.containers[0].envFrom[0]: expected a map, got str",)
+    assert facts.invalid == ("spec.containers[0].envFrom[0]: expected a map, got the string 'gpu-env'",)
     assert facts.unrequested_access == ()  # prefix "7" can produce no device variable

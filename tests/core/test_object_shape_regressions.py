@@ -126,17 +126,18 @@ async def test_vgpu_vmi_is_admitted_by_the_webhook_not_denied_by_its_fallback(ai
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda vm: vm["spec"].__setitem__("domain", "gpu"),
-     "spec.domain: expected a map, got str"),
+     "spec.domain: expected a map, got the string 'gpu'"),
     (lambda vm: vm["spec"]["domain"].__setitem__("devices", ["gpu"]),
-     "spec.domain.devices: expected a map, got list"),
+     "spec.domain.devices: expected a map, got a list"),
     (lambda vm: vm["spec"]["domain"]["devices"].__setitem__("gpus", {"deviceName": "x"}),
-     "spec.domain.devices.gpus: expected a list, got dict"),
+     "spec.domain.devices.gpus: expected a list, got a map"),
     (lambda vm: vm["spec"]["domain"]["devices"]["gpus"].__setitem__(0, "nvidia.com/GRID_A100-4C"),
-     "spec.domain.devices.gpus[0]: expected a device map, got str"),
+     "spec.domain.devices.gpus[0]: expected a device map, got the string "
+     "'nvidia.com/GRID_A100-4C'"),
     (lambda vm: vm["spec"]["domain"]["devices"]["gpus"][0].__setitem__("deviceName", 7),
      "spec.domain.devices.gpus[0].deviceName: expected a resource name, got 7"),
     (lambda vm: vm["metadata"].__setitem__("labels", ["special"]),
-     "metadata.labels: expected a map, got list"),
+     "metadata.labels: expected a map, got a list"),
 ])
 def test_a_malformed_vm_is_reported_naming_the_field(edit, message):
     vm = first(VGPU_VMI)
@@ -233,28 +234,29 @@ DEPLOYMENT = "manifests/vllm__mistral-7b-nvidia-deployment.yaml"
 
 @pytest.mark.parametrize(("source", "edit", "message"), [
     (POD, lambda p: p["spec"].__setitem__("nodeSelector", []),
-     "spec.nodeSelector: expected a map, got list"),
+     "spec.nodeSelector: expected a map, got a list"),
     (POD, lambda p: p["spec"].__setitem__("affinity", ""),
-     "spec.affinity: expected a map, got str"),
+     "spec.affinity: expected a map, got the string ''"),
     (POD, lambda p: p["metadata"].__setitem__("labels", ["team"]),
-     "metadata.labels: expected a map, got list"),
+     "metadata.labels: expected a map, got a list"),
     (DEPLOYMENT, lambda d: d["spec"]["template"]["metadata"].__setitem__("labels", "q"),
-     "spec.template.metadata.labels: expected a map, got str"),
+     "spec.template.metadata.labels: expected a map, got the string 'q'"),
     (DEPLOYMENT, lambda d: d["metadata"].__setitem__("annotations", ["a"]),
-     "metadata.annotations: expected a map, got list"),
+     "metadata.annotations: expected a map, got a list"),
     (POD, lambda p: p["spec"]["containers"][0].__setitem__("env",
                                                            ["NVIDIA_VISIBLE_DEVICES=all"]),
-     "spec.containers[0].env[0]: expected a map, got str"),
+     "spec.containers[0].env[0]: expected a map, got the string "
+     "'NVIDIA_VISIBLE_DEVICES=all'"),
     (POD, lambda p: p["spec"]["containers"][0].__setitem__("volumeMounts", [None]),
-     "spec.containers[0].volumeMounts[0]: expected a map, got NoneType"),
+     "spec.containers[0].volumeMounts[0]: expected a map, got null"),
     (POD, lambda p: p["spec"].__setitem__("volumes", [{"name": "d", "hostPath": "/dev"}]),
-     "spec.volumes[0].hostPath: expected a map, got str"),
+     "spec.volumes[0].hostPath: expected a map, got the string '/dev'"),
     (POD, lambda p: p["spec"].__setitem__("volumes", ["dev"]),
-     "spec.volumes[0]: expected a map, got str"),
+     "spec.volumes[0]: expected a map, got the string 'dev'"),
     (POD, lambda p: p["spec"].__setitem__("resourceClaims", ["gpu"]),
-     "spec.resourceClaims[0]: expected a map, got str"),
+     "spec.resourceClaims[0]: expected a map, got the string 'gpu'"),
     (POD, lambda p: p["spec"]["containers"][0]["resources"].__setitem__("claims", [1]),
-     "spec.containers[0].resources.claims[0]: expected a map, got int"),
+     "spec.containers[0].resources.claims[0]: expected a map, got the number 1"),
 ])
 def test_wrong_typed_gpu_fields_are_reported(source, edit, message):
     obj = first(source)

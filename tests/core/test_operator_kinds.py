@@ -164,7 +164,7 @@ def test_kaito_preset_workspace_asks_for_gpus_of_unknown_count() -> None:
 
 @pytest.mark.parametrize(("mig", "message"), [
     ({"count": 1}, "spec.resource.mig.profile: expected a MIG profile such as 1g.10gb, got None"),
-    (["1g.10gb"], "spec.resource.mig: expected a map {profile, count}, got list"),
+    (["1g.10gb"], "spec.resource.mig: expected a map {profile, count}, got a list"),
     ({"profile": "1g.10gb", "count": -1},
      "spec.resource.mig.count: expected a non-negative integer, got -1"),
 ])

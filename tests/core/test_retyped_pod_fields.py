@@ -31,11 +31,11 @@ def _pod(**fields: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("fields", "problem"), [
     ({"metadata": None}, "metadata.name: required, none given (neither metadata.name nor "
      "metadata.generateName is a non-empty string)"),
-    ({"metadata__name": 5}, "metadata.name: expected a string, got int"),
-    ({"metadata__namespace": 7}, "metadata.namespace: expected a string, got int"),
-    ({"spec__nodeName": 7}, "spec.nodeName: expected a string, got int"),
-    ({"status__phase": 1}, "status.phase: expected a string, got int"),
-    ({"status": "Running"}, "status: expected a map, got str"),
+    ({"metadata__name": 5}, "metadata.name: expected a string, got the number 5"),
+    ({"metadata__namespace": 7}, "metadata.namespace: expected a string, got the number 7"),
+    ({"spec__nodeName": 7}, "spec.nodeName: expected a string, got the number 7"),
+    ({"status__phase": 1}, "status.phase: expected a string, got the number 1"),
+    ({"status": "Running"}, "status: expected a map, got the string 'Running'"),
     ({"spec": None}, "spec: required, none given (a Pod has at least one container; without, "
      "it asks for no GPU)"),
     ({"spec__containers": None}, "spec.containers: required, none given (a Pod has at least "

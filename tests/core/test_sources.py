@@ -53,7 +53,7 @@ def test_list_items_and_gzip_and_directory_order(tmp_path):
         (b'{"kind": "Pod",', "invalid JSON at line 1 column"),
         (
             b"[1, 2, 3]",
-            "expected a Kubernetes object (a mapping with apiVersion and kind), got list",
+            "expected a Kubernetes object (a mapping with apiVersion and kind), got a list",
         ),
         (b'{"apiVersion": "v1", "metadata": {}}', "object has no kind (expected e.g. kind: Pod)"),
         (b"[" * 5000 + b"]" * 5000, "nested too deeply"),

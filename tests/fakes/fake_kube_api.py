@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from policies.facts.dra import DRA_RESOURCES
 from tests.fakes.fake_api_server import ThreadedAPIServer
 
 _PLURALS = {
@@ -37,6 +38,7 @@ _PLURALS = {
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
     "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs"),
     "RayCluster": ("ray.io", "v1", "rayclusters"),
+    **{kind: ("resource.k8s.io", "v1", plural) for plural, kind in DRA_RESOURCES},
 }
 
 

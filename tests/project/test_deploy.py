@@ -94,7 +94,11 @@ AUDIT_RULES = {
         ("ray.io", "rayservices"), ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("jobset.x-k8s.io", "jobsets"), ("batch.volcano.sh", "jobs"),
         ("kubevirt.io", "virtualmachines"), ("kubevirt.io", "virtualmachineinstancereplicasets"),
-        ("pool.kubevirt.io", "virtualmachinepools"), ("resource.k8s.io", "resourceclaimtemplates"),
+        ("pool.kubevirt.io", "virtualmachinepools"),
+        # DRA: the claims pods name and what they are resolved with (a trial found the claims
+        # themselves missing: a pod of a ResourceClaim was of unknown size live)
+        ("resource.k8s.io", "deviceclasses"), ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "resourceclaimtemplates"), ("resource.k8s.io", "resourceclaims"),
         ("trainer.kubeflow.org", "trainjobs"), ("serving.kserve.io", "inferenceservices"),
         ("serving.kserve.io", "llminferenceservices"), ("serving.kubeflow.org", "kfservices"),
         ("disaggregatedset.x-k8s.io", "disaggregatedsets"), ("apps.nvidia.com", "nimservices"),

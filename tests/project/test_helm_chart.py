@@ -10,9 +10,9 @@ Service, the ServiceMonitor, dashboard and alerts) — so every property tests/p
 kustomizations holds for the chart; every rendered object (CRDs included) validates against the
 Kubernetes 1.30 schemas; and the values without a kustomize counterpart (ci/custom) do what
 values.yaml says. Bad values fail ``helm template`` and ``helm lint`` with a message naming them:
-values.schema.json (types, enums, ranges, misspelt keys) and templates/checks.yaml (the rules
-between values: the server's deadline against the API server's timeout, the PDB against the
-replicas). tests/controlplane/test_helm_live.py sends the same objects to a real API server.
+values.schema.json (types, enums, ranges, misspelt keys, and the rules between values: the
+server's deadline against the API server's timeout, the PDB against the replicas) and
+templates/checks.yaml (the same rules, saying why). tests/controlplane/test_helm_live.py sends the same objects to a real API server.
 """
 
 from __future__ import annotations
@@ -283,9 +283,9 @@ def test_an_unknown_certificates_mode_is_refused_by_name() -> None:
 # The trial's bad values (tests/data/helm/trial-bad-values.yaml: failurePolicy Ignor,
 # timeoutSeconds 31, deadlineMs 9000 under the default 5 s timeout), one case per value, and more
 # a user gets wrong; each with what helm must print: the schema's messages name the value's path.
-# `helm lint` logs a template's `fail` without failing, so the deadline's bound is in the schema
-# too (its cross-field rule as one if/then per timeoutSeconds); the PDB's only in
-# templates/checks.yaml (NOT_LINTED).
+# `helm lint` logs a template's `fail` without failing, so the rules between values are in the
+# schema too (one if/then per timeoutSeconds for the deadline, one per replicas for the PDB); only
+# extraArgs repeating a chart flag is templates' alone (NOT_LINTED).
 TRIAL_BAD_VALUES = ROOT / "tests" / "data" / "helm" / "trial-bad-values.yaml"
 BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "failurePolicy Ignor": (
@@ -330,12 +330,26 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "audit output unknown": (
         {"audit": {"output": "pdf"}},
         "at '/audit/output': value must be one of"),
+    # A fresh-context trial's find: the PDB's rule was in templates/checks.yaml only, so
+    # `helm lint --strict` passed a PDB that blocks every node drain.
     "PDB as many as the replicas": (
         {"webhook": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}},
-        "webhook.podDisruptionBudget.minAvailable (2) must be below webhook.replicas (2)"),
+        "at '/webhook/podDisruptionBudget/minAvailable': maximum: got 2, want 1"),
     "PDB above the replicas": (
         {"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 5}}},
-        "webhook.podDisruptionBudget.minAvailable (5) must be below webhook.replicas (3)"),
+        "at '/webhook/podDisruptionBudget/minAvailable': maximum: got 5, want 2"),
+    "PDB 100%": (
+        {"webhook": {"podDisruptionBudget": {"minAvailable": "100%"}}},
+        "'100%' does not match pattern '^(0|[1-9][0-9]?)%$'"),
+    "PDB 0100%": (
+        {"webhook": {"podDisruptionBudget": {"minAvailable": "0100%"}}},
+        "'0100%' does not match pattern '^(0|[1-9][0-9]?)%$'"),
+    "PDB 150%": (
+        {"webhook": {"podDisruptionBudget": {"minAvailable": "150%"}}},
+        "'150%' does not match pattern '^(0|[1-9][0-9]?)%$'"),
+    "replicas 31 (past the PDB's if/thens)": (
+        {"webhook": {"replicas": 31}},
+        "at '/webhook/replicas': maximum: got 31, want 30"),
     "extraArgs repeating a flag the chart sets (a second trial's find)": (
         {"webhook": {"extraArgs": ["--deadline-ms=9000"]}},
         "extraArgs: --deadline-ms is set by the chart from its values"),
@@ -343,8 +357,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
         {"webhook": {"timeoutSeconds": None}},
         "at '/webhook': missing property 'timeoutSeconds'"),
 }
-NOT_LINTED = {"PDB as many as the replicas", "PDB above the replicas",
-              "extraArgs repeating a flag the chart sets (a second trial's find)"}
+NOT_LINTED = {"extraArgs repeating a flag the chart sets (a second trial's find)"}
 
 
 def test_the_bad_value_cases_are_the_trials_values() -> None:
@@ -417,13 +430,57 @@ def test_the_cross_field_checks_pass_at_their_bounds() -> None:
                   ("--set", "webhook.podDisruptionBudget.enabled=false", "--set",
                    "webhook.podDisruptionBudget.minAvailable=2")):
         assert render("default", extra=extra), extra
-    pdb = _one(render("default", extra=("--set-string",
-                                        "webhook.podDisruptionBudget.minAvailable=50%")),
-               "PodDisruptionBudget", "gpuguard-webhook")
-    assert pdb["spec"]["minAvailable"] == "50%"
-    done = helm("template", "gpuguard", str(CHART), "--set-string",
-                "webhook.podDisruptionBudget.minAvailable=100%")
-    assert "webhook.podDisruptionBudget.minAvailable (100%) allows no eviction" in done.stderr
+    for percent in ("50%", "99%", "0%"):
+        pdb = _one(render("default", extra=("--set-string",
+                                            f"webhook.podDisruptionBudget.minAvailable={percent}")),
+                   "PodDisruptionBudget", "gpuguard-webhook")
+        assert pdb["spec"]["minAvailable"] == percent
+    for percent in ("100%", "0100%", "150%"):  # the reason, under --skip-schema-validation
+        done = helm("template", "gpuguard", str(CHART), "--skip-schema-validation",
+                    "--set-string", f"webhook.podDisruptionBudget.minAvailable={percent}")
+        assert done.returncode == 1
+        assert (f"webhook.podDisruptionBudget.minAvailable ({percent}) allows no eviction: node "
+                "drains never finish; lower it below 100% or disable the PDB") in done.stderr
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 10, 30])
+def test_the_schema_and_the_template_bound_the_pdb_alike(replicas: int) -> None:
+    # One below the replicas passes, as many fails: in the schema (helm lint and install) and in
+    # templates/checks.yaml (the reason, under --skip-schema-validation).
+    def lint(minimum: int) -> subprocess.CompletedProcess[str]:
+        return helm("lint", "--strict", str(CHART), "--set", f"webhook.replicas={replicas}",
+                    "--set", f"webhook.podDisruptionBudget.minAvailable={minimum}")
+
+    def template(minimum: int) -> subprocess.CompletedProcess[str]:
+        return helm("template", "gpuguard", str(CHART), "--skip-schema-validation", "--set",
+                    f"webhook.replicas={replicas}", "--set",
+                    f"webhook.podDisruptionBudget.minAvailable={minimum}")
+
+    assert lint(replicas - 1).returncode == 0 and template(replicas - 1).returncode == 0
+    refused = lint(replicas)
+    assert refused.returncode == 1
+    assert (f"at '/webhook/podDisruptionBudget/minAvailable': maximum: got {replicas}, want "
+            f"{replicas - 1}") in refused.stdout + refused.stderr
+    checked = template(replicas)
+    assert checked.returncode == 1
+    assert (f"webhook.podDisruptionBudget.minAvailable ({replicas}) must be below "
+            f"webhook.replicas ({replicas})") in checked.stderr
+
+
+def test_null_defaults_mean_what_the_empty_value_means() -> None:
+    # A fresh-context trial's find: `webhook.extraArgs: null` (helm drops the key) failed with
+    # "missing property 'extraArgs'", which names no mistake; like excludedNamespaces, null is
+    # the empty value for every key whose empty value is a default.
+    nulls = ("webhook.extraArgs", "image.tag", "image.pullPolicy", "webhook.logLevel",
+             "certificates.caBundle")
+    extra = tuple(a for key in nulls for a in ("--set", f"{key}=null"))
+    assert _by_key(render("default", extra=extra)) == _by_key(render("default"))
+    controller = ("--set", "auditController.enabled=true")
+    assert _by_key(render("default", extra=(*controller, "--set",
+                                            "auditController.extraArgs=null"))) == \
+        _by_key(render("default", extra=controller))
+    linted = helm("lint", "--strict", str(CHART), *extra)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
 def test_null_excluded_namespaces_exclude_only_the_release_namespace() -> None:

@@ -276,3 +276,18 @@ async def test_the_decision_log_names_who_denied_from_the_decisions(aiohttp_clie
                  if r.name == "gpuguard.webhook.admission"]
     assert denied_by == [["GPUQuota/team-a-small"], ["no-nope"], None]
     setup.harness.close()
+
+
+async def test_a_quota_only_policy_set_is_described_by_its_quota_not_as_empty(
+        aiohttp_client, tmp_path):
+    """A fresh-context trial's find: a policy file holding only a GPUQuota was "no policies
+    found" (check) and "0 policies" (/readyz) — a quota is a policy source, and it is
+    enforced."""
+    setup = Setup(tmp_path, gpu_quota())
+    client = await aiohttp_client(setup.harness.app)
+    ready = await client.get("/readyz")
+    detail = (await ready.json())["checks"]["policies"]["detail"]
+    assert detail.startswith("0 policies and 1 GPUQuota(s) from ")
+    answer = await validate(client, pod_review("p", 2))
+    assert answer["allowed"] is False and answer["status"]["message"] == MESSAGE
+    setup.harness.close()

@@ -112,13 +112,13 @@ BAD_BODIES = [
      400, "request.uid: expected a non-empty string, got 7"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "CREATE", "object": "pod"}}', 400,
-     "request.object: expected an object or null, got str"),
+     "request.object: expected an object or null, got the string 'pod'"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "CREATE", "object": null}}', 400,
      "request.object: a CREATE carries the object, got null"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "CREATE", "namespace": ["a"], "object": {}}}', 400,
-     "request.namespace: expected a string, got list"),
+     "request.namespace: expected a string, got a list"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "PATCH", "object": {}}}', 400,
      "request.operation: expected one of CREATE, UPDATE, DELETE, CONNECT, got 'PATCH'"),
@@ -132,10 +132,10 @@ BAD_BODIES = [
      "digits"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "CREATE", "userInfo": "bob", "object": {}}}', 400,
-     "request.userInfo: expected an object, got str"),
+     "request.userInfo: expected an object, got the string 'bob'"),
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
      b'{"uid": "a", "operation": "CREATE", "userInfo": {"groups": "g"}, "object": {}}}', 400,
-     "request.userInfo.groups: expected a list, got str"),
+     "request.userInfo.groups: expected a list, got the string 'g'"),
 ]
 
 
