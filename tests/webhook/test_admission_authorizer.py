@@ -22,6 +22,7 @@ from kube.namespaces import StaticNamespaces
 from kube.subject_access_reviews import SubjectAccessReviewAuthorizer
 from policies.authorization import Attributes, Decision, Verdict
 from policies.facts.resource_names import GPUSettings
+from tests.fakes.fake_timer import ManualTimer
 from tests.fakes.webhook_harness import gpu_policy, write_policies
 from webhook.admission import Admitter, Endpoint
 from webhook.metrics import Metrics
@@ -71,8 +72,10 @@ def admitter(tmp_path: Path, authorizer: Any,
     store = PolicyStore([str(path)], functools.partial(policy_set.load, settings=GPUSettings()))
     store.load()
     assert store.current is not None and store.current.engine.uses_authorizer
+    # A timer that never moves: on a loaded machine the real clock ran an inline evaluation
+    # past its 10 ms slice and handed it to the pool (pool.submitted 3, not 2).
     return Admitter(store, StaticNamespaces({}, "none"), ServerSettings(), Metrics(), executor,
-                    authorizer=authorizer)
+                    authorizer=authorizer, timer=ManualTimer())
 
 
 def body(user: str) -> bytes:
