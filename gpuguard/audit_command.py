@@ -79,7 +79,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         "with --watch, for the cost metrics")
     policy.add_argument("--jobs", type=int, metavar="N",
                         help="worker processes evaluating policies while the snapshot is read "
-                        "(0: none; default: the CPU count, at most 8; 0 on one CPU)")
+                        "(0: none; default: one per CPU this process may use; 0 on one CPU)")
     add_gpu_settings(parser)
     output = parser.add_argument_group("what to produce")
     output.add_argument("-o", "--output", choices=OUTPUTS, default="table",

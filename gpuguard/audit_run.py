@@ -86,8 +86,11 @@ def settings_from_args(args: argparse.Namespace, gpu: GPUSettings,
     except ValueError:
         raise ValueError(f"--idle-below {args.idle_below!r}: expected a percentage from 0 to "
                          "100, e.g. 5") from None
-    cpus = os.cpu_count() or 1
-    jobs = args.jobs if args.jobs is not None else (min(cpus, 8) if cpus > 1 else 0)
+    # every CPU this process may run on (its affinity: a container's cpuset, a taskset), one
+    # policy worker each; the reading process mostly decodes JSON while they evaluate
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    jobs = args.jobs if args.jobs is not None else (cpus if cpus > 1 else 0)
     if jobs < 0:
         raise ValueError(f"--jobs {args.jobs}: expected 0 or more")
     if not args.team_label.strip():

@@ -73,7 +73,7 @@ def register(commands: Any) -> tuple[str, Callable[[argparse.Namespace, GPUSetti
                         help=f"Namespace label naming the team (default {DEFAULT_TEAM_LABEL})")
     policy.add_argument("--jobs", type=int, metavar="N",
                         help="worker processes per policy set evaluating while the snapshot is "
-                        "read (0: none; default: the CPU count, at most 8; 0 on one CPU)")
+                        "read (0: none; default: one per CPU this process may use; 0 on one CPU)")
     add_gpu_settings(parser)
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
                         help="format printed on stdout (default table)")

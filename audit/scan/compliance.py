@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import sys
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -142,6 +143,28 @@ def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any,
             for root, evaluated, blob, namespace in batch]
 
 
+# What is kept per evaluated workload until the end: the counts of its passed rules per policy,
+# and its other rows (findings, exemptions), their repeated strings interned — a workload's
+# ~30 passing rows are ~10 KiB as rows fresh from a worker, a few dozen bytes as counts.
+Kept = tuple[tuple[tuple[str, int], ...], tuple[ResultTuple, ...]]
+
+
+def _keep(rows: tuple[ResultTuple, ...]) -> Kept:
+    """The compact form of one workload's rule results (see ``Kept``)."""
+    passes: dict[str, int] = {}
+    others = []
+    intern = sys.intern
+    for policy, rule, path, outcome, message, actions in rows:
+        if outcome == RuleOutcome.PASS:
+            policy = intern(policy)
+            passes[policy] = passes.get(policy, 0) + 1
+        else:
+            others.append((intern(policy), intern(rule), intern(path), intern(outcome),
+                           intern(message) if len(message) < 200 else message,
+                           tuple(intern(a) for a in actions)))
+    return tuple(passes.items()), tuple(others)
+
+
 def _key(values: tuple[Any, ...]) -> ObjectKey:
     return ObjectKey(*values)
 
@@ -228,7 +251,7 @@ class Compliance:
         self._stored: dict[ObjectKey, bytes] = {}
         self._pod_samples: dict[ObjectKey, tuple[ObjectKey, bytes]] = {}
         self._done: set[ObjectKey] = set()
-        self._results: dict[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...], Patch]] = {}
+        self._results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]] = {}
         self._batch: list[tuple[Any, Any, bytes, Any]] = []
         self._async: list[Any] = []
         self._pool: Any = None
@@ -282,15 +305,15 @@ class Compliance:
         if self._pool is None:
             assert self._engine is not None
             if self._memo is None:
-                self._results[root] = (evaluated, *_evaluate(self._engine, self._settings, blob,
-                                                             namespace))
+                rows, patch = _evaluate(self._engine, self._settings, blob, namespace)
+                self._results[root] = (evaluated, _keep(rows), patch)
                 return
             token = EvaluationMemo.token(blob, namespace, self._day)
             found = self._memo.get(token)
             if found is None:
                 found = _evaluate(self._engine, self._settings, blob, namespace)
                 self._memo.put(token, found)
-            self._results[root] = (evaluated, *found)
+            self._results[root] = (evaluated, _keep(found[0]), found[1])
             return
         self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
         if len(self._batch) >= _BATCH:
@@ -326,7 +349,7 @@ class Compliance:
             try:
                 for pending in self._async:
                     for root, evaluated, results, patch in pending.get():
-                        self._results[_key(root)] = (_key(evaluated), results, patch)
+                        self._results[_key(root)] = (_key(evaluated), _keep(results), patch)
             finally:
                 self._pool.close()
                 self._pool.join()
@@ -359,22 +382,20 @@ class ComplianceResult:
     patches: Mapping[ObjectKey, Patch] = field(default_factory=dict)
 
 
-def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, tuple[ResultTuple, ...], Patch]],
-             ) -> ComplianceResult:
+def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, Kept, Patch]]) -> ComplianceResult:
     findings = []
     exemptions = []
     by_policy: dict[str, Counter[str]] = defaultdict(Counter)
     passes: Counter[ObjectKey] = Counter()
     for root in sorted(results):
-        evaluated, rows, _ = results[root]
+        evaluated, (passed, rows), _ = results[root]
+        for policy, count in passed:
+            by_policy[policy]["pass"] += count
+            passes[root] += count
         for policy, rule, path, outcome, message, actions in rows:
             if outcome == RuleOutcome.EXEMPT:
                 exemptions.append(Exemption(root, policy, message))
                 by_policy[policy]["exempt"] += 1
-                continue
-            if outcome == RuleOutcome.PASS:
-                by_policy[policy]["pass"] += 1
-                passes[root] += 1
                 continue
             severity = severity_of(outcome, actions)
             if severity is None:

@@ -164,9 +164,18 @@ class Placement:
         self.settings = settings
         self.nodes: dict[str, NodeCapacity] = {}
         self.tallies: dict[ObjectKey, OwnerTally] = defaultdict(OwnerTally)
-        # running GPU pods, counted by (node name, owner, id of their TemplateUsage): replicas
-        # of one template on one node share an entry; valued once all nodes are known
-        self._bound: Counter[tuple[str, ObjectKey, int]] = Counter()
+        # Running GPU pods, counted twice, never one entry per pod (a million pods spread over
+        # 20,000 nodes would make nearly one (node, owner) pair each): per node, by
+        # (node name, id of their TemplateUsage) — valued once all nodes are known, with the
+        # last copy of each node; per owner, by (owner, template id, node units), the units
+        # being those of the node as known when the pod was read (a tuple of (resource, unit)
+        # pairs, one object per distinct kind of node), or the node's name when it was not
+        # known yet (valued at the end, as the per-node count is).
+        self._bound: Counter[tuple[str, int]] = Counter()
+        self._owner_bound: Counter[tuple[ObjectKey, int, tuple[Any, ...] | str]] = Counter()
+        self._units: dict[str, tuple[tuple[str, Fraction | None], ...]] = {}
+        self._unit_kinds: dict[tuple[tuple[str, Fraction | None], ...],
+                               tuple[tuple[str, Fraction | None], ...]] = {}
         self._templates: dict[int, TemplateUsage] = {}
         self._owners: dict[ObjectKey, ObjectKey] = {}  # one key object per owner (memory)
         self._valued: tuple[dict[str, NodeUsage], dict[ObjectKey, OwnerUsage]] | None = None
@@ -185,8 +194,12 @@ class Placement:
     # --- streaming ---------------------------------------------------------------------------
 
     def add_node(self, node: NodeCapacity) -> None:
-        """A Node of the snapshot (a later object of the same name replaces it)."""
+        """A Node of the snapshot (a later object of the same name replaces it: in the
+        per-node figures; pods read before the later copy count in their owner's
+        GPU-equivalents with the units of the copy known then)."""
         self.nodes[node.name] = node
+        units = tuple(sorted(node.units.items()))
+        self._units[sys.intern(node.name)] = self._unit_kinds.setdefault(units, units)
 
     def add_template(self, template: TemplateUsage) -> None:
         """A GPU pod template of a workload object: its tolerations and requests count for the
@@ -239,22 +252,26 @@ class Placement:
         self._gpu_pods_on[node] += 1
         template_id = id(template)
         self._templates.setdefault(template_id, template)
-        self._bound[(node, owner, template_id)] += 1
+        self._bound[(node, template_id)] += 1
+        units = self._units.get(node)
+        self._owner_bound[(owner, template_id, node if units is None else units)] += 1
         self._valued = None
         return owner
 
     # --- valuation -----------------------------------------------------------------------------
 
     @staticmethod
-    def _value(node: NodeCapacity | None, template: TemplateUsage) -> tuple[Fraction, bool]:
-        """(GPU-equivalents, unknown) of one pod of ``template`` on ``node``.
+    def _value(units: Mapping[str, Fraction | None] | None,
+               template: TemplateUsage) -> tuple[Fraction, bool]:
+        """(GPU-equivalents, unknown) of one pod of ``template`` on a node of ``units`` (its
+        :attr:`NodeCapacity.units`; None: a node missing from the snapshot).
 
         Devices are valued with the node's units; a HAMi pod with a known share counts that
         share; a KAI fraction adds its fraction; a pod whose GPUs are DRA claims only counts its
         claims (unknown for a shared ResourceClaim). A node missing from the snapshot: the pod
         alone.
         """
-        if node is None:
+        if units is None:
             value = template.equivalents
             return (Fraction(0), True) if value is None else (value, False)
         if template.hami and template.equivalents is not None:
@@ -268,12 +285,12 @@ class Placement:
             return value, False
         total = template.kai_share or Fraction(0)
         for resource, count in template.requests.items():
-            if resource not in node.units:
+            if resource not in units:
                 if is_split(resource):
                     continue  # gpumem / gpucores describe a slot, they are not one
                 value = template.equivalents  # not offered here any more: the pod alone
                 return (Fraction(0), True) if value is None else (value, False)
-            unit = node.units[resource]
+            unit = units[resource]
             if unit is None:
                 return total, True
             total += count * unit
@@ -286,34 +303,47 @@ class Placement:
         nodes: dict[str, NodeUsage] = {}
         owners: dict[ObjectKey, OwnerUsage] = {}
         kai: dict[str, Fraction] = defaultdict(Fraction)
-        values: dict[tuple[int, str], tuple[Fraction, bool]] = {}
-        for (node_name, owner, template_id), count in self._bound.items():
+        values: dict[tuple[int, Any], tuple[Fraction, bool]] = {}
+
+        def value_of(template_id: int, kind: tuple[Any, ...] | str) -> tuple[Fraction, bool]:
+            """The value of one pod of a template on a node of one kind (units, or a name)."""
+            key = (template_id, kind)
+            found = values.get(key)
+            if found is None:
+                if isinstance(kind, str):
+                    capacity = self.nodes.get(kind)
+                    units = None if capacity is None else capacity.units
+                else:
+                    units = dict(kind)
+                found = values[key] = self._value(units, self._templates[template_id])
+            return found
+
+        for (node_name, template_id), count in self._bound.items():
             template = self._templates[template_id]
-            capacity = self.nodes.get(node_name)
-            key = (template_id, node_name)
-            value = values.get(key)
-            if value is None:
-                value = values[key] = self._value(capacity, template)
-            equivalents, unknown = value
+            equivalents, unknown = value_of(template_id, node_name)
             use = nodes.get(node_name)
             if use is None:
                 use = nodes[node_name] = NodeUsage(Counter(), 0.0, 0, 0, 0, 0, 0, 0)
+            for resource, slots in template.requests.items():
+                use.used[resource] += slots * count
+            # floats from here: 100k-pod sums in Fractions cost seconds; reports round to 6
+            # decimals, far above float error
+            use.equivalents += float(equivalents) * count
+            if unknown:
+                use.unknown_pods += count
+            if template.kai_share is not None and not template.requests:
+                kai[node_name] += template.kai_share * count
+        for (owner, template_id, kind), count in self._owner_bound.items():
+            template = self._templates[template_id]
+            equivalents, unknown = value_of(template_id, kind)
             mine = owners.get(owner)
             if mine is None:
                 mine = owners[owner] = OwnerUsage()
             for resource, slots in template.requests.items():
-                use.used[resource] += slots * count
                 mine.resources[resource] += slots * count
-            # floats from here: 100k-pod sums in Fractions cost seconds; reports round to 6
-            # decimals, far above float error
-            worth = float(equivalents) * count
-            use.equivalents += worth
-            mine.equivalents += worth
+            mine.equivalents += float(equivalents) * count
             if unknown:
-                use.unknown_pods += count
                 mine.unknown_pods += count
-            if template.kai_share is not None and not template.requests:
-                kai[node_name] += template.kai_share * count
         for name in {*self._pods_on, *nodes}:
             use = nodes.get(name)
             if use is None:

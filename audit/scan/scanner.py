@@ -98,7 +98,6 @@ class Scanner:
         self._metric_pods = {(ns, pod) for d in (metrics.devices if metrics else ())
                              for ns, pod in d.pods}
         self._pod_refs: dict[tuple[str | None, str], tuple[ObjectKey, str | None]] = {}
-        self._seen_pods: set[int] = set()  # hashes of (namespace, name): pods read twice
         self.duplicate_pods = 0
         # objects given more than once, by kind: what the warnings name (Pods: the first copy
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
@@ -212,14 +211,13 @@ class Scanner:
         if usage is None:  # unreachable: a nameless pod is an input error above
             self.ignored["Pod without name"] = self.ignored.get("Pod without name", 0) + 1
             return
-        identity = hash((usage.key.namespace, usage.key.name))
-        if identity in self._seen_pods:
+        owner = self.ownership.record_pod(usage.key.namespace, usage.key.name, usage.owner)
+        if owner is False:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
             self.duplicates.setdefault("Pod", []).append(
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
-        self._seen_pods.add(identity)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
                 f"Pod {usage.key.namespace or ''}/{usage.key.name}".replace(" /", " "))
@@ -228,8 +226,6 @@ class Scanner:
             if charge.pods:
                 namespace = str(usage.key.namespace or "")
                 self.quota_usage[namespace] = self.quota_usage.get(namespace, ZERO) + charge
-        if usage.owner is not None:
-            self.ownership.record(usage.key, usage.owner)
         tallied = self.placement.add_pod(usage)
         if (usage.key.namespace, usage.key.name) in self._metric_pods:
             self._pod_refs[(usage.key.namespace, usage.key.name)] = (tallied, usage.node)

@@ -156,3 +156,35 @@ def test_ownership_rolls_up_while_owners_are_present():
     owners.record(loop, ObjectKey("ns", "x", "Loop", "b"))
     owners.record(ObjectKey("ns", "x", "Loop", "b"), loop)
     assert owners.root(loop).name in ("a", "b")  # no endless loop
+
+
+def test_pods_kept_as_entries_still_roll_up_and_tell_duplicates():
+    """Pods are recorded as a hash -> controller entry, not as keys: a pod read twice is told
+    (the first copy counts), its controller key is one shared object, and an object owned by a
+    pod still rolls up through the pod to the pod's workload."""
+    from audit.scan.ownership import ObjectKey, Ownership
+
+    ownership = Ownership()
+    deployment = ObjectKey("ml", "apps", "Deployment", "train")
+    replicaset = ObjectKey("ml", "apps", "ReplicaSet", "train-7c9d8")
+    ownership.record(deployment, None)
+    ownership.record(replicaset, deployment)
+    first = ownership.record_pod("ml", "train-7c9d8-a", ObjectKey(*_fields(replicaset)))
+    second = ownership.record_pod("ml", "train-7c9d8-b", ObjectKey(*_fields(replicaset)))
+    assert first == replicaset and second is first  # one key object per controller
+    assert ownership.record_pod("ml", "train-7c9d8-a", replicaset) is False
+    assert ownership.record_pod("other", "train-7c9d8-a", replicaset) == replicaset
+    pod = ObjectKey("ml", "", "Pod", "train-7c9d8-a")
+    assert ownership.present(pod)
+    assert ownership.root(pod) == deployment
+    owned_by_pod = ObjectKey("ml", "example.com", "Sidecar", "s")
+    ownership.record(owned_by_pod, pod)
+    assert ownership.root(owned_by_pod) == deployment
+    assert ownership.chain(owned_by_pod) == [owned_by_pod, pod, replicaset, deployment]
+    bare = ObjectKey("ml", "", "Pod", "debug")
+    assert ownership.record_pod("ml", "debug", None) is None
+    assert ownership.root(bare) == bare
+
+
+def _fields(key):
+    return (key.namespace, key.group, key.kind, key.name)

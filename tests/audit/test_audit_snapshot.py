@@ -315,3 +315,39 @@ def test_parallel_evaluation_gives_the_same_report(report, capsys):
     assert code == 0
     for key in ("summary", "findings", "exceptions", "workloads", "teams", "nodes"):
         assert parallel[key] == report[key], key
+
+
+@pytest.mark.parametrize("policies", [(), ("--policies", str(POLICIES))],
+                         ids=["built-in-library", "test-policies"])
+def test_every_jobs_count_gives_the_whole_same_report(policies, capsys):
+    """In-process (0), one worker and several workers: the whole report is the same —
+    findings, their order, counts, exceptions — only its time differs."""
+    reports = {}
+    for jobs in ("0", "1", "3"):
+        code, result = run_audit(capsys, "-f", str(EXAMPLE), *policies, "--jobs", jobs)
+        result.pop("generated")
+        reports[jobs] = (code, result)
+    assert reports["0"][1]["summary"]["findings"]["deny"] > 0
+    assert reports["1"] == reports["0"]
+    assert reports["3"] == reports["0"]
+
+
+def test_default_jobs_is_every_cpu_the_audit_may_use(monkeypatch):
+    """Without --jobs, one policy worker per CPU this process may run on (its affinity, not the
+    machine's count: a container limited to 2 of 64 cores gets 2); none on one CPU."""
+    import argparse
+    import datetime
+
+    from gpuguard import audit_run
+    from policies.facts.resource_names import GPUSettings
+
+    def settings(cpus: int) -> int:
+        monkeypatch.setattr(audit_run.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
+                            raising=False)
+        args = argparse.Namespace(idle_below="5", jobs=None, team_label="gpuguard.io/team")
+        return audit_run.settings_from_args(args, GPUSettings(),
+                                            datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)).jobs
+
+    assert settings(1) == 0
+    assert settings(2) == 2
+    assert settings(16) == 16
