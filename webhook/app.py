@@ -96,7 +96,7 @@ def _json_response(body: Mapping[str, Any], status: int = 200) -> web.Response:
 
 def _error_response(error: wire.WireError) -> web.Response:
     response = _json_response(wire.error_body(error), error.status)
-    if error.status in (401, 408, 413):  # the body may be partly unread: do not reuse
+    if error.status in (401, 408, 413) or error.unread:  # the body may be partly unread
         response.force_close()
     if error.status == 429:
         response.headers["Retry-After"] = "1"
@@ -145,8 +145,9 @@ class AdmissionHandlers:
     evaluation took ~150 ms instead of ~10 ms). A body that has not arrived within
     ``TURN_READ_S`` of its turn gives the turn up (a slow client must not hold it), is read to
     its end outside it, and waits for a turn again. A request whose deadline passes while it
-    waits is answered 429 without being decoded (its body is still read, in turn, so that the
-    connection stays usable). A request answered by failurePolicy at its deadline while its
+    waits is answered 429 then, without being read or decoded (its connection is closed: the
+    body is left unread), so the answer reaches the API server within the deadline however long
+    the queue. A request answered by failurePolicy at its deadline while its
     evaluation still runs in a thread keeps its turn until that evaluation stops (at its next
     policy or rule; one more deadline at most), so that no more than ``max_large_requests``
     large evaluations hold memory and the GIL at once.
@@ -328,7 +329,7 @@ class AdmissionHandlers:
         """
         limit = self.settings.max_body_bytes
         body = _Body()
-        await turns.acquire()
+        await self._wait_for_turn(turns, started_at, None)
         turn[0] = True
         if self._now() - started_at >= self.settings.deadline_s:
             # Read it all the same (in turn, to keep the loop quick): the connection stays
@@ -339,10 +340,40 @@ class AdmissionHandlers:
             turn[0] = False  # a slow body: let the others go first
             turns.release()
             await self._read_body(request, limit, body)
-            await turns.acquire()
+            await self._wait_for_turn(turns, started_at, body)
             turn[0] = True
             self._check_deadline(started_at, body)
         return body.data()
+
+    async def _wait_for_turn(self, turns: asyncio.Semaphore, started_at: float,
+                             body: _Body | None) -> None:
+        """Take one of ``turns``, waiting no longer than the request's deadline (on the
+        admitter's timer: tests move it by hand); ``body``: what was read of it already (the
+        whole body, or None when none of it was read).
+
+        Raises:
+            WireError: 429 once the deadline passes first — answered then, with an unread body
+                left unread (the connection is closed), not after the turn comes and the body
+                is read: on a loaded machine that took several seconds past a 2.5 s deadline,
+                beyond the webhook's timeoutSeconds, so the API server timed out instead of
+                reading the 429.
+        """
+        timer = self.admitter.timer
+        spent = self._now() - started_at
+        waiting_from = timer.now()
+        try:
+            async with timer.timeout_at(waiting_from + self.settings.deadline_s - spent):
+                await turns.acquire()
+        except TimeoutError:
+            waited = spent + timer.now() - waiting_from
+            if body is not None:
+                body.chunks.clear()  # the traceback holds the caller's frame (_check_deadline)
+            raise wire.WireError(
+                429, "TooManyRequests",
+                f"this request waited {round(waited * 1000)} ms for its turn behind other large "
+                f"requests (--max-large-requests {self.settings.max_large_requests}), reaching "
+                f"its {self.settings.deadline_ms} ms deadline; try again",
+                unread=body is None) from None
 
     def _begin_large(self) -> None:
         self.large_in_flight += 1

@@ -69,13 +69,15 @@ class WireError(Exception):
         reason: the ``Status`` reason (``BadRequest``, ``RequestEntityTooLarge``, ...).
         message: what was wrong, naming the field (``request.uid: expected a non-empty
             string``).
+        unread: the request body was not read to its end (the connection cannot be reused).
     """
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, unread: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.unread = unread
 
 
 def bad_request(message: str) -> WireError:

@@ -276,6 +276,33 @@ async def test_a_large_request_whose_deadline_passes_waiting_for_its_turn_is_429
     assert status == 200  # the turn was given back
 
 
+@pytest.mark.asyncio
+async def test_a_large_request_is_answered_429_at_its_deadline_while_the_turn_is_still_held(
+        app_client):
+    """A trial's find: under a burst on a loaded machine the 429 came only once the turn did and
+    the body had been read, 2.6-6.7 s after arrival against a 2.5 s deadline (past the
+    webhook's timeoutSeconds: the API server timed out instead). Now the wait itself ends at
+    the deadline, on the admitter's timer (moved by hand here), with the body left unread."""
+    client, harness, executor, _, _ = await app_client(inline_max_bytes=1024)
+    handlers = client.server.app[HANDLERS_KEY]
+    await handlers._turns.acquire()  # another large request holds the only turn, throughout
+    try:
+        task = asyncio.create_task(post(client, json.dumps(review("late", pad=4096)).encode()))
+        await until(lambda: handlers.large_in_flight == 1, "the request waiting for its turn")
+        harness.timer.advance(2.5)  # its 2500 ms deadline, by the timer
+        status, body, response = await task
+        assert status == 429
+        check_status(body, 429, "TooManyRequests")
+        assert "reaching its 2500 ms deadline; try again" in body["message"]
+        assert response.headers["Retry-After"] == "1"
+        assert response.headers["Connection"].lower() == "close"  # its body was not read
+        assert executor.calls == [] and handlers.large_in_flight == 0
+    finally:
+        handlers._turns.release()
+    status, body, _ = await post(client, json.dumps(review("next", pad=4096)).encode())
+    assert status == 200  # no turn was taken by the request answered 429
+
+
 class StuckEvaluation:
     """Wraps the engine's evaluate: moves the harness's ManualTimer past the deadline (so the
     answer goes out by failurePolicy) and then holds the pool thread until :attr:`hold` is set —
