@@ -473,6 +473,36 @@ def test_kubernetes_1_34_libraries(expression, expected):
     assert ev(expression) == expected
 
 
+# cel-spec's exists_one conformance cases (tests/simple/testdata/macros.textproto, which cel-go
+# runs) in cel-go's other spelling, existsOne (parser/macro.go ExistsOneMacroNew): Kubernetes
+# compiles both; the runtime knows only exists_one with one variable.
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("[].existsOne(a, a == 7)", False),
+    ("[7].existsOne(a, a == 7)", True),
+    ("[8].existsOne(a, a == 7)", False),
+    ("[1, 2, 3].existsOne(x, x > 20)", False),
+    ("[6, 7, 8].existsOne(foo, foo % 5 == 2)", True),
+    ("[0, 1, 2, 3, 4].existsOne(n, n % 2 == 1)", False),
+    ("['foal', 'foo', 'four'].existsOne(n, n.startsWith('fo'))", False),
+    ("{6: 'six', 7: 'seven', 8: 'eight'}.existsOne(foo, foo % 5 == 2)", True),
+    ("[1, 2, 3].existsOne(x, x > 2) == [1, 2, 3].exists_one(x, x > 2)", True),
+    # nested, and beside the two-variable form (which the runtime spells existsOne)
+    ("[[1], [2, 1]].existsOne(l, l.existsOne(x, x == 1))", False),
+    ("[[1], [2]].existsOne(l, l.existsOne(i, v, v == 1))", True),
+    # a string or a comment saying '.existsOne(' is not rewritten
+    ("'l.existsOne(x, y)' // .existsOne(x, y)", "l.existsOne(x, y)"),
+])
+def test_exists_one_in_cel_go_spelling(expression, expected):
+    assert ev(expression) == expected
+
+
+def test_exists_one_in_cel_go_spelling_evaluates_every_element():
+    # cel-spec list_no_shortcircuit: no short cut once two match, so 12 / 0 is reached
+    assert eval_error("[3, 2, 1, 0].existsOne(n, 12 / n > 1)").message == "division by zero"
+    with pytest.raises(CelCompileError, match="undeclared reference to 'y'"):
+        cel.compile("[1].existsOne(x, y > 0)", field_path="spec.test")
+
+
 @pytest.mark.parametrize(("expression", "expected"), [
     ("1 < 1.5", True), ("1.5 >= 2", False), ("2u > 1", True), ("1 <= 1u", True),
     ("[1, 2].all(x, x > 0.5)", True), ("'a' < 'b'", True),
