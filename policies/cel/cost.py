@@ -59,10 +59,11 @@ refuses a GPUPolicy expression above it at load."""
 MAX_REQUEST_BYTES: Final = 3 * 1024 * 1024
 """``MaxRequestSizeBytes``, the largest request body the API server accepts (config.go)."""
 FACT_BYTES: Final = 512.0
-"""The longest string the estimate assumes in ``gpu`` facts and ``variables``: gpuguard builds
-the facts (container names, field paths, resource names, quantities as written; qualified names
-are at most 317 bytes, 253 + "/" + 63); variables are assumed to hold such values too (an
-assumption, see docs/cel.md "Cost": the runtime limit still holds whatever they hold)."""
+"""The longest string the estimate assumes in ``gpu`` facts: gpuguard builds them (container
+names, field paths, resource names, quantities as written; qualified names are at most 317
+bytes, 253 + "/" + 63). ``variables`` are not facts: a variable may hold any part of the
+request (``variables.items`` bound to ``object.spec.items``), so the estimate bounds them as a
+document, as the request's own values."""
 EXCEEDED: Final = "operation cancelled: actual cost limit exceeded"
 """cel-go's error when an evaluation passes its cost limit (``interpreter``)."""
 OUT_OF_BUDGET: Final = ("validation failed due to running out of cost budget, no further "
@@ -842,10 +843,10 @@ def calls_check(tree: Node) -> bool:
 
 
 def _scope(iteration_cap: int, known: Mapping[str, Any]) -> dict[str, _Value]:
-    """The variables of a walk: ``known`` as they are, ``gpu`` and ``variables`` otherwise
-    bounded as gpuguard's facts (:data:`FACT_BYTES`), the rest as a document."""
+    """The variables of a walk: ``known`` as they are, ``gpu`` otherwise bounded as gpuguard's
+    facts (:data:`FACT_BYTES`), the rest (``variables`` included) as a document."""
     facts = _Sized(float(iteration_cap), FACT_BYTES, (), _Sized(float(iteration_cap), FACT_BYTES))
-    scope: dict[str, _Value] = {"gpu": facts, "variables": facts}
+    scope: dict[str, _Value] = {"gpu": facts}
     scope.update({name: _Known(value) for name, value in known.items()})
     return scope
 

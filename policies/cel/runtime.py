@@ -814,6 +814,7 @@ class RequestActivation:
         self._runtime_size = -1
         self._counted: list[int] | None = None  # cost.profile() of data and variables
         self._profiled = 0  # how many of the variables (in computed order) are counted
+        self._charged: set[str] = set()  # variables whose cost :meth:`cost` has counted
 
     def evaluate(self, expression: CompiledExpression) -> Any:
         """Evaluate ``expression`` with this request's data and variables.
@@ -882,8 +883,23 @@ class RequestActivation:
         return {**self._data, "variables": dict(self._values)}
 
     def cost(self, expression: CompiledExpression) -> int:
-        """An upper bound of ``expression``'s cost on this request (its estimate when that is
-        within the per-call limit); beyond the per-call limit, that limit plus one."""
+        """An upper bound of what evaluating ``expression`` on this request adds to its policy's
+        budget: its own cost (its estimate when that is within the per-call limit; beyond the
+        per-call limit, that limit plus one), measured with the values of the variables it reads
+        (computed now if needed), plus the cost of each of those variables not charged before —
+        Kubernetes' composition context reports a variable's cost into the policy's
+        ``RuntimeCELCostBudget`` at its first evaluation."""
+        if self._input_error is not None:
+            return self._own_cost(expression)
+        self._require(expression.variable_refs, len(self._declared))
+        total = self._own_cost(expression)
+        for name in self._needed(expression.variable_refs, len(self._declared)):
+            if name not in self._charged:
+                self._charged.add(name)
+                total += self._own_cost(self._declared[name][1])
+        return total
+
+    def _own_cost(self, expression: CompiledExpression) -> int:
         limit = self._environment.cost_limits.per_call
         bound = expression.bound_within(self._sizes()) if expression._cost_tree is not None \
             else expression.estimated_cost
@@ -906,21 +922,30 @@ class RequestActivation:
     def _done(self, name: str) -> bool:
         return name in self._values or name in self._failures
 
+    def _needed(self, refs: frozenset[str] | None, limit: int, *,
+                skip_done: bool = False) -> set[str]:
+        """The variables declared before index ``limit`` that an expression mentioning
+        ``refs`` needs, and theirs (without those already computed, with ``skip_done``)."""
+        needed: set[str] = set()
+        stack = [name for name, (index, _) in self._declared.items()
+                 if index < limit and (refs is None or name in refs)]
+        while stack:
+            name = stack.pop()
+            if name in needed or (skip_done and self._done(name)):
+                continue
+            needed.add(name)
+            stack.extend(self._deps(name))
+        return needed
+
     def _require(self, refs: frozenset[str] | None, limit: int) -> None:
         """Compute the variables an expression needs (and theirs), in dependency layers.
 
         All variables of one layer are evaluated against the same runtime activation, so the
         request's data is converted once per layer, not once per variable.
         """
-        needed: set[str] = set()
-        stack = [name for name, (index, _) in self._declared.items()
-                 if index < limit and (refs is None or name in refs)]
-        while stack:
-            name = stack.pop()
-            if name in needed or self._done(name):
-                continue
-            needed.add(name)
-            stack.extend(self._deps(name))
+        if not self._declared:
+            return
+        needed = self._needed(refs, limit, skip_done=True)
         while needed:
             layer = [n for n in needed if all(self._done(d) for d in self._deps(n))]
             activation = self._activation()

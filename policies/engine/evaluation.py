@@ -953,9 +953,12 @@ def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
 
 def _budget(policy: Policy, activation: RequestActivation) -> int | None:
     """The cost budget of ``policy``'s validations on this request, or None when their
-    estimates together are within it (nothing to count: the budget cannot run out)."""
+    estimates and those of its variables (charged to the budget at first use, as Kubernetes'
+    composition context does) together are within it (nothing to count: the budget cannot run
+    out)."""
     limit = activation.cost_limits.per_policy
-    estimated = sum(rule.expression.estimated_cost for rule in policy.validations)
+    estimated = sum(rule.expression.estimated_cost
+                    for rule in (*policy.validations, *policy.variables))
     return None if estimated <= limit else limit
 
 

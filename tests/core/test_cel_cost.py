@@ -115,6 +115,69 @@ def test_runtime_budget_per_policy_stops_the_policy_with_the_api_servers_text():
     assert ignored.evaluate(from_object(_widget(third), now=NOW)).allowed
 
 
+def _vap_with_variable(expression: str) -> str:
+    """A VAP that reads the widget's items only through ``variables.items``."""
+    documents = list(yaml.safe_load_all(_vap("Fail", expression)))
+    documents[0]["spec"]["variables"] = [{"name": "items", "expression": "object.spec.items"}]
+    return yaml.safe_dump_all(documents)
+
+
+# Each costs over PerCallLimit in cel-go on the widget, though the variable itself costs 3:
+# cel-go charges the long list where the validation reads it (1,400 matches() of 2,211 each;
+# `in` and max() the list's 1,200,000 elements; contains() ceil(0.1 * 2,600,000) *
+# ceil(0.1 * 35) = 1,040,000). The estimate once took `variables` for GPU facts (512 bytes in
+# all), so these were never measured and evaluated as if unlimited.
+THROUGH_A_VARIABLE = [
+    (f"variables.items.all(s, s.matches('{PATTERN}'))", LONG, [*LONG[:400]]),
+    ("!(7 in variables.items)", [0] * 1_200_000, [0] * 900_000),
+    ("variables.items.max() < 10", [0] * 1_200_000, [0] * 900_000),
+    ("!variables.items[0].contains('" + "n" * 35 + "')", ["a" * 2_600_000], ["a" * 2_400_000]),
+]
+
+
+@pytest.mark.parametrize(("expression", "over", "within"), THROUGH_A_VARIABLE,
+                         ids=["all-matches", "in", "max", "contains"])
+def test_a_long_list_read_through_a_variable_is_held_to_the_per_call_limit(
+        expression, over, within):
+    engine = _engine(_vap_with_variable(expression))
+    verdict = engine.evaluate(from_object(_widget(over), now=NOW))
+    assert not verdict.allowed
+    assert verdict.message == f"p/b: validations[0] failed to evaluate: {cost.EXCEEDED}"
+    # the same expression on a list whose cost is within the limit evaluates as usual
+    assert engine.evaluate(from_object(_widget(within), now=NOW)).allowed
+
+
+def test_the_estimate_bounds_variables_as_request_data_not_as_gpu_facts():
+    variable = ENV.compile("object.spec.items", field_path="v", written="object.spec.items")
+    expression = THROUGH_A_VARIABLE[0][0]
+    through = ENV.compile(expression, field_path="e", written=expression)
+    direct = ENV.compile(OVER, field_path="e", written=OVER)
+    assert variable.estimated_cost == 3
+    assert through.estimated_cost > cost.PER_CALL_LIMIT
+    assert through.estimated_cost == direct.estimated_cost - 1  # one selection less
+    activation = ENV.activation({"object": _widget(LONG)}, [("items", variable)])
+    # over the per-call limit, plus the variable's own 3, charged once per request
+    assert activation.cost(through) == cost.PER_CALL_LIMIT + 1 + 3
+    assert activation.cost(through) == cost.PER_CALL_LIMIT + 1
+
+
+def test_a_variables_cost_counts_in_its_policys_budget():
+    """Kubernetes' composition context reports a variable's cost into the policy's
+    RuntimeCELCostBudget when the variable is first evaluated: a variable of about 884,000
+    (filter over 400 strings) read by the first validation leaves too little for the second
+    one's 884,000 under a budget of 1,000,000."""
+    documents = list(yaml.safe_load_all(_vap("Fail", "size(variables.matching) >= 0", OVER)))
+    documents[0]["spec"]["variables"] = [
+        {"name": "matching", "expression": f"object.spec.items.filter(s, s.matches('{PATTERN}'))"}]
+    environment = CelEnvironment(GPU_LIBRARY, cost.CostLimits(per_policy=1_000_000))
+    verdict = _engine(yaml.safe_dump_all(documents), environment).evaluate(
+        from_object(_widget(["a" * 2000] * 400), now=NOW))
+    assert not verdict.allowed
+    assert cost.OUT_OF_BUDGET in verdict.message
+    assert [r.outcome for r in verdict.results if r.policy == "p/b"] == [
+        RuleOutcome.PASS, RuleOutcome.ERROR]
+
+
 def test_evaluate_outside_an_engine_checks_the_limit_too():
     compiled = ENV.compile(OVER, field_path="x", written=OVER)
     with pytest.raises(CelEvaluationError) as caught:
