@@ -761,25 +761,41 @@ def _document(chars: float, elements: float) -> _Sized:
 def profile(values: Iterable[Any]) -> tuple[int, int, int]:
     """(code points of all strings, list and map elements, the longest list or map) in
     ``values``, map keys counted as strings: what :func:`sizes` rounds into the bounds
-    :func:`estimate_within` takes."""
+    :func:`estimate_within` takes.
+
+    One pass per request on the admission path (``RequestActivation._sizes``): scalars are
+    counted where they are met, only containers go on the stack, and a map's keys are summed
+    in one call (all ``str`` but for the rare int or bool key)."""
     chars = elements = longest = 0
-    stack: list[Any] = list(values)
-    while stack:
-        value = stack.pop()
+    stack: list[Any] = []
+    for value in values:
         kind = type(value)
-        if kind is str or kind is bytes:
+        if kind is dict or kind is list:
+            stack.append(value)
+        elif kind is str or kind is bytes:
             chars += len(value)
-        elif kind is dict:
-            elements += len(value)
-            longest = max(longest, len(value))
-            for key, item in value.items():
-                if type(key) is str:
-                    chars += len(key)
-                stack.append(item)
-        elif kind is list:
-            elements += len(value)
-            longest = max(longest, len(value))
-            stack.extend(value)
+    pop, push = stack.pop, stack.append
+    while stack:
+        container = pop()
+        size = len(container)
+        elements += size
+        if size > longest:
+            longest = size
+        items = container
+        if type(container) is dict:
+            try:
+                chars += sum(map(len, container))
+            except TypeError:  # an int or bool key: only string keys count
+                chars += sum(len(key) for key in container if type(key) is str)
+            items = container.values()
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                chars += len(item)
+            elif kind is dict or kind is list:
+                push(item)
+            elif kind is bytes:
+                chars += len(item)
     return chars, elements, longest
 
 

@@ -776,6 +776,47 @@ class CelEnvironment:
         return self._env.Activation(prepared)
 
 
+class CostGuard:
+    """Expressions (as written) of one policy whose estimate is over the per-call limit, held
+    to it on the policy's fast path: :meth:`over` tells, per request size class, whether one of
+    them may pass it (then the policy is evaluated rule by rule, where each is measured).
+
+    Build once per policy set; thread-safe (a race only computes a size class's bounds twice).
+
+    Raises:
+        ValueError: ``expressions`` is empty or they come from different environments.
+    """
+
+    __slots__ = ("expressions", "_bounds", "_limit")
+
+    def __init__(self, expressions: Sequence[CompiledExpression]) -> None:
+        self.expressions = tuple(expressions)
+        if not self.expressions or any(e._environment is not self.expressions[0]._environment
+                                       for e in self.expressions):
+            raise ValueError("a CostGuard needs expressions of one environment")
+        self._limit = self.expressions[0]._environment.cost_limits.per_call
+        # size class -> (the largest bound of the expressions without check(), that of those
+        # with, checks left out; -1: none), so a request costs one dict lookup per policy
+        self._bounds: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+    def over(self, sizes: tuple[int, int, int], checks_made: int = 0) -> bool:
+        """Whether an expression may pass the per-call limit on a request of size class
+        ``sizes`` (:func:`policies.cel.cost.sizes`): its bound
+        (:meth:`CompiledExpression.bound_within`), plus AUTHORIZER_CHECK per check made
+        (``checks_made``) for one that calls ``check()``, over the limit."""
+        bounds = self._bounds.get(sizes)
+        if bounds is None:
+            plain = [e.bound_within(sizes) for e in self.expressions if not e._checks]
+            checking = [e.bound_within(sizes) for e in self.expressions if e._checks]
+            bounds = (max(plain, default=-1), max(checking, default=-1))
+            if len(self._bounds) < 64:  # requests of a few sizes: a handful of entries
+                self._bounds[sizes] = bounds
+        plain_bound, checking_bound = bounds
+        return plain_bound > self._limit or (
+            checking_bound >= 0
+            and checking_bound + checks_made * cel_cost.AUTHORIZER_CHECK > self._limit)
+
+
 class RequestActivation:
     """One request's bindings, shared by every expression evaluated for it (not thread-safe).
 
@@ -815,6 +856,7 @@ class RequestActivation:
         self._counted: list[int] | None = None  # cost.profile() of data and variables
         self._profiled = 0  # how many of the variables (in computed order) are counted
         self._charged: set[str] = set()  # variables whose cost :meth:`cost` has counted
+        self._size_class: tuple[int, int, int] | None = None  # _sizes() while none is added
 
     def evaluate(self, expression: CompiledExpression) -> Any:
         """Evaluate ``expression`` with this request's data and variables.
@@ -854,7 +896,10 @@ class RequestActivation:
 
     def _sizes(self) -> tuple[int, int, int]:
         """:func:`policies.cel.cost.sizes` of this request's data and the variables known so
-        far; each value is counted once (the data at the first call, a variable when known)."""
+        far; each value is counted once (the data at the first call, a variable when known),
+        and the size class is kept until a variable is added."""
+        if self._size_class is not None and self._profiled == len(self._values):
+            return self._size_class
         if self._counted is None:
             self._counted = list(cel_cost.profile(self._data.values()))
             self._profiled = 0
@@ -865,18 +910,14 @@ class RequestActivation:
                 self._counted[1] += elements
                 self._counted[2] = max(self._counted[2], longest)
             self._profiled = len(self._values)
-        return cel_cost.sizes(*self._counted)
+        self._size_class = cel_cost.sizes(*self._counted)
+        return self._size_class
 
-    def cost_bound_over(self, expressions: Sequence[CompiledExpression],
-                        checks_made: int = 0) -> bool:
-        """Whether any of ``expressions`` (as written) may pass the per-call limit on a request
-        of this one's size class (:meth:`CompiledExpression.bound_within`, cached), an
-        expression calling ``check()`` counted with ``checks_made`` checks (those a program
-        holding it made)."""
-        limit = self._environment.cost_limits.per_call
-        sizes = self._sizes()
-        return any(e.bound_within(sizes) + (checks_made * cel_cost.AUTHORIZER_CHECK
-                                            if e._checks else 0) > limit for e in expressions)
+    def cost_bound_over(self, guard: CostGuard, checks_made: int = 0) -> bool:
+        """Whether any of ``guard``'s expressions (as written) may pass the per-call limit on a
+        request of this one's size class (:meth:`CostGuard.over`), an expression calling
+        ``check()`` counted with ``checks_made`` checks (those a program holding it made)."""
+        return guard.over(self._sizes(), checks_made)
 
     def cost_data(self) -> dict[str, Any]:
         """The request's data with the variables known so far, as a cost measure reads it."""

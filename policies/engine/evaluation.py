@@ -42,6 +42,7 @@ from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
     CompiledExpression,
+    CostGuard,
     PreparedData,
     RequestActivation,
     prepare,
@@ -406,9 +407,9 @@ class Engine:
         # over the per-call cost limit; for a request on which one of them may pass it, the
         # policy is evaluated rule by rule, where each is measured (policies/cel/cost.py).
         self._cost_guarded = {
-            c.index: guarded for c in self.compiled if c.fused is not None and (guarded := tuple(
-                e for e in _expressions(c.policy, messages=False) if e.estimated_cost
-                > environment.cost_limits.per_call))}
+            c.index: CostGuard(guarded) for c in self.compiled if c.fused is not None and (
+                guarded := tuple(e for e in _expressions(c.policy, messages=False)
+                                 if e.estimated_cost > environment.cost_limits.per_call))}
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
         authorizer: the webhook then evaluates on its event loop only with the authorizer's
