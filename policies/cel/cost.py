@@ -337,6 +337,11 @@ class _Over(Exception):
     """The running cost passed the limit: the walk stops."""
 
 
+class Undecided(Exception):
+    """:func:`runtime_cost` walked ``max_steps`` comprehension iterations without the cost
+    passing the limit (it may or may not pass it later): the walk stops."""
+
+
 @dataclass
 class _Cost:
     """A cost: ``own`` plus parts ``shared`` per comprehension (charged once for all of that
@@ -395,7 +400,9 @@ class _Walk:
     """One walk of an expression tree (see the module docstring)."""
 
     def __init__(self, document: _Sized, iteration_cap: float, limit: float | None,
-                 check_cost: float = AUTHORIZER_CHECK, elements: float | None = None) -> None:
+                 check_cost: float = AUTHORIZER_CHECK, elements: float | None = None,
+                 max_steps: float | None = None) -> None:
+        self.max_steps = max_steps
         self.document = document
         self.elements = document.length if elements is None else elements
         self.check_cost = check_cost
@@ -501,6 +508,8 @@ class _Walk:
                 cost.add(part_cost)
                 self.spent += 1.0
                 self._check(cost.total() + self.spent)
+                if self.max_steps is not None and self.spent > self.max_steps:
+                    raise Undecided
             result_cost, produced = self.node(result, {**scope, accu_var: accumulator})
             cost.add(result_cost)
             return cost, produced
@@ -868,13 +877,20 @@ def _scope(iteration_cap: int, known: Mapping[str, Any]) -> dict[str, _Value]:
 
 
 def runtime_cost(tree: Node, data: Mapping[str, Any], limits: CostLimits = DEFAULT_LIMITS, *,
-                 limit: int | None = None, iteration_cap: int = 9_999) -> int | None:
+                 limit: int | None = None, iteration_cap: int = 9_999,
+                 max_steps: int | None = None) -> int | None:
     """The cost of ``tree`` on ``data`` (variable name -> plain value, as the activation has
     them): an upper bound of cel-go's actual cost on the same data. Returns None as soon as the
     cost passes ``limit`` (the walk stops there, so a huge list costs the walk no more than the
-    limit). A variable missing from ``data`` is bounded as at load."""
+    limit). A variable missing from ``data`` is bounded as at load.
+
+    Raises:
+        Undecided: ``max_steps`` comprehension iterations walked over ``data`` before the cost
+            passed ``limit`` (bounds the walk's own work where cheap iterations would take it
+            hundreds of thousands of steps to reach the limit).
+    """
     walk = _Walk(document_bound(limits), float(iteration_cap), None if limit is None
-                 else float(limit))
+                 else float(limit), max_steps=None if max_steps is None else float(max_steps))
     scope = _scope(iteration_cap, data)
     try:
         cost, _ = walk.node(tree, scope)

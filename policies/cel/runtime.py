@@ -38,7 +38,9 @@ Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py``
 * Comprehension budget: the C++ ``RuntimeOptions.comprehension_max_iterations`` keeps its default
   of 10,000 (the Python API does not expose it). It counts every iteration of every comprehension
   in one evaluation, nested ones included: 9,999 iterations evaluate, 10,000 fail. See
-  :data:`ITERATION_BUDGET`.
+  :data:`ITERATION_BUDGET`. Kubernetes has no such cap, so the error is reworded to say it is
+  gpuguard's runtime limit (:data:`ITERATION_LIMIT_TEXT`), or is cel-go's cost-limit error when
+  the evaluation's cost is found over the per-call limit (as Kubernetes answers).
 * An ``Activation`` converts each top-level variable from Python on first use and keeps it, so one
   activation shared by a request's expressions converts the object once (about 2 µs per later
   evaluation against 9 µs for a fresh one on a small Pod). Conversion copies the whole value: one
@@ -64,6 +66,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, Final
 
 from cel_expr_python import cel
@@ -88,7 +91,23 @@ VARIABLE_NAMES: Final = (
     "quota",
 )
 ITERATION_BUDGET: Final = 10_000
-"""Comprehension iterations per evaluation; an evaluation needing this many or more fails."""
+"""Comprehension iterations per evaluation; an evaluation needing this many or more fails.
+
+cel-expr-python's own limit (the C++ ``RuntimeOptions.comprehension_max_iterations``, default
+10,000): the binding builds its runtime with that default and exposes no option for it (0.1.3's
+``NewEnv``/``Env``/``Expression`` take none; its C++ extension hook ``ConfigureRuntime`` gets the
+options read-only), so gpuguard cannot raise or remove it. Kubernetes has no iteration cap, only
+the cost limits: see :data:`ITERATION_LIMIT_TEXT`."""
+ITERATION_LIMIT_TEXT: Final = (
+    f"{ITERATION_BUDGET:,} or more comprehension iterations in one evaluation: a limit of "
+    "gpuguard's CEL runtime (cel-expr-python's fixed comprehension budget), not of Kubernetes, "
+    "which has none, only its cost limits; split the loop into variables or bound the list "
+    "(docs/cel.md 'Limits')")
+"""The error of an evaluation that passes the runtime's iteration budget while its cost is not
+found over the per-call limit (Kubernetes would evaluate it, or stop it at the cost limit); one
+whose cost is found over the limit gets cel-go's ``operation cancelled: actual cost limit
+exceeded``, as in Kubernetes (:meth:`CompiledExpression.iteration_error`)."""
+_RUNTIME_ITERATIONS: Final = "Iteration budget exceeded"  # cel-cpp's text
 MAX_NESTING: Final = 100
 """Deepest map/list nesting accepted in activation data (the runtime crashes near 5,900)."""
 
@@ -167,6 +186,17 @@ class CelEvaluationError(CelError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.field_path, self.message, self.code))
+
+
+class _IterationsSpent(CelEvaluationError):
+    """The runtime stopped an evaluation at :data:`ITERATION_BUDGET`; the caller that has the
+    request's data turns it into :meth:`CompiledExpression.iteration_error`."""
+
+
+_UNCAPPED: Final = 1 << 62  # the cost measure's iteration cap when Kubernetes' has none
+_TEXT_WALK_STEPS: Final = 4 * ITERATION_BUDGET
+"""The most comprehension iterations :meth:`CompiledExpression.iteration_error` walks to tell
+cel-go's cost error from the iteration limit's (a few tenths of a second at most)."""
 
 
 class _InputError(ValueError):
@@ -257,32 +287,53 @@ def _is_checked(value: Any) -> bool:
     return entry is not None and entry[0] is value
 
 
-def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
-    """Fast path: JSON-shaped (str keys, int64 ints), not too deep; walks without allocating."""
+def _is_clean(value: dict[Any, Any] | list[Any], depth: int,
+              counts: list[int] | None = None) -> bool:
+    """Fast path: JSON-shaped (str keys, int64 ints), not too deep; walks without allocating.
+
+    ``counts``: ``[chars, elements, longest]`` to add this value's
+    :func:`policies.cel.cost.profile` to, in the same pass (the cost limits' size class of the
+    request, counted where the check walks anyway); complete only when the answer is True."""
     if depth >= MAX_NESTING:
         return False
+    chars = 0
     if type(value) is dict:
         for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _unicode(key)):
+                return False
+            chars += len(key)
             kind = type(item)
-            if type(key) is not str or not (key.isascii() or _unicode(key)) or not (
+            if kind is str:
+                if not (item.isascii() or _unicode(item)):
+                    return False
+                chars += len(item)
+            elif not (
                 kind in _JSON_SCALARS
-                or (kind is str and (item.isascii() or _unicode(item)))
                 or (kind is float and item - item == 0.0)  # finite: inf - inf is NaN
                 or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
-                or (kind in _CONTAINERS and _is_clean(item, depth + 1))
+                or (kind in _CONTAINERS and _is_clean(item, depth + 1, counts))
             ):
                 return False
-        return True
-    for item in value:
-        kind = type(item)
-        if not (
-            kind in _JSON_SCALARS
-            or (kind is str and (item.isascii() or _unicode(item)))
-            or (kind is float and item - item == 0.0)
-            or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
-            or (kind in _CONTAINERS and _is_clean(item, depth + 1))
-        ):
-            return False
+    else:
+        for item in value:
+            kind = type(item)
+            if kind is str:
+                if not (item.isascii() or _unicode(item)):
+                    return False
+                chars += len(item)
+            elif not (
+                kind in _JSON_SCALARS
+                or (kind is float and item - item == 0.0)
+                or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
+                or (kind in _CONTAINERS and _is_clean(item, depth + 1, counts))
+            ):
+                return False
+    if counts is not None:
+        size = len(value)
+        counts[0] += chars
+        counts[1] += size
+        if size > counts[2]:
+            counts[2] = size
     return True
 
 
@@ -387,30 +438,48 @@ def _scalar_to_cel(value: Any) -> Any:
 class PreparedData(dict[str, Any]):
     """Activation data already checked by :func:`prepare`; activations take it without a re-walk.
 
-    Build one per request with :func:`prepare` and derive per-policy data with :meth:`with_`, so a
-    large object is checked once, not once per policy.
+    Build one per request with :func:`prepare` and derive per-policy data with :meth:`with_` or
+    :meth:`replaced`, so a large object is checked once, not once per policy. ``profiles``: name
+    -> (value, :func:`policies.cel.cost.profile` of it) for the values the check walked, so the
+    cost limits' size class needs no second walk of them (an entry counts only while the name
+    still holds that very value).
     """
+
+    profiles: Mapping[str, tuple[Any, tuple[int, int, int]]] = MappingProxyType({})
 
     def with_(self, **values: Any) -> PreparedData:
         """A copy with more names set (each value prepared)."""
         extra = _prepare(values, allow_variables=False)
-        return PreparedData({**self, **{k: v for k, v in extra.items() if k in values}})
+        return self.replaced(**{k: v for k, v in extra.items() if k in values})
+
+    def replaced(self, **values: Any) -> PreparedData:
+        """A copy with ``values`` set as they are (already prepared, e.g. a policy's params
+        prepared at load), keeping :attr:`profiles`."""
+        copy = PreparedData({**self, **values})
+        copy.profiles = self.profiles
+        return copy
 
 
 def prepare(data: Mapping[str, Any]) -> PreparedData:
-    """Check and convert activation data once (see :func:`to_cel_data`).
+    """Check and convert activation data once (see :func:`to_cel_data`), counting the
+    :attr:`PreparedData.profiles` of what the check walks.
 
     Raises:
         ValueError: undeclared names, or ``variables`` (those come from the policy).
         CelEvaluationError: a value the runtime cannot take (unsupported type, too deep).
     """
+    profiles: dict[str, tuple[Any, tuple[int, int, int]]] = {}
     try:
-        return PreparedData(_prepare(data, allow_variables=False))
+        prepared = PreparedData(_prepare(data, allow_variables=False, profiles=profiles))
     except _InputError as exc:
         raise CelEvaluationError("", str(exc), "INVALID_ARGUMENT") from None
+    prepared.profiles = profiles
+    return prepared
 
 
-def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[str, Any]:
+def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True,
+             profiles: dict[str, tuple[Any, tuple[int, int, int]]] | None = None
+             ) -> dict[str, Any]:
     if isinstance(data, PreparedData):
         return data
     unknown = set(data) - set(VARIABLE_NAMES)
@@ -419,6 +488,13 @@ def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[s
         raise ValueError(f"activation data has names the environment does not declare: {bad}")
     prepared = dict.fromkeys(VARIABLE_NAMES)
     for name, value in data.items():
+        if profiles is not None and type(value) in _CONTAINERS \
+                and not (_CHECKED and _is_checked(value)):
+            counts = [0, 0, 0]  # the check and the size class in one walk (to_cel_data's check)
+            if _is_clean(value, 0, counts):
+                prepared[name] = value
+                profiles[name] = (value, (counts[0], counts[1], counts[2]))
+                continue
         prepared[name] = value if value is None else to_cel_data(value, path=name)
     return prepared
 
@@ -587,11 +663,15 @@ class CompiledExpression:
             prepared = _prepare(activation_data)
         except _InputError as exc:
             raise CelEvaluationError(self.field_path, str(exc), "INVALID_ARGUMENT") from None
-        if self._cost_tree is not None:
-            self._check_cost(prepared)
-            return self._checked_run(self._environment._runtime_activation(prepared),
-                                     cel_cost.sizes(*cel_cost.profile(prepared.values())))
-        return self._run(self._environment._runtime_activation(prepared))
+        try:
+            if self._cost_tree is not None:
+                self._check_cost(prepared)
+                return self._checked_run(self._environment._runtime_activation(prepared),
+                                         cel_cost.sizes(*cel_cost.profile(prepared.values())))
+            return self._run(self._environment._runtime_activation(prepared))
+        except _IterationsSpent:
+            raise self.iteration_error(
+                prepared, cel_cost.sizes(*cel_cost.profile(prepared.values()))) from None
 
     def _checked_run(self, activation: Any, sizes: tuple[int, int, int]) -> Any:
         """:meth:`_run`, then, for an expression calling ``check()``, its bound plus
@@ -607,11 +687,40 @@ class CompiledExpression:
             raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
         return value
 
+    def iteration_error(self, data: Mapping[str, Any],
+                        sizes: tuple[int, int, int]) -> CelEvaluationError:
+        """The error of this expression when the runtime stopped it at its iteration budget, on
+        ``data`` (variable name -> plain value, as a cost measure reads them) of size class
+        ``sizes``: cel-go's cost-limit error when its cost on ``data`` is over the per-call
+        limit (what Kubernetes answers), else :data:`ITERATION_LIMIT_TEXT` (Kubernetes would
+        have evaluated it). The cost is bounded for the size class first and, only when that
+        is over the limit, measured on the values (:func:`policies.cel.cost.runtime_cost`,
+        which stops at the limit), both without the runtime's iteration cap. The measure walks
+        at most :data:`_TEXT_WALK_STEPS` iterations: both answers are evaluation errors (the
+        failurePolicy decides either way), so only the words depend on it, and undecided it is
+        the iteration limit's, which is what stopped this evaluation."""
+        tree = self._cost_tree if self._cost_tree is not None else \
+            cel_cost.checked_ast(self._program.serialize())
+        limits = self._environment.cost_limits
+        if cel_cost.estimate_within(tree, *sizes, iteration_cap=_UNCAPPED) > limits.per_call:
+            try:
+                over = cel_cost.runtime_cost(tree, data, limits, limit=limits.per_call,
+                                             iteration_cap=_UNCAPPED,
+                                             max_steps=_TEXT_WALK_STEPS) is None
+            except cel_cost.Undecided:
+                over = False
+            if over:
+                return CelEvaluationError(self.field_path, cel_cost.EXCEEDED,
+                                          "RESOURCE_EXHAUSTED")
+        return CelEvaluationError(self.field_path, ITERATION_LIMIT_TEXT, "RESOURCE_EXHAUSTED")
+
     def _run(self, activation: Any) -> Any:
         try:
             value = self._program.eval(activation)
         except Exception as exc:  # the runtime raises RuntimeError for e.g. the iteration budget
             code, message = _split_status(str(exc))
+            if message == _RUNTIME_ITERATIONS:
+                raise _IterationsSpent(self.field_path, message, code) from None
             raise CelEvaluationError(self.field_path, message, code) from None
         try:
             plain = value.plain_value()
@@ -868,10 +977,13 @@ class RequestActivation:
             raise CelEvaluationError(expression.field_path, self._input_error, "INVALID_ARGUMENT")
         self._require(expression.variable_refs, len(self._declared))
         try:
-            if expression._cost_tree is not None:
-                expression._check_cost(None, activation=self)
-                return expression._checked_run(self._activation(), self._sizes())
-            return expression._run(self._activation())
+            try:
+                if expression._cost_tree is not None:
+                    expression._check_cost(None, activation=self)
+                    return expression._checked_run(self._activation(), self._sizes())
+                return expression._run(self._activation())
+            except _IterationsSpent:
+                raise expression.iteration_error(self.cost_data(), self._sizes()) from None
         except CelEvaluationError as err:
             raise self._explain(err, expression.variable_refs) from None
 
@@ -901,7 +1013,7 @@ class RequestActivation:
         if self._size_class is not None and self._profiled == len(self._values):
             return self._size_class
         if self._counted is None:
-            self._counted = list(cel_cost.profile(self._data.values()))
+            self._counted = self._data_profile()
             self._profiled = 0
         if self._profiled != len(self._values):
             for value in list(self._values.values())[self._profiled:]:
@@ -912,6 +1024,25 @@ class RequestActivation:
             self._profiled = len(self._values)
         self._size_class = cel_cost.sizes(*self._counted)
         return self._size_class
+
+    def _data_profile(self) -> list[int]:
+        """:func:`policies.cel.cost.profile` of the request's data: the values :func:`prepare`
+        counted as it checked them are not walked again (the others are: values checked by
+        the wire's decoder, params)."""
+        known = self._data.profiles if isinstance(self._data, PreparedData) else {}
+        counted = [0, 0, 0]
+        rest = []
+        for name, value in self._data.items():
+            entry = known.get(name)
+            if entry is not None and entry[0] is value:
+                chars, elements, longest = entry[1]
+                counted[0] += chars
+                counted[1] += elements
+                counted[2] = max(counted[2], longest)
+            elif value is not None:
+                rest.append(value)
+        chars, elements, longest = cel_cost.profile(rest)
+        return [counted[0] + chars, counted[1] + elements, max(counted[2], longest)]
 
     def cost_bound_over(self, guard: CostGuard, checks_made: int = 0) -> bool:
         """Whether any of ``guard``'s expressions (as written) may pass the per-call limit on a
@@ -1006,11 +1137,14 @@ class RequestActivation:
                 "duration",
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
-            if expression._cost_tree is not None:
-                expression._check_cost(None, activation=self)
-                value = expression._checked_run(activation, self._sizes())
-            else:
-                value = expression._run(activation)
+            try:
+                if expression._cost_tree is not None:
+                    expression._check_cost(None, activation=self)
+                    value = expression._checked_run(activation, self._sizes())
+                else:
+                    value = expression._run(activation)
+            except _IterationsSpent:
+                raise expression.iteration_error(self.cost_data(), self._sizes()) from None
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             self._values[name] = value

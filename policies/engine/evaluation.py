@@ -349,7 +349,7 @@ class _RequestData:
             return self._shared[key]
         assert not isinstance(self.prepared, str), "checked by Engine._ready"
         activation = self.environment.activation(
-            PreparedData({**self.prepared, "params": params}), _named(variables))
+            self.prepared.replaced(params=params), _named(variables))
         if key is not None:
             self._shared[key] = activation
         return activation

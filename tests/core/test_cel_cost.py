@@ -11,7 +11,7 @@ import yaml
 
 from policies.cel import cost
 from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment, CelEvaluationError
+from policies.cel.runtime import ITERATION_LIMIT_TEXT, CelEnvironment, CelEvaluationError
 from policies.engine.evaluation import Engine, RuleOutcome
 from policies.facts.review import from_object
 from policies.policy.loader import build_policy_set
@@ -122,24 +122,29 @@ def _vap_with_variable(expression: str) -> str:
     return yaml.safe_dump_all(documents)
 
 
-# Each costs over PerCallLimit in cel-go on the widget, though the variable itself costs 3:
-# cel-go charges the long list where the validation reads it (1,400 matches() of 2,211 each;
-# `in` and max() the list's 1,200,000 elements; contains() ceil(0.1 * 2,600,000) *
-# ceil(0.1 * 35) = 1,040,000). The estimate once took `variables` for GPU facts (512 bytes in
-# all), so these were never measured and evaluated as if unlimited.
+# Each costs over the per-call limit in cel-go on the widget, though the variable itself
+# costs 3: cel-go charges the long list where the validation reads it (1,400 matches() of
+# 2,211 each; contains() ceil(0.1 * 2,600,000) * ceil(0.1 * 35) = 1,040,000: over
+# PerCallLimit; `in` and max() the list's 120,000 elements, over a limit of 100,000 — a list
+# of 1,200,000 does the same against PerCallLimit, ten times slower). The estimate once took
+# `variables` for GPU facts (512 bytes in all), so these were never measured and evaluated as
+# if unlimited.
 THROUGH_A_VARIABLE = [
-    (f"variables.items.all(s, s.matches('{PATTERN}'))", LONG, [*LONG[:400]]),
-    ("!(7 in variables.items)", [0] * 1_200_000, [0] * 900_000),
-    ("variables.items.max() < 10", [0] * 1_200_000, [0] * 900_000),
-    ("!variables.items[0].contains('" + "n" * 35 + "')", ["a" * 2_600_000], ["a" * 2_400_000]),
+    (f"variables.items.all(s, s.matches('{PATTERN}'))", LONG, [*LONG[:400]], None),
+    ("!(7 in variables.items)", [0] * 120_000, [0] * 90_000, 100_000),
+    ("variables.items.max() < 10", [0] * 120_000, [0] * 90_000, 100_000),
+    ("!variables.items[0].contains('" + "n" * 35 + "')", ["a" * 2_600_000], ["a" * 2_400_000],
+     None),
 ]
 
 
-@pytest.mark.parametrize(("expression", "over", "within"), THROUGH_A_VARIABLE,
+@pytest.mark.parametrize(("expression", "over", "within", "per_call"), THROUGH_A_VARIABLE,
                          ids=["all-matches", "in", "max", "contains"])
 def test_a_long_list_read_through_a_variable_is_held_to_the_per_call_limit(
-        expression, over, within):
-    engine = _engine(_vap_with_variable(expression))
+        expression, over, within, per_call):
+    environment = ENV if per_call is None else CelEnvironment(
+        GPU_LIBRARY, cost.CostLimits(per_call=per_call))
+    engine = _engine(_vap_with_variable(expression), environment)
     verdict = engine.evaluate(from_object(_widget(over), now=NOW))
     assert not verdict.allowed
     assert verdict.message == f"p/b: validations[0] failed to evaluate: {cost.EXCEEDED}"
@@ -298,3 +303,22 @@ def test_runtime_cost_never_exceeds_the_estimate_on_the_built_in_policies_exampl
 def test_cost_limits_refuse_nonsense():
     with pytest.raises(ValueError, match="per_call must be at least 1"):
         cost.CostLimits(per_call=0)
+
+
+def test_the_runtimes_iteration_limit_is_named_as_gpuguards_under_both_failure_policies():
+    """12,000 items cost about 36,000 in cel-go's model: Kubernetes admits the widget; gpuguard's
+    runtime stops at 10,000 iterations, the policy's failurePolicy decides and the message says
+    it is gpuguard's limit (docs/cel.md 'Limits', docs/compatibility.md)."""
+    expression = "object.spec.items.all(x, x >= 0)"
+    widget = from_object(_widget(list(range(12_000))), now=NOW)
+    denied = _engine(_vap("Fail", expression)).evaluate(widget)
+    assert not denied.allowed
+    assert denied.message == f"p/b: validations[0] failed to evaluate: {ITERATION_LIMIT_TEXT}"
+    assert "gpuguard's CEL runtime" in denied.message
+    admitted = _engine(_vap("Ignore", expression)).evaluate(widget)
+    assert admitted.allowed
+    [result] = [r for r in admitted.results if r.policy == "p/b"]
+    assert result.outcome == RuleOutcome.ERROR and result.message.endswith(ITERATION_LIMIT_TEXT)
+    # under the budget both agree: 9,999 items pass
+    assert _engine(_vap("Fail", expression)).evaluate(
+        from_object(_widget(list(range(9_999))), now=NOW)).allowed
