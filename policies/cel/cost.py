@@ -788,8 +788,7 @@ def profile(values: Iterable[Any]) -> tuple[int, int, int]:
         container = pop()
         size = len(container)
         elements += size
-        if size > longest:
-            longest = size
+        longest = max(longest, size)
         items = container
         if type(container) is dict:
             try:

@@ -332,8 +332,7 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int,
         size = len(value)
         counts[0] += chars
         counts[1] += size
-        if size > counts[2]:
-            counts[2] = size
+        counts[2] = max(counts[2], size)
     return True
 
 
@@ -896,7 +895,7 @@ class CostGuard:
         ValueError: ``expressions`` is empty or they come from different environments.
     """
 
-    __slots__ = ("expressions", "_bounds", "_limit")
+    __slots__ = ("_bounds", "_limit", "expressions")
 
     def __init__(self, expressions: Sequence[CompiledExpression]) -> None:
         self.expressions = tuple(expressions)
