@@ -301,7 +301,6 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int,
         for key, item in value.items():
             if type(key) is not str or not (key.isascii() or _unicode(key)):
                 return False
-            chars += len(key)
             kind = type(item)
             if kind is str:
                 if not (item.isascii() or _unicode(item)):
@@ -330,7 +329,7 @@ def _is_clean(value: dict[Any, Any] | list[Any], depth: int,
                 return False
     if counts is not None:
         size = len(value)
-        counts[0] += chars
+        counts[0] += chars + (sum(map(len, value)) if type(value) is dict else 0)  # its keys
         counts[1] += size
         counts[2] = max(counts[2], size)
     return True
@@ -459,20 +458,22 @@ class PreparedData(dict[str, Any]):
         return copy
 
 
-def prepare(data: Mapping[str, Any]) -> PreparedData:
-    """Check and convert activation data once (see :func:`to_cel_data`), counting the
-    :attr:`PreparedData.profiles` of what the check walks.
+def prepare(data: Mapping[str, Any], *, sized: bool = True) -> PreparedData:
+    """Check and convert activation data once (see :func:`to_cel_data`); with ``sized``,
+    counting the :attr:`PreparedData.profiles` of what the check walks (for a policy set
+    with an expression the cost limits measure, :attr:`CompiledExpression.measured`).
 
     Raises:
         ValueError: undeclared names, or ``variables`` (those come from the policy).
         CelEvaluationError: a value the runtime cannot take (unsupported type, too deep).
     """
-    profiles: dict[str, tuple[Any, tuple[int, int, int]]] = {}
+    profiles: dict[str, tuple[Any, tuple[int, int, int]]] | None = {} if sized else None
     try:
         prepared = PreparedData(_prepare(data, allow_variables=False, profiles=profiles))
     except _InputError as exc:
         raise CelEvaluationError("", str(exc), "INVALID_ARGUMENT") from None
-    prepared.profiles = profiles
+    if profiles:
+        prepared.profiles = profiles
     return prepared
 
 
@@ -590,6 +591,12 @@ class CompiledExpression:
     # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
     # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the cost limits measure this expression per request (its estimate is over
+        the per-call limit): then evaluations need the request's size class."""
+        return self._cost_tree is not None
 
     def runtime_cost(self, data: Mapping[str, Any], limit: int | None = None) -> int | None:
         """The cost of evaluating this on ``data`` (variable name -> plain value): the estimate
@@ -963,7 +970,7 @@ class RequestActivation:
         self._runtime_size = -1
         self._counted: list[int] | None = None  # cost.profile() of data and variables
         self._profiled = 0  # how many of the variables (in computed order) are counted
-        self._charged: set[str] = set()  # variables whose cost :meth:`cost` has counted
+        self._charged: set[str] | None = None  # variables whose cost :meth:`cost` counted
         self._size_class: tuple[int, int, int] | None = None  # _sizes() while none is added
 
     def evaluate(self, expression: CompiledExpression) -> Any:
@@ -1064,6 +1071,8 @@ class RequestActivation:
             return self._own_cost(expression)
         self._require(expression.variable_refs, len(self._declared))
         total = self._own_cost(expression)
+        if self._charged is None:
+            self._charged = set()
         for name in self._needed(expression.variable_refs, len(self._declared)):
             if name not in self._charged:
                 self._charged.add(name)

@@ -349,7 +349,8 @@ class _RequestData:
             return self._shared[key]
         assert not isinstance(self.prepared, str), "checked by Engine._ready"
         activation = self.environment.activation(
-            self.prepared.replaced(params=params), _named(variables))
+            self.prepared.replaced(params=params) if self.prepared.profiles
+            else PreparedData({**self.prepared, "params": params}), _named(variables))
         if key is not None:
             self._shared[key] = activation
         return activation
@@ -410,6 +411,9 @@ class Engine:
             c.index: CostGuard(guarded) for c in self.compiled if c.fused is not None and (
                 guarded := tuple(e for e in _expressions(c.policy, messages=False)
                                  if e.estimated_cost > environment.cost_limits.per_call))}
+        # whether some expression is measured per request: then prepare() counts the size
+        # class as it checks the data (policies/cel/cost.py); otherwise nothing needs it
+        self._sized = any(e.measured for p in policies.policies for e in _expressions(p))
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
         authorizer: the webhook then evaluates on its event loop only with the authorizer's
@@ -424,7 +428,8 @@ class Engine:
               facts: WorkloadFacts | None) -> PreparedData | str:
         """The request's data for CEL, checked once; the error text when it cannot be used."""
         try:
-            return prepare({**base, "object": current, "gpu": gpu_data(facts)})
+            return prepare({**base, "object": current, "gpu": gpu_data(facts)},
+                           sized=self._sized)
         except CelEvaluationError as exc:
             return f"the request cannot be evaluated: {exc.message}"
 
