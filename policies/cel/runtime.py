@@ -587,6 +587,9 @@ class CompiledExpression:
     _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
     _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
     _checks: bool = field(default=False, repr=False)
+    _written: bool = field(default=True, repr=False)
+    # False for programs gpuguard generates (fused, combined): not Kubernetes expressions, not
+    # measured when they meet the iteration budget (their policies then run rule by rule)
     # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
     # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
@@ -705,6 +708,9 @@ class CompiledExpression:
         at most :data:`_TEXT_WALK_STEPS` iterations: both answers are evaluation errors (the
         failurePolicy decides either way), so only the words depend on it, and undecided it is
         the iteration limit's, which is what stopped this evaluation."""
+        if not self._written:
+            return CelEvaluationError(self.field_path, ITERATION_LIMIT_TEXT,
+                                      "RESOURCE_EXHAUSTED")
         tree = self._cost_tree if self._cost_tree is not None else \
             cel_cost.checked_ast(self._program.serialize())
         limits = self._environment.cost_limits
@@ -877,6 +883,7 @@ class CelEnvironment:
             guarded := tree if estimated > self.cost_limits.per_call and written is not None
             else None,
             _checks=guarded is not None and cel_cost.calls_check(tree),
+            _written=written is not None,
         )
 
     def activation(
