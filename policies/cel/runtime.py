@@ -38,7 +38,9 @@ Runtime behaviour, measured on cel-expr-python 0.1.3 (``tests/core/test_cel.py``
 * Comprehension budget: the C++ ``RuntimeOptions.comprehension_max_iterations`` keeps its default
   of 10,000 (the Python API does not expose it). It counts every iteration of every comprehension
   in one evaluation, nested ones included: 9,999 iterations evaluate, 10,000 fail. See
-  :data:`ITERATION_BUDGET`.
+  :data:`ITERATION_BUDGET`. Kubernetes has no such cap, so the error is reworded to say it is
+  gpuguard's runtime limit (:data:`ITERATION_LIMIT_TEXT`), or is cel-go's cost-limit error when
+  the evaluation's cost is found over the per-call limit (as Kubernetes answers).
 * An ``Activation`` converts each top-level variable from Python on first use and keeps it, so one
   activation shared by a request's expressions converts the object once (about 2 µs per later
   evaluation against 9 µs for a fresh one on a small Pod). Conversion copies the whole value: one
@@ -64,6 +66,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, Final
 
 from cel_expr_python import cel
@@ -88,7 +91,23 @@ VARIABLE_NAMES: Final = (
     "quota",
 )
 ITERATION_BUDGET: Final = 10_000
-"""Comprehension iterations per evaluation; an evaluation needing this many or more fails."""
+"""Comprehension iterations per evaluation; an evaluation needing this many or more fails.
+
+cel-expr-python's own limit (the C++ ``RuntimeOptions.comprehension_max_iterations``, default
+10,000): the binding builds its runtime with that default and exposes no option for it (0.1.3's
+``NewEnv``/``Env``/``Expression`` take none; its C++ extension hook ``ConfigureRuntime`` gets the
+options read-only), so gpuguard cannot raise or remove it. Kubernetes has no iteration cap, only
+the cost limits: see :data:`ITERATION_LIMIT_TEXT`."""
+ITERATION_LIMIT_TEXT: Final = (
+    f"{ITERATION_BUDGET:,} or more comprehension iterations in one evaluation: a limit of "
+    "gpuguard's CEL runtime (cel-expr-python's fixed comprehension budget), not of Kubernetes, "
+    "which has none, only its cost limits; split the loop into variables or bound the list "
+    "(docs/cel.md 'Limits')")
+"""The error of an evaluation that passes the runtime's iteration budget while its cost is not
+found over the per-call limit (Kubernetes would evaluate it, or stop it at the cost limit); one
+whose cost is found over the limit gets cel-go's ``operation cancelled: actual cost limit
+exceeded``, as in Kubernetes (:meth:`CompiledExpression.iteration_error`)."""
+_RUNTIME_ITERATIONS: Final = "Iteration budget exceeded"  # cel-cpp's text
 MAX_NESTING: Final = 100
 """Deepest map/list nesting accepted in activation data (the runtime crashes near 5,900)."""
 
@@ -167,6 +186,17 @@ class CelEvaluationError(CelError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.field_path, self.message, self.code))
+
+
+class _IterationsSpent(CelEvaluationError):
+    """The runtime stopped an evaluation at :data:`ITERATION_BUDGET`; the caller that has the
+    request's data turns it into :meth:`CompiledExpression.iteration_error`."""
+
+
+_UNCAPPED: Final = 1 << 62  # the cost measure's iteration cap when Kubernetes' has none
+_TEXT_WALK_STEPS: Final = 4 * ITERATION_BUDGET
+"""The most comprehension iterations :meth:`CompiledExpression.iteration_error` walks to tell
+cel-go's cost error from the iteration limit's (a few tenths of a second at most)."""
 
 
 class _InputError(ValueError):
@@ -257,32 +287,52 @@ def _is_checked(value: Any) -> bool:
     return entry is not None and entry[0] is value
 
 
-def _is_clean(value: dict[Any, Any] | list[Any], depth: int) -> bool:
-    """Fast path: JSON-shaped (str keys, int64 ints), not too deep; walks without allocating."""
+def _is_clean(value: dict[Any, Any] | list[Any], depth: int,
+              counts: list[int] | None = None) -> bool:
+    """Fast path: JSON-shaped (str keys, int64 ints), not too deep; walks without allocating.
+
+    ``counts``: ``[chars, elements, longest]`` to add this value's
+    :func:`policies.cel.cost.profile` to, in the same pass (the cost limits' size class of the
+    request, counted where the check walks anyway); complete only when the answer is True."""
     if depth >= MAX_NESTING:
         return False
+    chars = 0
     if type(value) is dict:
         for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _unicode(key)):
+                return False
+            chars += len(key)  # cheaper than one sum() per map: most maps hold a few keys
             kind = type(item)
-            if type(key) is not str or not (key.isascii() or _unicode(key)) or not (
+            if kind is str:
+                if not (item.isascii() or _unicode(item)):
+                    return False
+                chars += len(item)
+            elif not (
                 kind in _JSON_SCALARS
-                or (kind is str and (item.isascii() or _unicode(item)))
                 or (kind is float and item - item == 0.0)  # finite: inf - inf is NaN
                 or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
-                or (kind in _CONTAINERS and _is_clean(item, depth + 1))
+                or (kind in _CONTAINERS and _is_clean(item, depth + 1, counts))
             ):
                 return False
-        return True
-    for item in value:
-        kind = type(item)
-        if not (
-            kind in _JSON_SCALARS
-            or (kind is str and (item.isascii() or _unicode(item)))
-            or (kind is float and item - item == 0.0)
-            or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
-            or (kind in _CONTAINERS and _is_clean(item, depth + 1))
-        ):
-            return False
+    else:
+        for item in value:
+            kind = type(item)
+            if kind is str:
+                if not (item.isascii() or _unicode(item)):
+                    return False
+                chars += len(item)
+            elif not (
+                kind in _JSON_SCALARS
+                or (kind is float and item - item == 0.0)
+                or (kind is int and _INT64_MIN <= item <= _INT64_MAX)
+                or (kind in _CONTAINERS and _is_clean(item, depth + 1, counts))
+            ):
+                return False
+    if counts is not None:
+        size = len(value)
+        counts[0] += chars
+        counts[1] += size
+        counts[2] = max(counts[2], size)
     return True
 
 
@@ -387,30 +437,50 @@ def _scalar_to_cel(value: Any) -> Any:
 class PreparedData(dict[str, Any]):
     """Activation data already checked by :func:`prepare`; activations take it without a re-walk.
 
-    Build one per request with :func:`prepare` and derive per-policy data with :meth:`with_`, so a
-    large object is checked once, not once per policy.
+    Build one per request with :func:`prepare` and derive per-policy data with :meth:`with_` or
+    :meth:`replaced`, so a large object is checked once, not once per policy. ``profiles``: name
+    -> (value, :func:`policies.cel.cost.profile` of it) for the values the check walked, so the
+    cost limits' size class needs no second walk of them (an entry counts only while the name
+    still holds that very value).
     """
+
+    profiles: Mapping[str, tuple[Any, tuple[int, int, int]]] = MappingProxyType({})
 
     def with_(self, **values: Any) -> PreparedData:
         """A copy with more names set (each value prepared)."""
         extra = _prepare(values, allow_variables=False)
-        return PreparedData({**self, **{k: v for k, v in extra.items() if k in values}})
+        return self.replaced(**{k: v for k, v in extra.items() if k in values})
+
+    def replaced(self, **values: Any) -> PreparedData:
+        """A copy with ``values`` set as they are (already prepared, e.g. a policy's params
+        prepared at load), keeping :attr:`profiles`."""
+        copy = PreparedData({**self, **values})
+        copy.profiles = self.profiles
+        return copy
 
 
-def prepare(data: Mapping[str, Any]) -> PreparedData:
-    """Check and convert activation data once (see :func:`to_cel_data`).
+def prepare(data: Mapping[str, Any], *, sized: bool = True) -> PreparedData:
+    """Check and convert activation data once (see :func:`to_cel_data`); with ``sized``,
+    counting the :attr:`PreparedData.profiles` of what the check walks (for a policy set
+    with an expression the cost limits measure, :attr:`CompiledExpression.measured`).
 
     Raises:
         ValueError: undeclared names, or ``variables`` (those come from the policy).
         CelEvaluationError: a value the runtime cannot take (unsupported type, too deep).
     """
+    profiles: dict[str, tuple[Any, tuple[int, int, int]]] | None = {} if sized else None
     try:
-        return PreparedData(_prepare(data, allow_variables=False))
+        prepared = PreparedData(_prepare(data, allow_variables=False, profiles=profiles))
     except _InputError as exc:
         raise CelEvaluationError("", str(exc), "INVALID_ARGUMENT") from None
+    if profiles:
+        prepared.profiles = profiles
+    return prepared
 
 
-def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[str, Any]:
+def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True,
+             profiles: dict[str, tuple[Any, tuple[int, int, int]]] | None = None
+             ) -> dict[str, Any]:
     if isinstance(data, PreparedData):
         return data
     unknown = set(data) - set(VARIABLE_NAMES)
@@ -419,6 +489,13 @@ def _prepare(data: Mapping[str, Any], *, allow_variables: bool = True) -> dict[s
         raise ValueError(f"activation data has names the environment does not declare: {bad}")
     prepared = dict.fromkeys(VARIABLE_NAMES)
     for name, value in data.items():
+        if profiles is not None and type(value) in _CONTAINERS \
+                and not (_CHECKED and _is_checked(value)):
+            counts = [0, 0, 0]  # the check and the size class in one walk (to_cel_data's check)
+            if _is_clean(value, 0, counts):
+                prepared[name] = value
+                profiles[name] = (value, (counts[0], counts[1], counts[2]))
+                continue
         prepared[name] = value if value is None else to_cel_data(value, path=name)
     return prepared
 
@@ -511,10 +588,19 @@ class CompiledExpression:
     _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
     _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
     _checks: bool = field(default=False, repr=False)
+    _written: bool = field(default=True, repr=False)
+    # False for programs gpuguard generates (fused, combined): not Kubernetes expressions, not
+    # measured when they meet the iteration budget (their policies then run rule by rule)
     # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
     # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
     # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the cost limits measure this expression per request (its estimate is over
+        the per-call limit): then evaluations need the request's size class."""
+        return self._cost_tree is not None
 
     def runtime_cost(self, data: Mapping[str, Any], limit: int | None = None) -> int | None:
         """The cost of evaluating this on ``data`` (variable name -> plain value): the estimate
@@ -587,11 +673,15 @@ class CompiledExpression:
             prepared = _prepare(activation_data)
         except _InputError as exc:
             raise CelEvaluationError(self.field_path, str(exc), "INVALID_ARGUMENT") from None
-        if self._cost_tree is not None:
-            self._check_cost(prepared)
-            return self._checked_run(self._environment._runtime_activation(prepared),
-                                     cel_cost.sizes(*cel_cost.profile(prepared.values())))
-        return self._run(self._environment._runtime_activation(prepared))
+        try:
+            if self._cost_tree is not None:
+                self._check_cost(prepared)
+                return self._checked_run(self._environment._runtime_activation(prepared),
+                                         cel_cost.sizes(*cel_cost.profile(prepared.values())))
+            return self._run(self._environment._runtime_activation(prepared))
+        except _IterationsSpent:
+            raise self.iteration_error(
+                prepared, cel_cost.sizes(*cel_cost.profile(prepared.values()))) from None
 
     def _checked_run(self, activation: Any, sizes: tuple[int, int, int]) -> Any:
         """:meth:`_run`, then, for an expression calling ``check()``, its bound plus
@@ -607,11 +697,43 @@ class CompiledExpression:
             raise CelEvaluationError(self.field_path, cel_cost.EXCEEDED, "RESOURCE_EXHAUSTED")
         return value
 
+    def iteration_error(self, data: Mapping[str, Any],
+                        sizes: tuple[int, int, int]) -> CelEvaluationError:
+        """The error of this expression when the runtime stopped it at its iteration budget, on
+        ``data`` (variable name -> plain value, as a cost measure reads them) of size class
+        ``sizes``: cel-go's cost-limit error when its cost on ``data`` is over the per-call
+        limit (what Kubernetes answers), else :data:`ITERATION_LIMIT_TEXT` (Kubernetes would
+        have evaluated it). The cost is bounded for the size class first and, only when that
+        is over the limit, measured on the values (:func:`policies.cel.cost.runtime_cost`,
+        which stops at the limit), both without the runtime's iteration cap. The measure walks
+        at most :data:`_TEXT_WALK_STEPS` iterations: both answers are evaluation errors (the
+        failurePolicy decides either way), so only the words depend on it, and undecided it is
+        the iteration limit's, which is what stopped this evaluation."""
+        if not self._written:
+            return CelEvaluationError(self.field_path, ITERATION_LIMIT_TEXT,
+                                      "RESOURCE_EXHAUSTED")
+        tree = self._cost_tree if self._cost_tree is not None else \
+            cel_cost.checked_ast(self._program.serialize())
+        limits = self._environment.cost_limits
+        if cel_cost.estimate_within(tree, *sizes, iteration_cap=_UNCAPPED) > limits.per_call:
+            try:
+                over = cel_cost.runtime_cost(tree, data, limits, limit=limits.per_call,
+                                             iteration_cap=_UNCAPPED,
+                                             max_steps=_TEXT_WALK_STEPS) is None
+            except cel_cost.Undecided:
+                over = False
+            if over:
+                return CelEvaluationError(self.field_path, cel_cost.EXCEEDED,
+                                          "RESOURCE_EXHAUSTED")
+        return CelEvaluationError(self.field_path, ITERATION_LIMIT_TEXT, "RESOURCE_EXHAUSTED")
+
     def _run(self, activation: Any) -> Any:
         try:
             value = self._program.eval(activation)
         except Exception as exc:  # the runtime raises RuntimeError for e.g. the iteration budget
             code, message = _split_status(str(exc))
+            if message == _RUNTIME_ITERATIONS:
+                raise _IterationsSpent(self.field_path, message, code) from None
             raise CelEvaluationError(self.field_path, message, code) from None
         try:
             plain = value.plain_value()
@@ -762,6 +884,7 @@ class CelEnvironment:
             guarded := tree if estimated > self.cost_limits.per_call and written is not None
             else None,
             _checks=guarded is not None and cel_cost.calls_check(tree),
+            _written=written is not None,
         )
 
     def activation(
@@ -774,6 +897,47 @@ class CelEnvironment:
 
     def _runtime_activation(self, prepared: Mapping[str, Any]) -> Any:
         return self._env.Activation(prepared)
+
+
+class CostGuard:
+    """Expressions (as written) of one policy whose estimate is over the per-call limit, held
+    to it on the policy's fast path: :meth:`over` tells, per request size class, whether one of
+    them may pass it (then the policy is evaluated rule by rule, where each is measured).
+
+    Build once per policy set; thread-safe (a race only computes a size class's bounds twice).
+
+    Raises:
+        ValueError: ``expressions`` is empty or they come from different environments.
+    """
+
+    __slots__ = ("_bounds", "_limit", "expressions")
+
+    def __init__(self, expressions: Sequence[CompiledExpression]) -> None:
+        self.expressions = tuple(expressions)
+        if not self.expressions or any(e._environment is not self.expressions[0]._environment
+                                       for e in self.expressions):
+            raise ValueError("a CostGuard needs expressions of one environment")
+        self._limit = self.expressions[0]._environment.cost_limits.per_call
+        # size class -> (the largest bound of the expressions without check(), that of those
+        # with, checks left out; -1: none), so a request costs one dict lookup per policy
+        self._bounds: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+    def over(self, sizes: tuple[int, int, int], checks_made: int = 0) -> bool:
+        """Whether an expression may pass the per-call limit on a request of size class
+        ``sizes`` (:func:`policies.cel.cost.sizes`): its bound
+        (:meth:`CompiledExpression.bound_within`), plus AUTHORIZER_CHECK per check made
+        (``checks_made``) for one that calls ``check()``, over the limit."""
+        bounds = self._bounds.get(sizes)
+        if bounds is None:
+            plain = [e.bound_within(sizes) for e in self.expressions if not e._checks]
+            checking = [e.bound_within(sizes) for e in self.expressions if e._checks]
+            bounds = (max(plain, default=-1), max(checking, default=-1))
+            if len(self._bounds) < 64:  # requests of a few sizes: a handful of entries
+                self._bounds[sizes] = bounds
+        plain_bound, checking_bound = bounds
+        return plain_bound > self._limit or (
+            checking_bound >= 0
+            and checking_bound + checks_made * cel_cost.AUTHORIZER_CHECK > self._limit)
 
 
 class RequestActivation:
@@ -814,6 +978,8 @@ class RequestActivation:
         self._runtime_size = -1
         self._counted: list[int] | None = None  # cost.profile() of data and variables
         self._profiled = 0  # how many of the variables (in computed order) are counted
+        self._charged: set[str] | None = None  # variables whose cost :meth:`cost` counted
+        self._size_class: tuple[int, int, int] | None = None  # _sizes() while none is added
 
     def evaluate(self, expression: CompiledExpression) -> Any:
         """Evaluate ``expression`` with this request's data and variables.
@@ -825,10 +991,13 @@ class RequestActivation:
             raise CelEvaluationError(expression.field_path, self._input_error, "INVALID_ARGUMENT")
         self._require(expression.variable_refs, len(self._declared))
         try:
-            if expression._cost_tree is not None:
-                expression._check_cost(None, activation=self)
-                return expression._checked_run(self._activation(), self._sizes())
-            return expression._run(self._activation())
+            try:
+                if expression._cost_tree is not None:
+                    expression._check_cost(None, activation=self)
+                    return expression._checked_run(self._activation(), self._sizes())
+                return expression._run(self._activation())
+            except _IterationsSpent:
+                raise expression.iteration_error(self.cost_data(), self._sizes()) from None
         except CelEvaluationError as err:
             raise self._explain(err, expression.variable_refs) from None
 
@@ -853,9 +1022,12 @@ class RequestActivation:
 
     def _sizes(self) -> tuple[int, int, int]:
         """:func:`policies.cel.cost.sizes` of this request's data and the variables known so
-        far; each value is counted once (the data at the first call, a variable when known)."""
+        far; each value is counted once (the data at the first call, a variable when known),
+        and the size class is kept until a variable is added."""
+        if self._size_class is not None and self._profiled == len(self._values):
+            return self._size_class
         if self._counted is None:
-            self._counted = list(cel_cost.profile(self._data.values()))
+            self._counted = self._data_profile()
             self._profiled = 0
         if self._profiled != len(self._values):
             for value in list(self._values.values())[self._profiled:]:
@@ -864,26 +1036,58 @@ class RequestActivation:
                 self._counted[1] += elements
                 self._counted[2] = max(self._counted[2], longest)
             self._profiled = len(self._values)
-        return cel_cost.sizes(*self._counted)
+        self._size_class = cel_cost.sizes(*self._counted)
+        return self._size_class
 
-    def cost_bound_over(self, expressions: Sequence[CompiledExpression],
-                        checks_made: int = 0) -> bool:
-        """Whether any of ``expressions`` (as written) may pass the per-call limit on a request
-        of this one's size class (:meth:`CompiledExpression.bound_within`, cached), an
-        expression calling ``check()`` counted with ``checks_made`` checks (those a program
-        holding it made)."""
-        limit = self._environment.cost_limits.per_call
-        sizes = self._sizes()
-        return any(e.bound_within(sizes) + (checks_made * cel_cost.AUTHORIZER_CHECK
-                                            if e._checks else 0) > limit for e in expressions)
+    def _data_profile(self) -> list[int]:
+        """:func:`policies.cel.cost.profile` of the request's data: the values :func:`prepare`
+        counted as it checked them are not walked again (the others are: values checked by
+        the wire's decoder, params)."""
+        known = self._data.profiles if isinstance(self._data, PreparedData) else {}
+        counted = [0, 0, 0]
+        rest = []
+        for name, value in self._data.items():
+            entry = known.get(name)
+            if entry is not None and entry[0] is value:
+                chars, elements, longest = entry[1]
+                counted[0] += chars
+                counted[1] += elements
+                counted[2] = max(counted[2], longest)
+            elif value is not None:
+                rest.append(value)
+        chars, elements, longest = cel_cost.profile(rest)
+        return [counted[0] + chars, counted[1] + elements, max(counted[2], longest)]
+
+    def cost_bound_over(self, guard: CostGuard, checks_made: int = 0) -> bool:
+        """Whether any of ``guard``'s expressions (as written) may pass the per-call limit on a
+        request of this one's size class (:meth:`CostGuard.over`), an expression calling
+        ``check()`` counted with ``checks_made`` checks (those a program holding it made)."""
+        return guard.over(self._sizes(), checks_made)
 
     def cost_data(self) -> dict[str, Any]:
         """The request's data with the variables known so far, as a cost measure reads it."""
         return {**self._data, "variables": dict(self._values)}
 
     def cost(self, expression: CompiledExpression) -> int:
-        """An upper bound of ``expression``'s cost on this request (its estimate when that is
-        within the per-call limit); beyond the per-call limit, that limit plus one."""
+        """An upper bound of what evaluating ``expression`` on this request adds to its policy's
+        budget: its own cost (its estimate when that is within the per-call limit; beyond the
+        per-call limit, that limit plus one), measured with the values of the variables it reads
+        (computed now if needed), plus the cost of each of those variables not charged before —
+        Kubernetes' composition context reports a variable's cost into the policy's
+        ``RuntimeCELCostBudget`` at its first evaluation."""
+        if self._input_error is not None:
+            return self._own_cost(expression)
+        self._require(expression.variable_refs, len(self._declared))
+        total = self._own_cost(expression)
+        if self._charged is None:
+            self._charged = set()
+        for name in self._needed(expression.variable_refs, len(self._declared)):
+            if name not in self._charged:
+                self._charged.add(name)
+                total += self._own_cost(self._declared[name][1])
+        return total
+
+    def _own_cost(self, expression: CompiledExpression) -> int:
         limit = self._environment.cost_limits.per_call
         bound = expression.bound_within(self._sizes()) if expression._cost_tree is not None \
             else expression.estimated_cost
@@ -906,21 +1110,30 @@ class RequestActivation:
     def _done(self, name: str) -> bool:
         return name in self._values or name in self._failures
 
+    def _needed(self, refs: frozenset[str] | None, limit: int, *,
+                skip_done: bool = False) -> set[str]:
+        """The variables declared before index ``limit`` that an expression mentioning
+        ``refs`` needs, and theirs (without those already computed, with ``skip_done``)."""
+        needed: set[str] = set()
+        stack = [name for name, (index, _) in self._declared.items()
+                 if index < limit and (refs is None or name in refs)]
+        while stack:
+            name = stack.pop()
+            if name in needed or (skip_done and self._done(name)):
+                continue
+            needed.add(name)
+            stack.extend(self._deps(name))
+        return needed
+
     def _require(self, refs: frozenset[str] | None, limit: int) -> None:
         """Compute the variables an expression needs (and theirs), in dependency layers.
 
         All variables of one layer are evaluated against the same runtime activation, so the
         request's data is converted once per layer, not once per variable.
         """
-        needed: set[str] = set()
-        stack = [name for name, (index, _) in self._declared.items()
-                 if index < limit and (refs is None or name in refs)]
-        while stack:
-            name = stack.pop()
-            if name in needed or self._done(name):
-                continue
-            needed.add(name)
-            stack.extend(self._deps(name))
+        if not self._declared:
+            return
+        needed = self._needed(refs, limit, skip_done=True)
         while needed:
             layer = [n for n in needed if all(self._done(d) for d in self._deps(n))]
             activation = self._activation()
@@ -940,11 +1153,14 @@ class RequestActivation:
                 "duration",
             ) or expression.output_type.startswith("type"):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
-            if expression._cost_tree is not None:
-                expression._check_cost(None, activation=self)
-                value = expression._checked_run(activation, self._sizes())
-            else:
-                value = expression._run(activation)
+            try:
+                if expression._cost_tree is not None:
+                    expression._check_cost(None, activation=self)
+                    value = expression._checked_run(activation, self._sizes())
+                else:
+                    value = expression._run(activation)
+            except _IterationsSpent:
+                raise expression.iteration_error(self.cost_data(), self._sizes()) from None
             if _holds_time(value):
                 raise CelEvaluationError(expression.field_path, _NOT_CARRIED, "UNIMPLEMENTED")
             self._values[name] = value

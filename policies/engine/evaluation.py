@@ -42,6 +42,7 @@ from policies.cel.runtime import (
     CelEnvironment,
     CelEvaluationError,
     CompiledExpression,
+    CostGuard,
     PreparedData,
     RequestActivation,
     prepare,
@@ -348,7 +349,8 @@ class _RequestData:
             return self._shared[key]
         assert not isinstance(self.prepared, str), "checked by Engine._ready"
         activation = self.environment.activation(
-            PreparedData({**self.prepared, "params": params}), _named(variables))
+            self.prepared.replaced(params=params) if self.prepared.profiles
+            else PreparedData({**self.prepared, "params": params}), _named(variables))
         if key is not None:
             self._shared[key] = activation
         return activation
@@ -406,9 +408,12 @@ class Engine:
         # over the per-call cost limit; for a request on which one of them may pass it, the
         # policy is evaluated rule by rule, where each is measured (policies/cel/cost.py).
         self._cost_guarded = {
-            c.index: guarded for c in self.compiled if c.fused is not None and (guarded := tuple(
-                e for e in _expressions(c.policy, messages=False) if e.estimated_cost
-                > environment.cost_limits.per_call))}
+            c.index: CostGuard(guarded) for c in self.compiled if c.fused is not None and (
+                guarded := tuple(e for e in _expressions(c.policy, messages=False)
+                                 if e.estimated_cost > environment.cost_limits.per_call))}
+        # whether some expression is measured per request: then prepare() counts the size
+        # class as it checks the data (policies/cel/cost.py); otherwise nothing needs it
+        self._sized = any(e.measured for p in policies.policies for e in _expressions(p))
         self.uses_authorizer = any(uses_authorizer(p) for p in policies.policies)
         """Whether some policy mentions ``authorizer`` (its checks may call the injected
         authorizer: the webhook then evaluates on its event loop only with the authorizer's
@@ -423,7 +428,8 @@ class Engine:
               facts: WorkloadFacts | None) -> PreparedData | str:
         """The request's data for CEL, checked once; the error text when it cannot be used."""
         try:
-            return prepare({**base, "object": current, "gpu": gpu_data(facts)})
+            return prepare({**base, "object": current, "gpu": gpu_data(facts)},
+                           sized=self._sized)
         except CelEvaluationError as exc:
             return f"the request cannot be evaluated: {exc.message}"
 
@@ -953,9 +959,12 @@ def _annotate(policy: Policy, rule: Rule, value: Any, run: _Run,
 
 def _budget(policy: Policy, activation: RequestActivation) -> int | None:
     """The cost budget of ``policy``'s validations on this request, or None when their
-    estimates together are within it (nothing to count: the budget cannot run out)."""
+    estimates and those of its variables (charged to the budget at first use, as Kubernetes'
+    composition context does) together are within it (nothing to count: the budget cannot run
+    out)."""
     limit = activation.cost_limits.per_policy
-    estimated = sum(rule.expression.estimated_cost for rule in policy.validations)
+    estimated = sum(rule.expression.estimated_cost
+                    for rule in (*policy.validations, *policy.variables))
     return None if estimated <= limit else limit
 
 

@@ -261,6 +261,10 @@ class KnownGroup:
     reason: str
     ids: tuple[int, ...]
     docs: str = ""
+    meets_case_file: tuple[int, ...] = ()
+    """Those of ``ids`` (``cases`` only) where Kubernetes 1.37 answers otherwise than the 1.34
+    case file (``oracle_vs_case_file``) and gpuguard, differing from Kubernetes, answers as the
+    case file does (cel-go's tests with ``cel.bind``, which gpuguard has)."""
 
 
 def side(outcome: Outcome) -> str:
@@ -342,9 +346,13 @@ def load_known(path: Path = KNOWN_FILE) -> Known:
             category = entry.get("category", "")
             if categorised and category not in CATEGORIES:
                 raise ValueError(f"{where}: category {category!r} is not one of {CATEGORIES}")
-            result.append(KnownGroup(category, str(entry["reason"]),
-                                     tuple(int(i) for i in entry["ids"]),
-                                     str(entry.get("docs", ""))))
+            ids = tuple(int(i) for i in entry["ids"])
+            meets = tuple(int(i) for i in entry.get("meets_case_file") or ())
+            if not set(meets) <= set(ids):
+                raise ValueError(f"{where}: meets_case_file {sorted(set(meets) - set(ids))} "
+                                 "are not among its ids")
+            result.append(KnownGroup(category, str(entry["reason"]), ids,
+                                     str(entry.get("docs", "")), meets))
         return tuple(result)
 
     patterns = []

@@ -11,7 +11,7 @@ import yaml
 
 from policies.cel import cost
 from policies.cel.gpu import GPU_LIBRARY
-from policies.cel.runtime import CelEnvironment, CelEvaluationError
+from policies.cel.runtime import ITERATION_LIMIT_TEXT, CelEnvironment, CelEvaluationError
 from policies.engine.evaluation import Engine, RuleOutcome
 from policies.facts.review import from_object
 from policies.policy.loader import build_policy_set
@@ -115,6 +115,81 @@ def test_runtime_budget_per_policy_stops_the_policy_with_the_api_servers_text():
     assert ignored.evaluate(from_object(_widget(third), now=NOW)).allowed
 
 
+def _vap_with_variable(expression: str) -> str:
+    """A VAP that reads the widget's items only through ``variables.items``."""
+    documents = list(yaml.safe_load_all(_vap("Fail", expression)))
+    documents[0]["spec"]["variables"] = [{"name": "items", "expression": "object.spec.items"}]
+    return yaml.safe_dump_all(documents)
+
+
+# Each costs over the per-call limit in cel-go on the widget, though the variable itself
+# costs 3: cel-go charges the long list where the validation reads it. Measured with the CEL
+# oracle (kube-apiserver 1.37.2's environment): 1,400 matches() 1,001,185 (cancelled), 400 of
+# them 886,006; contains() on 2,600,000 characters 1,040,006 (cancelled), on 2,400,000 960,007;
+# max() over 1,200,000 elements 1,200,005 (cancelled) — here 120,000 against a limit of 100,000,
+# ten times faster. The estimate once took `variables` for GPU facts (512 bytes in all), so
+# these were never measured and evaluated as if unlimited.
+THROUGH_A_VARIABLE = [
+    (f"variables.items.all(s, s.matches('{PATTERN}'))", LONG, [*LONG[:400]], None),
+    ("variables.items.max() < 10", [0] * 120_000, [0] * 90_000, 100_000),
+    ("!variables.items[0].contains('" + "n" * 35 + "')", ["a" * 2_600_000], ["a" * 2_400_000],
+     None),
+]
+
+
+@pytest.mark.parametrize(("expression", "over", "within", "per_call"), THROUGH_A_VARIABLE,
+                         ids=["all-matches", "max", "contains"])
+def test_a_long_list_read_through_a_variable_is_held_to_the_per_call_limit(
+        expression, over, within, per_call):
+    environment = ENV if per_call is None else CelEnvironment(
+        GPU_LIBRARY, cost.CostLimits(per_call=per_call))
+    engine = _engine(_vap_with_variable(expression), environment)
+    verdict = engine.evaluate(from_object(_widget(over), now=NOW))
+    assert not verdict.allowed
+    assert verdict.message == f"p/b: validations[0] failed to evaluate: {cost.EXCEEDED}"
+    # the same expression on a list whose cost is within the limit evaluates as usual
+    assert engine.evaluate(from_object(_widget(within), now=NOW)).allowed
+
+
+def test_in_over_a_long_list_through_a_variable_costs_one_call_as_in_cel_go():
+    """`!(7 in variables.items)` costs 7 in Kubernetes with 1,200,000 items (oracle): admitted
+    by both, where gpuguard charged the list's length and denied it under Fail."""
+    engine = _engine(_vap_with_variable("!(7 in variables.items)"),
+                     CelEnvironment(GPU_LIBRARY, cost.CostLimits(per_call=100_000)))
+    assert engine.evaluate(from_object(_widget([0] * 120_000), now=NOW)).allowed
+
+
+def test_the_estimate_bounds_variables_as_request_data_not_as_gpu_facts():
+    variable = ENV.compile("object.spec.items", field_path="v", written="object.spec.items")
+    expression = THROUGH_A_VARIABLE[0][0]
+    through = ENV.compile(expression, field_path="e", written=expression)
+    direct = ENV.compile(OVER, field_path="e", written=OVER)
+    assert variable.estimated_cost == 3
+    assert through.estimated_cost > cost.PER_CALL_LIMIT
+    assert through.estimated_cost == direct.estimated_cost - 1  # one selection less
+    activation = ENV.activation({"object": _widget(LONG)}, [("items", variable)])
+    # over the per-call limit, plus the variable's own 3, charged once per request
+    assert activation.cost(through) == cost.PER_CALL_LIMIT + 1 + 3
+    assert activation.cost(through) == cost.PER_CALL_LIMIT + 1
+
+
+def test_a_variables_cost_counts_in_its_policys_budget():
+    """Kubernetes' composition context reports a variable's cost into the policy's
+    RuntimeCELCostBudget when the variable is first evaluated: a variable of about 884,000
+    (filter over 400 strings) read by the first validation leaves too little for the second
+    one's 884,000 under a budget of 1,000,000."""
+    documents = list(yaml.safe_load_all(_vap("Fail", "size(variables.matching) >= 0", OVER)))
+    documents[0]["spec"]["variables"] = [
+        {"name": "matching", "expression": f"object.spec.items.filter(s, s.matches('{PATTERN}'))"}]
+    environment = CelEnvironment(GPU_LIBRARY, cost.CostLimits(per_policy=1_000_000))
+    verdict = _engine(yaml.safe_dump_all(documents), environment).evaluate(
+        from_object(_widget(["a" * 2000] * 400), now=NOW))
+    assert not verdict.allowed
+    assert cost.OUT_OF_BUDGET in verdict.message
+    assert [r.outcome for r in verdict.results if r.policy == "p/b"] == [
+        RuleOutcome.PASS, RuleOutcome.ERROR]
+
+
 def test_evaluate_outside_an_engine_checks_the_limit_too():
     compiled = ENV.compile(OVER, field_path="x", written=OVER)
     with pytest.raises(CelEvaluationError) as caught:
@@ -179,6 +254,10 @@ ORACLE_COSTS = [
     ("object.spec.containers.exists(c, c.name == 'c3')", 35, False),
     ("object.spec.containers.filter(c, c.name != 'c1')", 71, False),
     ("object.spec.containers.size() > 1 ? object.metadata.name : 'x'", 7, False),
+    # `in` is one call whatever the container's size (cel-go measures 2 for 0 and for 100,000
+    # elements; gpuguard charged the list's length, and denied what Kubernetes admits)
+    ("7 in object.spec.items", 4, True),
+    ("'a' in object.metadata.labels", 4, True),
 ]
 
 
@@ -235,3 +314,22 @@ def test_runtime_cost_never_exceeds_the_estimate_on_the_built_in_policies_exampl
 def test_cost_limits_refuse_nonsense():
     with pytest.raises(ValueError, match="per_call must be at least 1"):
         cost.CostLimits(per_call=0)
+
+
+def test_the_runtimes_iteration_limit_is_named_as_gpuguards_under_both_failure_policies():
+    """12,000 items cost 60,004 in Kubernetes (oracle): it admits the widget; gpuguard's
+    runtime stops at 10,000 iterations, the policy's failurePolicy decides and the message says
+    it is gpuguard's limit (docs/cel.md 'Limits', docs/compatibility.md)."""
+    expression = "object.spec.items.all(x, x >= 0)"
+    widget = from_object(_widget(list(range(12_000))), now=NOW)
+    denied = _engine(_vap("Fail", expression)).evaluate(widget)
+    assert not denied.allowed
+    assert denied.message == f"p/b: validations[0] failed to evaluate: {ITERATION_LIMIT_TEXT}"
+    assert "gpuguard's CEL runtime" in denied.message
+    admitted = _engine(_vap("Ignore", expression)).evaluate(widget)
+    assert admitted.allowed
+    [result] = [r for r in admitted.results if r.policy == "p/b"]
+    assert result.outcome == RuleOutcome.ERROR and result.message.endswith(ITERATION_LIMIT_TEXT)
+    # under the budget both agree: 9,999 items pass
+    assert _engine(_vap("Fail", expression)).evaluate(
+        from_object(_widget(list(range(9_999))), now=NOW)).allowed

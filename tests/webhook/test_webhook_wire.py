@@ -666,10 +666,10 @@ async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
 
     walked = []  # the top-level values the CEL data check walked
 
-    def is_clean(value, depth, walk=cel._is_clean):
+    def is_clean(value, depth, counts=None, walk=cel._is_clean):
         if depth == 0:
             walked.append(value)
-        return walk(value, depth)
+        return walk(value, depth, counts)
 
     monkeypatch.setattr(cel, "_is_clean", is_clean)
 
