@@ -346,13 +346,16 @@ class GPUFacts:
         """The ``invalid`` entries no policy judges: fields not of their API types or shapes
         (``spec.containers[0].securityContext.privileged: expected a boolean, got str``,
         ``spec: expected a map, got str``), which ``check`` and the audit report as input
-        errors naming the path. The extended-resource entries (``resource_problems``) are left
-        out: the library's gpu-requests-equal-limits denies those, a finding rather than input
-        that cannot be read."""
+        errors naming the path. Left out, as they are judged rather than unreadable: the
+        extended-resource entries (``resource_problems``: the library's
+        gpu-requests-equal-limits denies them) and the KAI annotations' (``metadata.annotations
+        [gpu-fraction]: '2' is not a fraction``: the API server accepts any string there, KAI
+        refuses the pod, GPUQuota counts it as unknown size)."""
         if not self.invalid:
             return ()
         judged = {f"{p.field}: {p.problem}" for p in self.resource_problems}
-        return tuple(i for i in self.invalid if i not in judged)
+        return tuple(i for i in self.invalid if i not in judged
+                     and ".annotations[" not in i and ".annotations:" not in i)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape documented in ``docs/gpu-facts.md`` (``FACTS``)."""
