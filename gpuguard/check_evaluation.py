@@ -227,6 +227,19 @@ def _missing_claims(review: ReviewInput, facts: WorkloadFacts) -> list[str]:
             for claim in facts.total.dra_claims if not claim.found]
 
 
+def _input_errors(review: ReviewInput, verdict: Verdict, settings: GPUSettings) -> list[str]:
+    """The fields of the object the GPU facts found not of their API types
+    (``GPUFacts.input_errors``: ``spec.containers[0].securityContext.privileged: expected a boolean,
+    got str``), each naming its path: the API server refuses such an object, so ``check`` reports
+    them as input errors (exit 2) beside the verdict instead of calling the object allowed. The
+    facts are the verdict's; computed here only when no policy applied."""
+    facts = verdict.facts
+    obj = review.object if review.object is not None else review.old_object
+    if facts is None and isinstance(obj, Mapping):
+        facts = workload_facts(obj, settings=settings, dra=review.dra)
+    return list(facts.total.input_errors) if facts is not None else []
+
+
 def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: GPUSettings,
            quota: QuotaDecision | None = None) -> dict[str, Any]:
     quota = quota or QuotaDecision()
@@ -243,6 +256,7 @@ def _entry(document: Document, review: ReviewInput, verdict: Verdict, settings: 
         "warnings": warnings,
         # gpuguard's own word, apart from the warnings the webhook would return
         "notes": _notes(review, verdict, settings, warnings),
+        "inputErrors": _input_errors(review, verdict, settings),
         "auditAnnotations": dict(verdict.audit_annotations),
         "patch": list(verdict.patch),
         "results": [r.to_dict() for r in verdict.results],
@@ -255,7 +269,11 @@ def _print_table(entries: list[dict[str, Any]]) -> None:
         decision = "[green]allowed[/]" if entry["allowed"] else "[red]DENIED[/]"
         title = f"{entry['kind']}/{entry['namespace'] or '-'}/{entry['name'] or '-'} " \
                 f"({entry['source']})"
+        if entry["inputErrors"]:
+            decision += " [red](input errors)[/]"
         console.print(f"{escape(printable(title))}: {decision}")
+        for problem in entry["inputErrors"]:
+            console.print(f"  input error: {printable(problem)}", markup=False, highlight=False)
         for denial in entry["quota"]["denials"]:
             console.print(f"  quota: {printable(denial)}", markup=False, highlight=False)
         table = Table(show_header=True, box=None, padding=(0, 2))
@@ -343,10 +361,13 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
         if quota_check is None:
             entries.append(_entry(document, review, engine.evaluate(review, authorizer=authorizer),
                                   settings))
-            continue
-        quota = quota_check.admit(_quota_request(document, review))
-        entries.append(_entry(document, review, engine.evaluate(
-            review, quota=quota.cel, authorizer=authorizer), settings, quota))
+        else:
+            quota = quota_check.admit(_quota_request(document, review))
+            entries.append(_entry(document, review, engine.evaluate(
+                review, quota=quota.cel, authorizer=authorizer), settings, quota))
+        # A field of the wrong type (privileged: "true", containers: null) is an object the API
+        # server refuses: an input error naming the path, never a plain "allowed".
+        problems.extend(f"{document.location}: {problem}" for problem in entries[-1]["inputErrors"])
     for problem in problems:
         print(f"gpuguard: {problem}", file=sys.stderr)
     if args.output == "sarif":

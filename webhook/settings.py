@@ -67,7 +67,7 @@ class ServerSettings:
             closes first: a request racing the server's close would fail the webhook call.
         max_connections: the most connections one worker keeps open; at the limit a new one
             evicts the oldest that is stuck before its request header, else the longest idle,
-            else it is closed. Each TLS connection holds about 0.3 MiB.
+            else it is closed. Each idle TLS connection holds about 130 KiB.
         max_idle_connections: the most connections kept idle between requests per worker;
             the longest-idle ones beyond it are closed (within a second), which gives their
             memory back after a burst.

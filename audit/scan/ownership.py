@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.facts.identity import namespace_of
+
 
 @functools.total_ordering
 @dataclass(frozen=True, slots=True)
@@ -71,9 +73,8 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
     name = metadata.get("name") or metadata.get("generateName")
     if not isinstance(name, str) or not name:
         return None
-    namespace = metadata.get("namespace")
-    return ObjectKey(namespace if isinstance(namespace, str) and namespace else None,
-                     group_of(obj.get("apiVersion")), str(obj.get("kind") or ""), name)
+    return ObjectKey(namespace_of(metadata), group_of(obj.get("apiVersion")),
+                     str(obj.get("kind") or ""), name)
 
 
 def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:

@@ -28,6 +28,7 @@ from typing import Any
 from audit.scan.ownership import ObjectKey, controller_of, group_of
 from policies.facts.dra import DraIndex
 from policies.facts.gpu import KAI_CONTAINER, KAI_DEVICES, KAI_FRACTION, KAI_MEMORY, pod_facts
+from policies.facts.identity import namespace_of
 from policies.facts.quantity import MAX_COUNT, QuantityError, parse_quantity
 from policies.facts.resource_names import GPUSettings
 from policies.json_fields import as_mapping
@@ -64,6 +65,8 @@ class TemplateUsage:
         tolerations: ``(key, operator, value, effect)``, operator defaulted to ``Equal``.
         node_selector: ``nodeSelector`` items; affinity: required node-affinity terms or None.
         invalid: what the API server would reject (such pods cannot exist in a real cluster).
+        input_errors: the entries of ``invalid`` no policy judges (``GPUFacts.input_errors``),
+            reported by the scan as input errors.
         unrecognized: accelerator-looking extended resources the GPU registry does not know
             (``policies.facts.resource_names.classify``): not counted, and reported by the scan.
         dra_shared: a DRA claim names a ResourceClaim (not a template): one allocation that
@@ -84,6 +87,7 @@ class TemplateUsage:
     node_selector: tuple[tuple[str, str], ...]
     affinity: tuple[Term, ...] | None
     invalid: tuple[str, ...]
+    input_errors: tuple[str, ...]
     unrecognized: tuple[str, ...] = ()
     dra_shared: bool = False
 
@@ -250,6 +254,7 @@ class PodReader:
                                        as_mapping(spec.get("nodeSelector")).items())),
             affinity=_affinity(spec),
             invalid=tuple(facts.invalid),
+            input_errors=facts.input_errors,
             unrecognized=tuple(facts.unrecognized),
             dra_shared=any(c.resource_claim is not None for c in facts.dra_claims),
         )
@@ -264,8 +269,7 @@ class PodReader:
         name = metadata.get("name") or metadata.get("generateName")
         if not isinstance(name, str) or not name:
             return None
-        namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) \
-            else None
+        namespace = namespace_of(metadata)  # "" is unset, as for every other object
         spec = as_mapping(pod.get("spec"))
         status = as_mapping(pod.get("status"))
         owner = controller_of(pod, namespace)

@@ -23,7 +23,7 @@ from audit.scan.compliance import Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
 from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of
 from audit.scan.placement import Placement
-from audit.scan.pods import PodReader
+from audit.scan.pods import PodReader, PodUsage
 from audit.scan.result import PolicySetInfo, ScanResult
 from audit.scan.utilization import Metrics, utilization_report
 from audit.settings import AuditSettings
@@ -204,6 +204,21 @@ class Scanner:
                            "runs or in what state")
         return True
 
+    def _facts_problems(self, usage: PodUsage, location: str) -> None:
+        """Record the fields the GPU facts found not of their API types or values
+        (``GPUFacts.input_errors``: ``spec.containers[0].securityContext.privileged: expected
+        a boolean, got str``) as input errors naming the pod and the path — the pod is still
+        audited as read, but the run does not look clean — skipping those
+        :meth:`_pod_problems` reported already (the workload reader's)."""
+        if not usage.template.input_errors:
+            return
+        who = printable((f"{usage.key.namespace}/" if usage.key.namespace else "")
+                        + usage.key.name)
+        for problem in usage.template.input_errors:
+            line = f"{location}: Pod {who}: {problem}"
+            if line not in self.errors:
+                self.errors.append(line)
+
     def _pod(self, body: Mapping[str, Any], location: str) -> None:
         if self._pod_problems(body, location):
             return
@@ -218,6 +233,7 @@ class Scanner:
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
+        self._facts_problems(usage, location)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
                 f"Pod {usage.key.namespace or ''}/{usage.key.name}".replace(" /", " "))
@@ -261,6 +277,11 @@ class Scanner:
         gpu = False
         for template in workload.templates:
             usage = self.pods.template(template.spec, template.metadata, key.namespace)
+            if usage.input_errors and workload.vm_domain_path is None:
+                who = printable(f"{key.namespace}/{key.name}" if key.namespace else key.name)
+                self.errors.extend(
+                    f"{location}: {printable(str(key.kind))} {who}: "
+                    f"{_rooted(problem, template.spec_path)}" for problem in usage.input_errors)
             self.placement.add_template(usage)
             gpu = gpu or usage.gpu_requested
         self.present[key] = gpu
@@ -399,6 +420,18 @@ def scan(items: Iterable[Document | LoadError], settings: AuditSettings, engine:
 
 # find_workload problems of these fields leave a pod unidentified or its state unknown
 _IDENTITY_FIELDS = ("kind", "metadata", "spec.nodeName", "status")
+
+
+def _rooted(problem: str, spec_path: str) -> str:
+    """A problem of :meth:`PodReader.template` (paths from a Pod's ``spec`` / ``metadata``) at
+    the template's own place: ``spec.containers[0]...`` -> ``spec.template.spec.containers[0]...``
+    for ``spec_path`` ``spec.template.spec``."""
+    for root, place in (("spec", spec_path),
+                        ("metadata", spec_path.rpartition(".")[0] + ".metadata"
+                         if "." in spec_path else "metadata")):
+        if problem.startswith(root) and problem[len(root):len(root) + 1] in (".", ":", "["):
+            return place + problem[len(root):]
+    return problem
 
 
 def _well_typed_pod(pod: Mapping[str, Any]) -> bool:

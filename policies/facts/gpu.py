@@ -353,6 +353,22 @@ class GPUFacts:
             or self.unknown
         )
 
+    @property
+    def input_errors(self) -> tuple[str, ...]:
+        """The ``invalid`` entries no policy judges: fields not of their API types or shapes
+        (``spec.containers[0].securityContext.privileged: expected a boolean, got str``,
+        ``spec: expected a map, got str``), which ``check`` and the audit report as input
+        errors naming the path. Left out, as they are judged rather than unreadable: the
+        extended-resource entries (``resource_problems``: the library's
+        gpu-requests-equal-limits denies them) and the KAI annotations' (``metadata.annotations
+        [gpu-fraction]: '2' is not a fraction``: the API server accepts any string there, KAI
+        refuses the pod, GPUQuota counts it as unknown size)."""
+        if not self.invalid:
+            return ()
+        judged = {f"{p.field}: {p.problem}" for p in self.resource_problems}
+        return tuple(i for i in self.invalid if i not in judged
+                     and ".annotations[" not in i and ".annotations:" not in i)
+
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON shape documented in ``docs/gpu-facts.md`` (``FACTS``)."""
         equivalents = self.gpu_equivalents
@@ -550,6 +566,20 @@ def _seq(parent: Mapping[str, Any], key: str, path: str, out: _Collector) -> Seq
         return value or ()
     out.invalid.append(f"{path}.{key}: expected a list, got {described(value)}")
     return ()
+
+
+def _scalar(parent: Mapping[str, Any], key: str, kind: type, path: str,
+            out: _Collector) -> Any:
+    """``parent[key]`` when it is of the API type ``kind`` (``bool`` or ``str``), else None;
+    absent or null gives None; any other type is recorded in ``invalid`` (the API server's
+    decoding refuses it: ``privileged: "true"`` is not a boolean) and read as absent, so the
+    object is reported as input that cannot exist, never judged as if the field were unset."""
+    value = parent.get(key)
+    if value is None or type(value) is kind:
+        return value
+    expected = "a boolean" if kind is bool else "a string"
+    out.invalid.append(f"{path}.{key}: expected {expected}, got {type(value).__name__}")
+    return None
 
 
 def _as_list(value: Any) -> Sequence[Any]:
@@ -1113,11 +1143,18 @@ def _access(
                              certain))
 
     security = _map(container_spec, "securityContext", container.path, out)
-    if security.get("privileged") is True:
+    if _scalar(security, "privileged", bool, f"{container.path}.securityContext", out) is True:
         note(privileged, "securityContext.privileged", "privileged container")
-    added = [str(c).upper().removeprefix("CAP_") for c in
-             _seq(_map(security, "capabilities", f"{container.path}.securityContext", out),
-                  "add", f"{container.path}.securityContext.capabilities", out)]
+    capabilities = f"{container.path}.securityContext.capabilities"
+    added: list[str] = []
+    for index, capability in enumerate(_seq(_map(
+            security, "capabilities", f"{container.path}.securityContext", out), "add",
+            capabilities, out)):
+        if type(capability) is str:
+            added.append(capability.upper().removeprefix("CAP_"))
+        else:
+            out.invalid.append(f"{capabilities}.add[{index}]: expected a string, got "
+                               f"{type(capability).__name__}")
     if _ALL_CAPABILITIES in added:
         note(privileged, "securityContext.capabilities.add",
              f"adds capability ALL (every capability, {', '.join(_PRIVILEGED_CAPABILITIES)} "
@@ -1137,7 +1174,7 @@ def _access(
         for p in privileged
     )
     for index, env in env_list:
-        name = env.get("name")
+        name = _scalar(env, "name", str, f"{container.path}.env[{index}]", out)
         if name not in _DEVICE_ENV:
             continue
         if "valueFrom" in env:
@@ -1228,8 +1265,9 @@ def _host_path_volumes(spec: Mapping[str, Any], spec_path: str, out: _Collector)
     volumes = {}
     for index, volume in _entries(spec, "volumes", spec_path, out):
         host = _map(volume, "hostPath", f"{spec_path}.volumes[{index}]", out)
-        if isinstance(host.get("path"), str):
-            volumes[str(volume.get("name"))] = host["path"]
+        path = _scalar(host, "path", str, f"{spec_path}.volumes[{index}].hostPath", out)
+        if path is not None:
+            volumes[str(volume.get("name"))] = path
     return volumes
 
 

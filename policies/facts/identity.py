@@ -48,3 +48,14 @@ def identity_problems(obj: Mapping[str, Any]) -> list[str]:
         if value is not None and not isinstance(value, str):
             problems.append(f"metadata.{key}: expected a string, got {described(value)}")
     return problems
+
+
+def namespace_of(metadata: Mapping[str, Any]) -> str | None:
+    """The namespace ``metadata`` names: None when absent, null, empty or not a string.
+
+    ``namespace: ""`` is unset, as the API server reads it (it fills in the request's namespace,
+    ``default`` for ``kubectl apply`` without ``-n``): an object with ``""`` and one without are
+    the same object to every report (a mistyped value is reported by :func:`identity_problems`).
+    """
+    namespace = metadata.get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else None

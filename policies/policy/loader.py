@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import jsonschema
+import yaml
 
 from policies.cel import scanner as cel_scanner
 from policies.cel.gpu import GPU_FIELDS
@@ -55,6 +56,7 @@ from policies.sources import (
     Document,
     LoadError,
     Snapshot,
+    decode,
     file_documents,
     load_package_yaml,
     read_snapshot,
@@ -866,7 +868,39 @@ def load_snapshot(
         listed = ", ".join(dict.fromkeys(found))
         errors.append(PolicyError(source, None, None, "", f"no policy document: its documents "
                                                           f"are kind {listed}; {NO_DOCUMENT}"))
+    held = _held_despite_duplicates(snapshot, errors)
+    if held:
+        # A file refused for a duplicate key still holds its documents: say the duplicate key
+        # alone, not also that the file "no longer holds" them (PolicySet.contents is what a
+        # reload compares with the set it serves).
+        merged = {source: dict.fromkeys(ids) for source, ids in policy_set.contents}
+        for source, ids in held.items():
+            merged.setdefault(source, {}).update(dict.fromkeys(ids))
+        policy_set = replace(policy_set, contents=tuple((s, tuple(i)) for s, i in merged.items()))
     return replace(policy_set, digest=snapshot.digest), errors
+
+
+def _held_despite_duplicates(snapshot: Snapshot, errors: Sequence[PolicyError]
+                             ) -> dict[str, list[str]]:
+    """``{file: [Kind/name, ...]}`` of the documents of each file whose only reading problem is a
+    duplicate mapping key (``duplicate key 'K' (first at line N)``): read again with the
+    last key winning, to know which documents the file still holds. A file that does not read
+    even so (truncated, not YAML) is left out: it may really have lost them."""
+    duplicated = {e.source for e in errors if e.index is not None and "duplicate key" in e.message}
+    held: dict[str, list[str]] = {}
+    for file in snapshot.files:
+        if file.path not in duplicated:
+            continue
+        try:
+            text = decode(file.data)
+            if "*" in text and "&" in text:
+                continue  # aliases: not expanded outside load_yaml's bound (alias bombs)
+            bodies = list(yaml.safe_load_all(text))
+        except (yaml.YAMLError, ValueError, OSError, EOFError, RecursionError):
+            continue
+        held[file.path] = [document_identity(Document(file.path, index, None, body))
+                           for index, body in enumerate(bodies) if isinstance(body, dict)]
+    return held
 
 
 _NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")

@@ -171,7 +171,24 @@ def _tolerates(existing: Any, wanted: Mapping[str, Any]) -> bool:
     return existing.get("value") == wanted.get("value") and wanted.get("operator") != "Exists"
 
 
+def _wrong_type(parent: Mapping[str, Any], field: str, kind: type) -> None:
+    """Refuse to change a field that is present but not of its API type (``tolerations: 5``,
+    ``nodeSelector: "x"``): replacing it would hide an input the API server refuses, and the
+    validating policies would then pass a mutated object the webhook never sees (its /validate
+    gets the original and reports the evaluation error).
+
+    Raises:
+        MutationError: ``"<field>: expected a list, got int"`` (the caller adds the path).
+    """
+    value = parent.get(field)
+    if value is not None and not isinstance(value, kind):
+        expected = "a list" if kind is list else "a map"
+        raise MutationError(f"{field}: expected {expected}, got {type(value).__name__}; "
+                            "not changed")
+
+
 def _add_toleration(spec: dict[str, Any], toleration: Any) -> bool:
+    _wrong_type(spec, "tolerations", list)
     tolerations = spec.get("tolerations")
     changed = False
     if not isinstance(tolerations, list):
@@ -220,7 +237,9 @@ def apply_shortcut(
     reads ``kueue.x-k8s.io/queue-name``) or ``podTemplates``.
 
     Raises:
-        MutationError: the object's metadata is not a map.
+        MutationError: the object's metadata is not a map, or a field the shortcut changes is
+            present and not of its API type (``tolerations: 5``: replacing it would hide input
+            the API server refuses).
     """
     name, argument = shortcut
     field = _METADATA_SHORTCUTS.get(name)
@@ -228,30 +247,43 @@ def apply_shortcut(
         if not isinstance(obj.get("metadata"), dict):
             raise MutationError(f"{name}: the object's metadata is "
                                 f"{described(obj.get('metadata'))}, not a map")
-        return _set_key(obj["metadata"], field, argument["key"], argument["value"])
+        try:
+            return _set_key(obj["metadata"], field, argument["key"], argument["value"])
+        except MutationError as exc:
+            raise MutationError(f"{name}: metadata.{exc}") from None
     changed = False
     for spec_path, metadata_path in _pod_targets(obj, facts):
         spec = _at(obj, spec_path)
         if spec is None:
             continue
-        if field is None:
-            changed = _POD_SPEC_SHORTCUTS[name](spec, argument) or changed
-            continue
-        if not metadata_path:
-            continue
-        parent_path, _, key = metadata_path.rpartition(".")
-        parent = _at(obj, parent_path)
-        if parent is None:
-            continue
-        if not isinstance(parent.get(key), dict):
-            parent[key] = {}
-            changed = True
-        changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
+        try:
+            if field is None:
+                changed = _POD_SPEC_SHORTCUTS[name](spec, argument) or changed
+                continue
+            if not metadata_path:
+                continue
+            parent_path, _, key = metadata_path.rpartition(".")
+            parent = _at(obj, parent_path)
+            if parent is None:
+                continue
+            _wrong_type(parent, key, dict)
+            if not isinstance(parent.get(key), dict):
+                parent[key] = {}
+                changed = True
+            changed = _set_key(parent[key], field, argument["key"], argument["value"]) or changed
+        except MutationError as exc:
+            where = spec_path if field is None else metadata_path
+            raise MutationError(f"{name}: {where}.{exc}") from None
     return changed
 
 
 def _set_key(parent: dict[str, Any], field: str, key: str, value: Any) -> bool:
-    """``parent[field][key] = value``, creating the map (a null one too); True when it changed."""
+    """``parent[field][key] = value``, creating the map (a null one too); True when it changed.
+
+    Raises:
+        MutationError: ``parent[field]`` is present and not a map.
+    """
+    _wrong_type(parent, field, dict)
     if not isinstance(parent.get(field), dict):
         parent[field] = {}
     if parent[field].get(key) == value and key in parent[field]:

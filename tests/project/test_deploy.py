@@ -327,6 +327,32 @@ def _rule_resources(webhook: dict[str, Any]) -> set[tuple[str, str]]:
             for r in rule["resources"]}
 
 
+# How deploy/README.md's outage sentence names each resource a fail-closed webhook matches.
+OUTAGE_WORDS = {("", "pods"): "Pods", ("", "pods/ephemeralcontainers"): "ephemeral containers",
+                ("resource.k8s.io", "resourceclaims"): "ResourceClaims",
+                ("resource.k8s.io", "resourceclaimtemplates"): "ResourceClaimTemplates"}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("target", ["base", "cert-manager"])
+def test_the_outage_sentence_names_what_the_fail_closed_webhooks_match(target: str) -> None:
+    """deploy/README.md says in one sentence what an outage of gpuguard blocks: every resource
+    of every webhook with failurePolicy Fail (a trial found GPU ResourceClaims and
+    ResourceClaimTemplates refused while the sentence named Pods only), and no other."""
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    start = readme.index("**What an outage of gpuguard blocks**")
+    sentence = " ".join(readme[start:readme.index("\n\n", start)].split())
+    blocked = {resource for _, w in _webhooks(target) if w["failurePolicy"] == "Fail"
+               for resource in _rule_resources(w)}
+    assert blocked <= set(OUTAGE_WORDS), blocked - set(OUTAGE_WORDS)
+    refused = sentence[sentence.index("refuses"):sentence.index("every other")]
+    for resource in blocked:
+        assert OUTAGE_WORDS[resource] in refused, (resource, refused)
+    for resource in set(OUTAGE_WORDS) - blocked:
+        assert OUTAGE_WORDS[resource] not in refused, (resource, refused)
+    assert f"`{NAMESPACE}`" in sentence and "`kube-system`" in sentence
+
+
 @needs_kubectl
 def test_webhook_rules_cover_pods_and_the_workload_kinds() -> None:
     hooks = {w["name"]: w for _, w in _webhooks("base")}

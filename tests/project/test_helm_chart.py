@@ -353,11 +353,27 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "extraArgs repeating a flag the chart sets (a second trial's find)": (
         {"webhook": {"extraArgs": ["--deadline-ms=9000"]}},
         "extraArgs: --deadline-ms is set by the chart from its values"),
+    # The webhook may get/create/update every ConfigMap of the quota namespace (a trial's find:
+    # the release namespace let it rewrite its own policies ConfigMap).
+    "quota namespace the release namespace": (
+        {"quota": {"namespace": NAMESPACE}},
+        f"quota.namespace ({NAMESPACE}) is the release namespace, which holds the policies "
+        "ConfigMap: the webhook could rewrite its own policies"),
+    "quota namespace kube-system": (
+        {"quota": {"namespace": "kube-system"}},
+        "quota.namespace (kube-system) is the control plane's namespace; the webhook may get, "
+        "create and update every ConfigMap of the quota namespace"),
+    "quota namespace kube-public": (
+        {"quota": {"namespace": "kube-public"}}, "quota.namespace (kube-public) is a namespace"),
+    "quota namespace default": (
+        {"quota": {"namespace": "default"}}, "quota.namespace (default) is a namespace"),
     "required value removed": (
         {"webhook": {"timeoutSeconds": None}},
         "at '/webhook': missing property 'timeoutSeconds'"),
 }
-NOT_LINTED = {"extraArgs repeating a flag the chart sets (a second trial's find)"}
+NOT_LINTED = {"extraArgs repeating a flag the chart sets (a second trial's find)",
+              "quota namespace the release namespace", "quota namespace kube-system",
+              "quota namespace kube-public", "quota namespace default"}
 
 
 def test_the_bad_value_cases_are_the_trials_values() -> None:
@@ -393,6 +409,18 @@ def test_bad_values_fail_template_and_lint_with_the_message(case: str, tmp_path:
     else:
         assert linted.returncode == 1
         assert "1 chart(s) linted, 1 chart(s) failed" in linted.stdout + linted.stderr
+
+
+def test_the_quota_namespace_follows_the_release_namespace() -> None:
+    # In another release namespace that one is refused, and gpuguard-system is then just a name.
+    refused = helm("template", "gpuguard", str(CHART), "--namespace", "team-gpu", "--set",
+                   "quota.namespace=team-gpu")
+    assert refused.returncode == 1
+    assert "quota.namespace (team-gpu) is the release namespace" in refused.stderr
+    objects = render("default", namespace="team-gpu",
+                     extra=("--set", f"quota.namespace={NAMESPACE}"))
+    roles = [o for o in objects if o["kind"] == "Role" and "quota" in o["metadata"]["name"]]
+    assert [r["metadata"]["namespace"] for r in roles] == [NAMESPACE]
 
 
 @pytest.mark.parametrize("timeout_s", [1, 2, 5, 10, 29, 30])

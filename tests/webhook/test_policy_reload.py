@@ -469,3 +469,24 @@ def test_serve_starting_on_a_policy_without_rules_serves_nothing(tmp_path):
     result = store.load()
     assert result.outcome == REJECTED and store.current is None
     assert "GPUPolicy 'no-privileged-gpu' would have no effect" in result.errors[0]
+
+
+def test_a_duplicate_key_in_a_reloaded_file_is_said_alone(tmp_path):
+    """A trial's find: the duplicate-key error came with "no longer holds GPUPolicy/limits",
+    although the file still holds it (only its reading is refused)."""
+    directory = policies(tmp_path, limits=DENY.format(name="limits"),
+                         other=PASS.format(name="other"))
+    store, clock = started(directory)
+    limits = directory / "limits.yaml"
+    limits.write_text(DENY.format(name="limits") + "  validationActions: [Audit]\n")
+    result = settle(store, clock)
+    assert result.outcome == REJECTED
+    assert len(result.errors) == 1, result.errors
+    assert result.errors[0] == (f"{limits}:10: document 0: duplicate key 'validationActions' "
+                                "(first at line 6)")
+    assert not allowed(store)
+    # A file that is not YAML even with the last key winning may really have lost it: said too.
+    limits.write_text(DENY.format(name="limits") + "  validationActions: [Audit]\n  x: [\n")
+    result = settle(store, clock)
+    assert result.outcome == REJECTED
+    assert any("no longer holds GPUPolicy/limits" in e for e in result.errors), result.errors
