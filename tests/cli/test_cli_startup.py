@@ -33,9 +33,9 @@ HEAVY = ("kubernetes", "aiohttp", "cel_expr_python", "yaml", "rich", "jsonschema
          "audit", "webhook", "kube", "certs")
 
 
-def _imported_by(argv: list[str], *, submodules: bool = False) -> tuple[str, set[str]]:
-    """Run ``main(argv)`` in a fresh interpreter; its stdout and the top-level packages and
-    gpuguard modules it imported (every module's full name too with ``submodules``)."""
+def _run_main(argv: list[str]) -> tuple[int, str, list[str]]:
+    """Run ``main(argv)`` in a fresh interpreter: its exit status, its stdout and the full
+    names of the modules in ``sys.modules`` after it."""
     code = ("import io, json, sys, contextlib\n"
             "from gpuguard.cli import main\n"
             "out = io.StringIO()\n"
@@ -45,6 +45,13 @@ def _imported_by(argv: list[str], *, submodules: bool = False) -> tuple[str, set
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=True)
     status, out, modules = json.loads(done.stdout)
+    return status, out, modules
+
+
+def _imported_by(argv: list[str], *, submodules: bool = False) -> tuple[str, set[str]]:
+    """Run ``main(argv)`` in a fresh interpreter; its stdout and the top-level packages and
+    gpuguard modules it imported (every module's full name too with ``submodules``)."""
+    status, out, modules = _run_main(argv)
     assert status == 0, out
     names = {m if m.startswith("gpuguard.") else m.split(".")[0] for m in modules}
     return out, names | (set(modules) if submodules else set())
@@ -143,22 +150,8 @@ SMALL_COMMANDS = {
 }
 
 
-def module_count(argv: list[str]) -> int:
-    """How many modules ``main(argv)`` leaves in ``sys.modules`` of a fresh interpreter,
-    whatever its exit status."""
-    code = ("import io, sys, contextlib\n"
-            "from gpuguard.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()), "
-            "contextlib.redirect_stderr(io.StringIO()):\n"
-            f"    status = main({argv!r})\n"
-            "print(status, len(sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=True)
-    _status, count = done.stdout.split()  # `match-conditions` alone is a usage error (2)
-    return int(count)
-
-
 @pytest.mark.parametrize("name", list(SMALL_COMMANDS))
 def test_start_up_imports_at_most_the_module_budget(name):
-    count = module_count(SMALL_COMMANDS[name])
+    # whatever the exit status: `match-conditions` alone is a usage error (2)
+    count = len(_run_main(SMALL_COMMANDS[name])[2])
     assert count <= MODULE_BUDGET, f"gpuguard {name}: {count} modules imported"

@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from tests.controlplane.pki import ControlPlanePKI, make_pki
 
 HERE = Path(__file__).resolve().parent
@@ -396,3 +398,14 @@ class ControlPlane:
         return (f"--- kube-apiserver log ({self.apiserver_log}) ---\n"
                 f"{tail(self.apiserver_log, lines)}\n"
                 f"--- etcd log ({self.etcd_log}) ---\n{tail(self.etcd_log, lines // 2)}")
+
+
+def started(cluster: ControlPlane) -> ControlPlane:
+    """``cluster``, started; the test fails (not errors) with the start-up logs when it does
+    not start, after its processes are stopped."""
+    try:
+        cluster.start()
+    except StartError as exc:
+        cluster.stop()
+        pytest.fail(f"control plane did not start: {exc}", pytrace=False)
+    return cluster

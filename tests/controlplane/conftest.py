@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane.cluster import BuildError, ControlPlane, StartError, build_binaries
+from tests.controlplane.cluster import BuildError, ControlPlane, build_binaries, started
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,12 +51,7 @@ def control_plane_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def control_plane(control_plane_bin: Path) -> Iterator[ControlPlane]:
     """A running control plane (admin kubeconfig at ``.kubeconfig``), stopped after the session."""
-    cluster = ControlPlane(control_plane_bin)
-    try:
-        cluster.start()
-    except StartError as exc:
-        cluster.stop()
-        pytest.fail(f"control plane did not start: {exc}", pytrace=False)
+    cluster = started(ControlPlane(control_plane_bin))
     try:
         yield cluster
     finally:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.controlplane.cluster import ControlPlane, StartError
+from tests.controlplane.cluster import ControlPlane, started
 from tests.controlplane.webhook_process import loopback_webhooks
 
 NAMESPACE = "team-outage"
@@ -42,12 +42,7 @@ def _dead_url() -> str:
 @pytest.fixture(scope="module")
 def down(control_plane_bin: Path) -> Iterator[ControlPlane]:
     """A control plane with the shipped webhooks registered and gpuguard not running."""
-    cluster = ControlPlane(control_plane_bin)
-    try:
-        cluster.start()
-    except StartError as exc:
-        cluster.stop()
-        pytest.fail(f"control plane did not start: {exc}", pytrace=False)
+    cluster = started(ControlPlane(control_plane_bin))
     try:
         documents = loopback_webhooks(_dead_url(), cluster)
         applied = cluster.kubectl("apply", "-f", "-",
