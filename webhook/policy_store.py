@@ -272,7 +272,12 @@ class PolicyStore:
         if served is not None and still < self.removal_quiet_s:
             first = self._held_digest != digest
             if first:  # parsed once per pending content, not at every check of the hold
-                self._losses, self._held_digest = tuple(lost_content(served, files)), digest
+                try:
+                    self._losses = tuple(lost_content(served, files))
+                except Exception as exc:  # a comparison bug holds the change, never serves it
+                    self._losses = (f"the change could not be compared with the set served "
+                                    f"({type(exc).__name__}: {exc})",)
+                self._held_digest = digest
             if self._losses:
                 self.held = self._losses
                 return ReloadResult(HELD, self._losses, held_s=self.removal_quiet_s - still,

@@ -298,3 +298,21 @@ def test_serve_and_audit_watch_take_the_flag():
     # audit --help may not import webhook/: its default is a literal, equal to serve's
     assert audit.parse_args(["audit", "--watch"]).policy_removal_quiet_s == \
         ServerSettings.policy_removal_quiet_s
+
+
+def test_a_comparison_that_fails_holds_the_change(tmp_path, monkeypatch):
+    """Never fail open: if the comparison itself raises, the change is held like a loss."""
+    import webhook.policy_store as policy_store
+
+    def broken(before, after):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(policy_store, "lost_content", broken)
+    store, clock, path = started(tmp_path)
+    path.write_text(TWO.replace("<= 8", "<= 4"))
+    store.check()
+    clock.now = 5.0
+    result = store.check()
+    assert result.outcome == HELD and store.current.generation == 1
+    assert result.errors == ("the change could not be compared with the set served "
+                             "(RuntimeError: boom)",)
