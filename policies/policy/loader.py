@@ -905,6 +905,32 @@ def _held_despite_duplicates(snapshot: Snapshot, errors: Sequence[PolicyError]
 
 _NATIVE_POLICIES = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
 _NATIVE_BINDINGS = ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding")
+_ADMISSION_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # admissionregistration.k8s.io's (API ref.)
+_GPUGUARD_KINDS = ("GPUPolicy", QUOTA_KIND, EXCEPTION_KIND)
+
+
+def _wrong_api_version(document: Document, errors: list[PolicyError]) -> bool:
+    """Whether a document of a policy kind names an apiVersion that kind does not have
+    (``admissionregistrations.k8s.io/v1``, ``admissionregistration.k8s.io/v2``,
+    ``gpuguard.io/v1``); each is an error naming the field. Without this such a policy was
+    ignored with a warning, and the rest of its file enforced without it."""
+    body = document.body
+    kind, api = body.get("kind"), str(body.get("apiVersion", ""))
+    if kind in _NATIVE_POLICIES or kind in _NATIVE_BINDINGS:
+        group, _, version = api.rpartition("/")
+        if group == ADMISSION_GROUP and version in _ADMISSION_VERSIONS:
+            return False
+        expected = ", ".join(f"{ADMISSION_GROUP}/{v}" for v in _ADMISSION_VERSIONS)
+    elif kind in _GPUGUARD_KINDS:
+        if api == GPUPOLICY_API:
+            return False
+        expected = GPUPOLICY_API
+    else:
+        return False
+    errors.append(PolicyError(document.source, document.index, document.line_of("apiVersion"),
+                              "apiVersion", f"{api!r} is not an API version of {kind} "
+                              f"(expected {expected}); the document is not loaded"))
+    return True
 
 
 def _declared(spec: Mapping[str, Any]) -> list[str]:
@@ -927,6 +953,10 @@ def build_policy_set(
     bindings: dict[str, list[Document]] = {}
     exempted: list[tuple[Document, tuple[str, ...], Exception_]] = []
     used: set[int] = set()
+    for document in documents:
+        if _wrong_api_version(document, errors):
+            used.add(id(document))  # refused by name, not "ignored"
+    documents = [d for d in documents if id(d) not in used]
     for document in documents:
         kind = document.body.get("kind")
         group = str(document.body.get("apiVersion", "")).rpartition("/")[0]

@@ -331,3 +331,43 @@ def test_every_command_refuses_a_policy_without_rules(command, code, tmp_path, c
     assert main([part.format(**names) for part in command]) == code
     printed = capsys.readouterr()
     assert f"{policy}:28: document 0: {NOTHING}" in printed.out + printed.err
+
+
+GOOD_VAP = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: good
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  validations:
+  - expression: "true"
+"""
+
+
+@pytest.mark.parametrize(("api", "kind"), [
+    ("admissionregistrations.k8s.io/v1", "ValidatingAdmissionPolicy"),  # a typo in the group
+    ("admissionregistration.k8s.io/v2", "ValidatingAdmissionPolicy"),  # a version it lacks
+    ("v1", "ValidatingAdmissionPolicyBinding"),
+    ("gpuguard.io/v1", "GPUQuota"),
+], ids=["group-typo", "no-such-version", "core-group-binding", "gpuguard-version"])
+def test_a_policy_kind_with_a_wrong_api_version_is_an_error_not_ignored(tmp_path, api, kind):
+    """A trial's find: a Fail policy with ``admissionregistrations.k8s.io/v1`` in a file with a
+    good one was "ignored" with a warning naming no file, and the rest enforced without it
+    (lint exit 0); ``/v2`` or ``/v99`` loaded as if they existed."""
+    path = tmp_path / "policies.yaml"
+    path.write_text(GOOD_VAP + "---\n" + f"apiVersion: {api}\nkind: {kind}\nmetadata:\n"
+                    "  name: typo\nspec: {}\n")
+    _, errors = load_policies([str(path)], ENV)
+    expected = "gpuguard.io/v1alpha1" if kind == "GPUQuota" else \
+        "admissionregistration.k8s.io/v1, admissionregistration.k8s.io/v1beta1, " \
+        "admissionregistration.k8s.io/v1alpha1"
+    assert [str(e) for e in errors] == [
+        f"{path}:16: document 1: apiVersion: {api!r} is not an API version of {kind} "
+        f"(expected {expected}); the document is not loaded"]
