@@ -158,8 +158,9 @@ class AdmissionHandlers:
         memory: told when large requests begin and end (it trims the heap after a burst);
             None: nothing is trimmed.
         clock: monotonic seconds for the deadline's accounting (a request's arrival, its wait
-            for a turn); None: the event loop's clock. Tests inject one so that "past the
-            deadline" does not depend on how busy the machine is.
+            for a turn); None: the admitter's timer (the host's monotonic clock in the server).
+            Tests inject one, or a ManualTimer into the admitter, so that "past the deadline"
+            does not depend on how busy the machine is.
         processes: the evaluation processes (``--eval-processes``): a large request that
             :meth:`~webhook.admission.Admitter.offloadable` allows is read in one of their
             turns and decoded and decided there (:mod:`webhook.evaluators`); None: in this
@@ -255,7 +256,9 @@ class AdmissionHandlers:
         return wire.decode_envelope(body.data(), max_depth=self.settings.max_depth)
 
     def _now(self) -> float:
-        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+        # The admitter's timer by default (the host's monotonic clock in the server): the
+        # deadline of a request is one clock's, from its arrival to its evaluation's end.
+        return self._clock() if self._clock is not None else self.admitter.timer.now()
 
     def _check_deadline(self, started_at: float, body: _Body) -> None:
         """Raise the 429 of a large request whose deadline passed while it waited for a turn

@@ -302,7 +302,7 @@ def test_serve_and_audit_watch_take_the_flag():
 
 def test_a_comparison_that_fails_holds_the_change(tmp_path, monkeypatch):
     """Never fail open: if the comparison itself raises, the change is held like a loss."""
-    import webhook.policy_store as policy_store
+    from webhook import policy_store
 
     def broken(before, after):
         raise RuntimeError("boom")

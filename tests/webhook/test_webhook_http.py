@@ -254,32 +254,10 @@ async def test_large_bodies_are_decoded_in_the_decode_executor_and_small_ones_on
 
 
 @pytest.mark.asyncio
-async def test_a_large_request_whose_deadline_passes_waiting_for_its_turn_is_429(app_client):
-    client, harness, executor, _, _ = await app_client(inline_max_bytes=1024, deadline_ms=5)
-    handlers = client.server.app[HANDLERS_KEY]
-    await handlers._turns.acquire()  # another large request holds the only turn
-    try:
-        task = asyncio.create_task(post(client, json.dumps(review("late", pad=4096)).encode()))
-        await until(lambda: handlers.large_in_flight == 1, "the request waiting for its turn")
-        await asyncio.sleep(0.02)  # past its 5 ms deadline
-    finally:
-        handlers._turns.release()
-    status, body, response = await task
-    assert status == 429
-    check_status(body, 429, "TooManyRequests")
-    assert "past its 5 ms deadline" in body["message"]
-    assert response.headers["Retry-After"] == "1"
-    assert executor.calls == []  # not decoded
-    assert sample(harness, "gpuguard_admission_requests_total", endpoint="validate",
-                  decision="throttled") == 1
-    status, body, _ = await post(client, json.dumps(review("next")).encode())
-    assert status == 200  # the turn was given back
-
-
-@pytest.mark.asyncio
 async def test_a_large_request_is_answered_429_at_its_deadline_while_the_turn_is_still_held(
         app_client):
-    """A trial's find: under a burst on a loaded machine the 429 came only once the turn did and
+    """(Was: a 5 ms deadline passed on the real clock, which a loaded machine passes anyway.)
+    A trial's find: under a burst on a loaded machine the 429 came only once the turn did and
     the body had been read, 2.6-6.7 s after arrival against a 2.5 s deadline (past the
     webhook's timeoutSeconds: the API server timed out instead). Now the wait itself ends at
     the deadline, on the admitter's timer (moved by hand here), with the body left unread."""
@@ -296,7 +274,9 @@ async def test_a_large_request_is_answered_429_at_its_deadline_while_the_turn_is
         assert "reaching its 2500 ms deadline; try again" in body["message"]
         assert response.headers["Retry-After"] == "1"
         assert response.headers["Connection"].lower() == "close"  # its body was not read
-        assert executor.calls == [] and handlers.large_in_flight == 0
+        assert executor.calls == [] and handlers.large_in_flight == 0  # not read, not decoded
+        assert sample(harness, "gpuguard_admission_requests_total", endpoint="validate",
+                      decision="throttled") == 1
     finally:
         handlers._turns.release()
     status, body, _ = await post(client, json.dumps(review("next", pad=4096)).encode())
