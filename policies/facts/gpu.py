@@ -356,10 +356,10 @@ class GPUFacts:
     @property
     def input_errors(self) -> tuple[str, ...]:
         """The ``invalid`` entries no policy judges: fields not of their API types or shapes
-        (``spec.containers[0].securityContext.privileged: expected a boolean, got str``,
-        ``spec: expected a map, got str``), which ``check`` and the audit report as input
-        errors naming the path. Left out, as they are judged rather than unreadable: the
-        extended-resource entries (``resource_problems``: the library's
+        (``spec.containers[0].securityContext.privileged: expected a boolean, got the
+        string 'true'``, ``spec: expected a map, got the string 'x'``), which ``check`` and
+        the audit report as input errors naming the path. Left out, as they are judged rather
+        than unreadable: the extended-resource entries (``resource_problems``: the library's
         gpu-requests-equal-limits denies them) and the KAI annotations' (``metadata.annotations
         [gpu-fraction]: '2' is not a fraction``: the API server accepts any string there, KAI
         refuses the pod, GPUQuota counts it as unknown size)."""
@@ -578,7 +578,7 @@ def _scalar(parent: Mapping[str, Any], key: str, kind: type, path: str,
     if value is None or type(value) is kind:
         return value
     expected = "a boolean" if kind is bool else "a string"
-    out.invalid.append(f"{path}.{key}: expected {expected}, got {type(value).__name__}")
+    out.invalid.append(f"{path}.{key}: expected {expected}, got {described(value)}")
     return None
 
 
@@ -1154,7 +1154,7 @@ def _access(
             added.append(capability.upper().removeprefix("CAP_"))
         else:
             out.invalid.append(f"{capabilities}.add[{index}]: expected a string, got "
-                               f"{type(capability).__name__}")
+                               f"{described(capability)}")
     if _ALL_CAPABILITIES in added:
         note(privileged, "securityContext.capabilities.add",
              f"adds capability ALL (every capability, {', '.join(_PRIVILEGED_CAPABILITIES)} "

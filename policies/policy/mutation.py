@@ -183,7 +183,7 @@ def _wrong_type(parent: Mapping[str, Any], field: str, kind: type) -> None:
     value = parent.get(field)
     if value is not None and not isinstance(value, kind):
         expected = "a list" if kind is list else "a map"
-        raise MutationError(f"{field}: expected {expected}, got {type(value).__name__}; "
+        raise MutationError(f"{field}: expected {expected}, got {described(value)}; "
                             "not changed")
 
 

@@ -35,7 +35,7 @@ def _container(d: dict[str, Any]) -> dict[str, Any]:
 # The trial's objects (/tmp/t13/ret), each with the input error check must print.
 CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "spec null": (lambda d: d.__setitem__("spec", None), "spec: required, none given"),
-    "spec a string": (lambda d: d.__setitem__("spec", "x"), "spec: expected a map, got str"),
+    "spec a string": (lambda d: d.__setitem__("spec", "x"), "spec: expected a map, got the string 'x'"),
     "containers null": (lambda d: d["spec"].__setitem__("containers", None),
                         "spec.containers: required, none given"),
     "containers a map": (lambda d: d["spec"].__setitem__("containers", {"c": _container(d)}),
@@ -44,18 +44,21 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                              "spec.containers[0]: expected a container object"),
     "privileged a string": (
         lambda d: _container(d)["securityContext"].__setitem__("privileged", "true"),
-        "spec.containers[0].securityContext.privileged: expected a boolean, got str"),
+        "spec.containers[0].securityContext.privileged: expected a boolean, got the "
+        "string 'true'"),
     "privileged 1": (lambda d: _container(d)["securityContext"].__setitem__("privileged", 1),
-                     "spec.containers[0].securityContext.privileged: expected a boolean, got int"),
+                     "spec.containers[0].securityContext.privileged: expected a boolean, got the "
+                     "number 1"),
     "securityContext a list": (
         lambda d: _container(d).__setitem__("securityContext", [{"privileged": True}]),
-        "spec.containers[0].securityContext: expected a map, got list"),
+        "spec.containers[0].securityContext: expected a map, got a list"),
     "capability a number": (
         lambda d: _container(d)["securityContext"].__setitem__("capabilities", {"add": [7]}),
-        "spec.containers[0].securityContext.capabilities.add[0]: expected a string, got int"),
+        "spec.containers[0].securityContext.capabilities.add[0]: expected a string, got the "
+        "number 7"),
     "hostPath path a number": (
         lambda d: d["spec"].__setitem__("volumes", [{"name": "v", "hostPath": {"path": 5}}]),
-        "spec.volumes[0].hostPath.path: expected a string, got int"),
+        "spec.volumes[0].hostPath.path: expected a string, got the number 5"),
 }
 
 
@@ -135,9 +138,9 @@ def test_the_audit_reports_mistyped_fields_of_pods_and_templates(tmp_path, capsy
     assert code == EXIT_USAGE
     assert report["errors"] == [
         f"{path}: document 0: Pod team-a/p: spec.containers[0].securityContext.privileged: "
-        "expected a boolean, got str",
+        "expected a boolean, got the string 'true'",
         f"{path}: document 1: Deployment team-a/d: spec.template.spec.containers[0]."
-        "securityContext.privileged: expected a boolean, got str"]
+        "securityContext.privileged: expected a boolean, got the string 'true'"]
 
 
 def test_tolerations_of_the_wrong_type_are_an_error_in_check_as_at_the_webhook(
@@ -155,15 +158,15 @@ def test_tolerations_of_the_wrong_type_are_an_error_in_check_as_at_the_webhook(
                 for r in report["results"][0]["results"]}
     assert outcomes[("add-gpu-toleration-and-runtimeclass", "add-gpu-toleration")] == (
         "error", "mutation 'add-gpu-toleration' failed: addToleration: spec.tolerations: "
-                 "expected a list, got int; not changed")
+                 "expected a list, got the number 1000000000000000000000000000000; not changed")
     assert outcomes[("gpu-node-toleration", "tolerates-gpu-taint")][0] == "error"
 
 
 @pytest.mark.parametrize(("shortcut", "field", "value", "message"), [
     (("addToleration", {"key": "nvidia.com/gpu", "operator": "Exists"}), "tolerations", 5,
-     "addToleration: spec.tolerations: expected a list, got int; not changed"),
+     "addToleration: spec.tolerations: expected a list, got the number 5; not changed"),
     (("setNodeSelector", {"key": "k", "value": "v"}), "nodeSelector", "x",
-     "setNodeSelector: spec.nodeSelector: expected a map, got str; not changed"),
+     "setNodeSelector: spec.nodeSelector: expected a map, got the string 'x'; not changed"),
 ])
 def test_a_mutation_shortcut_never_replaces_a_mistyped_field(shortcut, field, value,
                                                               message) -> None:

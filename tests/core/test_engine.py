@@ -437,7 +437,7 @@ def test_jsonpatch_literal_rewrite(source, rewritten):
     ("[{'op': 'replace', 'path': '/kind', 'value': 'Secret'}]",
      "a mutation may not change kind ('Pod' -> 'Secret')"),
     ("[{'op': 'replace', 'path': '', 'value': 'gone'}]",
-     "the patched object is a str, not an object"),
+     "the patched object is the string 'gone', not an object"),
     ("[{'op': 'remove', 'path': '/spec/nodeName'}]",
      "operation 0 (remove /spec/nodeName) does not apply"),
 ])
@@ -463,7 +463,7 @@ def test_wrong_typed_labels_do_not_crash_the_engine():
     verdict = engine_for(policy).evaluate(from_object(deployment, now=NOW))
     assert [(r.outcome, r.message) for r in verdict.results] == [
         ("error", "mutation 'mutations[0]' failed: setLabel: the object's metadata is "
-                  "NoneType, not a map"),
+                  "null, not a map"),
         ("pass", ""),
     ]
 
