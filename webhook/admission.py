@@ -46,7 +46,8 @@ otherwise the step costs nothing): before the engine, the request is checked and
 reserved against every quota it counts against (:class:`webhook.quota.QuotaGate`, off the event
 loop under the same deadline). Over quota: denied with the quota's message, the engine is not run.
 Otherwise the quota figures reach CEL as ``quota`` and the quota's warnings join the engine's; a
-request the policies then deny gives its reservations back. A quota step that cannot finish (the
+request the policies then deny gives its reservations back before it is answered (within the
+deadline). A quota step that cannot finish (the
 ledger unreachable, the deadline) follows each quota's failurePolicy; a step that missed the
 deadline and still reserves gives the reservation back when it finishes.
 
@@ -421,9 +422,8 @@ class Admitter:
                                 review=review, policy_set=snapshot)
             decision = await self._evaluate(snapshot, review, endpoint, deadline_at, inline,
                                             abandoned, quota=quota.cel)
-            if not decision.allowed and quota.reserved and self.quota is not None:
-                # The pod will not be created: give its reservations back (best effort, unawaited).
-                self.quota_executor.submit(self.quota.release, quotas, quota.reserved, request)
+            if not decision.allowed and quota.reserved:
+                await self._give_back(quotas, quota.reserved, request, deadline_at)
             if quota.warnings:
                 decision = dataclasses.replace(decision,
                                                warnings=(*quota.warnings, *decision.warnings))
@@ -448,6 +448,32 @@ class Admitter:
         except Exception as exc:  # a bug in the quota step: the quotas' failurePolicy decides
             return self.quota.unavailable(quotas, request, f"the quota check failed "
                                           f"({type(exc).__name__}: {exc})")
+
+    async def _give_back(self, quotas: Sequence[Quota], reserved: Sequence[str],
+                         request: Mapping[str, Any], deadline_at: float) -> None:
+        """Release the reservations of a request the policies denied before it is answered.
+
+        Awaited, not fired and forgotten: a client that sends its next pod after this answer
+        must not find the refused pod still counted (a stop-25 test run saw a sequential pod
+        denied over quota by the reservation of the pod refused just before it). Bounded by
+        the request's deadline (``deadline_at``, on :attr:`timer`): past it the answer goes out
+        and the release goes on in its thread; one that cannot finish expires by its TTL.
+        """
+        assert self.quota is not None
+        try:
+            future = self.quota_executor.submit(self.quota.release, quotas, reserved, request)
+        except RuntimeError:  # executor shut down: the TTL applies
+            return
+        try:
+            async with self.timer.timeout_at(deadline_at):
+                # shielded: a deadline ends the wait, never the release itself
+                await asyncio.shield(asyncio.wrap_future(future))
+        except TimeoutError:
+            return
+        except Exception as exc:  # a ledger bug must not turn the denial into a 5xx
+            LOG.warning("releasing the quota reservations of a denied request failed",
+                        extra={"error": f"{type(exc).__name__}: {exc}",
+                               "quotas": list(reserved)})
 
     def _release_late(self, done: concurrent.futures.Future[QuotaDecision],
                       quotas: Sequence[Quota], request: Mapping[str, Any]) -> None:

@@ -271,6 +271,10 @@ async def test_the_decision_log_names_who_denied_from_the_decisions(aiohttp_clie
     client = await aiohttp_client(setup.harness.app)
     nope = await validate(client, pod_review("nope", 1, "u2"))
     assert nope["status"]["message"] == "no-nope: GPUQuota team-a: no"
+    # Released before the answer (was fire-and-forget: under load the next pod was sometimes
+    # denied over quota by the reservation of the pod refused just before it).
+    quota = setup.gate.admission(setup.harness.store.current.engine.policies.quotas).quotas[0]
+    assert setup.ledger.reservations(quota) == {}
     assert (await validate(client, pod_review("fine", 1, "u3")))["allowed"] is True
     denied_by = [r.fields.get("deniedBy") for r in caplog.records
                  if r.name == "gpuguard.webhook.admission"]
