@@ -160,6 +160,23 @@ class ClusterPolicyStore(PolicyStore):
             self._held_digest = None  # an object change was loaded: announce the hold next time
         return result
 
+    def _refused(self, files: Snapshot) -> bool:
+        """Whether the files' change would be refused, merged with the objects as
+        :meth:`_merge` would (a file error, a document lost from a file that is still there):
+        the files alone are not the set, as a binding or param may live in the cluster."""
+        if not self.objects.synced:
+            return False  # nothing can be merged yet: the hold stands
+        try:
+            result = merge(files, self.objects.objects(), self._accepted, self._loader)
+        except Exception:
+            return True  # the merge then says why
+        if result.file_errors:
+            return True
+        current = self._current
+        return current is not None and bool(lost_documents(
+            current.engine.policies, current.generation, result.built.engine.policies,
+            [f.path for f in files.files]))
+
     def _merge(self, files: Snapshot, *, new_files: bool) -> ReloadResult:
         if not self.objects.synced:
             _, detail = self.objects.status()

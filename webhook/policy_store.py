@@ -21,7 +21,9 @@ A policy source is whole or refused:
   file (delete or rename the file) or at a restart. Edits inside a document are accepted when
   they load cleanly; a truncation that cuts a document where the rest is still a valid, smaller
   policy (a validation list losing its last entries at a line break) cannot be told from an edit
-  and is caught only by the quiet periods below.
+  and is caught only by the quiet periods below. A change that would be refused is refused as
+  soon as it has held still for ``quiet_s``, even when it also removes content: it is never held
+  for the longer period first (the error is said at once, not a minute later as a "removal").
 - **A longer quiet period for removals.** A change that keeps a document in the same file but
   removes content from it — a field, a list entry (a validation, a match rule), the end of a
   string (:func:`policies.policy.revisions.lost_content`) — is what a file truncated at a line
@@ -278,12 +280,32 @@ class PolicyStore:
                     self._losses = (f"the change could not be compared with the set served "
                                     f"({type(exc).__name__}: {exc})",)
                 self._held_digest = digest
+                if self._losses and self._refused(files):
+                    self._clear_pending()
+                    return None  # broken as well: the build refuses it now, not after a hold
             if self._losses:
                 self.held = self._losses
                 return ReloadResult(HELD, self._losses, held_s=self.removal_quiet_s - still,
                                     first=first)
         self._clear_pending()
         return None
+
+    def _refused(self, files: Snapshot) -> bool:
+        """Whether building the set from ``files`` would be refused (a loader error, a document
+        lost from a file that is still there; see :meth:`_build`). Asked once per pending
+        change, before a hold: a change that is broken as well as shorter is refused at
+        once, naming its error, instead of being held for ``removal_quiet_s`` first. A loader
+        that raises counts as refused (the build then says why). Call under the lock."""
+        try:
+            loaded = self._loader(files)
+        except Exception:
+            return True
+        if loaded.errors:
+            return True
+        current = self._current
+        return current is not None and bool(lost_documents(
+            current.engine.policies, current.generation, loaded.engine.policies,
+            [f.path for f in files.files]))
 
     def _clear_pending(self) -> None:
         self._pending, self.held, self._held_digest, self._losses = None, (), None, ()

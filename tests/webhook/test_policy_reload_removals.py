@@ -27,7 +27,7 @@ from tests.fakes.fake_timer import ManualTimer
 from tests.fakes.webhook_harness import bug_review
 from webhook.cluster_store import ClusterPolicyStore
 from webhook.health import Health
-from webhook.policy_store import HELD, LOADED, RETRY, UNCHANGED, PolicyStore
+from webhook.policy_store import HELD, LOADED, REJECTED, RETRY, UNCHANGED, PolicyStore
 from webhook.server import Server
 from webhook.settings import ServerSettings
 
@@ -108,6 +108,37 @@ def test_a_file_cut_after_a_whole_validation_is_held_then_served(tmp_path):
     clock.now = 60.0
     assert store.check().outcome == LOADED  # held still for 60 s: a deliberate removal
     assert store.current.generation == 2 and allowed(store) and store.held == ()
+
+
+# A cut that loses the second validation and leaves the first one's expression broken.
+BROKEN_AND_SHORTER = FIRST_VALIDATION_ONLY.replace("gpu.count <= 8", "gpu.count <=")
+
+
+def test_a_change_that_is_broken_as_well_as_shorter_is_refused_at_once_not_held(tmp_path):
+    """Refusal comes before a hold: the error is said when the files hold still, not a minute
+    later, and ``/readyz`` never shows a broken change as a pending removal."""
+    store, clock, path = started(tmp_path)
+    path.write_text(BROKEN_AND_SHORTER)
+    assert store.check().outcome == RETRY
+    clock.now = 5.0
+    result = store.check()
+    assert result.outcome == REJECTED and store.held == () and not store.pending
+    assert len(result.errors) == 1 and f"{path}:8:" in result.errors[0] \
+        and "spec.validations[0].expression" in result.errors[0], result.errors
+    assert store.current.generation == 1 and not allowed(store)  # the last good set serves
+    clock.now = 70.0
+    assert store.check().outcome == UNCHANGED and store.current.generation == 1
+
+
+def test_a_file_that_loses_a_whole_document_is_refused_at_once_not_held(tmp_path):
+    second = TWO.replace("name: two", "name: three")
+    store, clock, path = started(tmp_path, TWO + "---\n" + second)
+    path.write_text(TWO + "---\n" + second[:second.index("spec:")])  # cut inside document 2
+    store.check()
+    clock.now = 5.0
+    result = store.check()
+    assert result.outcome == REJECTED and store.held == ()
+    assert store.current.generation == 1 and store.current.names == ("two", "three")
 
 
 def test_a_stalled_writer_never_has_its_half_written_file_served(tmp_path):
@@ -246,6 +277,21 @@ def test_the_cluster_store_holds_a_loss_in_its_files_too(tmp_path):
     assert store.check().outcome == HELD and not allowed(store)
     clock.now = 60.0
     assert store.check().outcome == LOADED and allowed(store)
+
+
+def test_the_cluster_store_refuses_a_broken_shorter_file_at_once(tmp_path):
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    (directory / "two.yaml").write_text(TWO)
+    clock = Clock()
+    store = ClusterPolicyStore([str(directory)], LOADER, _Synced(), clock=clock,
+                               removal_quiet_s=REMOVAL_QUIET_S)
+    assert store.load().outcome == LOADED
+    (directory / "two.yaml").write_text(BROKEN_AND_SHORTER)
+    assert store.check().outcome == RETRY
+    clock.now = 5.0
+    assert store.check().outcome == REJECTED and store.held == () and not allowed(store)
+    assert store.current.generation == 1
 
 
 # --- the comparison itself ---------------------------------------------------------------------
