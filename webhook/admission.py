@@ -464,16 +464,15 @@ class Admitter:
             future = self.quota_executor.submit(self.quota.release, quotas, reserved, request)
         except RuntimeError:  # executor shut down: the TTL applies
             return
-        try:
+        released = asyncio.wrap_future(future)
+        # Said by the callback, before or after the deadline: a failure that comes after it
+        # would otherwise be asyncio's unlogged "exception was never retrieved".
+        released.add_done_callback(lambda done: _say_release_failed(done, reserved))
+        # shielded: a deadline ends the wait, never the release itself; its own error (a
+        # ledger bug) must not turn the denial into a 5xx — the callback logged it
+        with contextlib.suppress(Exception):
             async with self.timer.timeout_at(deadline_at):
-                # shielded: a deadline ends the wait, never the release itself
-                await asyncio.shield(asyncio.wrap_future(future))
-        except TimeoutError:
-            return
-        except Exception as exc:  # a ledger bug must not turn the denial into a 5xx
-            LOG.warning("releasing the quota reservations of a denied request failed",
-                        extra={"error": f"{type(exc).__name__}: {exc}",
-                               "quotas": list(reserved)})
+                await asyncio.shield(released)
 
     def _release_late(self, done: concurrent.futures.Future[QuotaDecision],
                       quotas: Sequence[Quota], request: Mapping[str, Any]) -> None:
@@ -610,3 +609,12 @@ def fallback_decision(snapshot: PolicySnapshot, review: ReviewInput | None, endp
                     warnings=(f"gpuguard: {what}; allowed without policy checks because "
                               f"{scope}",),
                     fallback=cause, review=review, policy_set=snapshot)
+
+
+def _say_release_failed(done: asyncio.Future[None], reserved: Sequence[str]) -> None:
+    """Log (as JSON, once) the error of a release of denied reservations; what it did not
+    release expires by its TTL."""
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        LOG.warning("releasing the quota reservations of a denied request failed; they "
+                    "expire by their TTL", extra={"fields": {
+                        "error": f"{type(exc).__name__}: {exc}", "quotas": list(reserved)}})

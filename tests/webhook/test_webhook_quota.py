@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import threading
 import time
@@ -171,6 +172,51 @@ async def test_a_reservation_written_after_the_deadline_is_given_back(aiohttp_cl
         assert time.monotonic() < end, (store.writes, setup.ledger.reservations(quota))
         await asyncio.sleep(0.01)
     # ... and is given back: the reservation, then the release
+    setup.harness.close()
+
+
+class BrokenReleaseStore(SlowStore):
+    """A ledger whose second write (the release) waits for ``go`` and then raises a bug's
+    error: a release that fails after the request's deadline cannot be made on demand with a
+    real API server."""
+
+    def write(self, *args: Any) -> str:
+        if self.writes == 0:
+            self.writes += 1
+            return MemoryLedgerStore.write(self, *args)
+        self.writing.set()
+        assert self.go.wait(10)
+        raise RuntimeError("the ledger's bug")
+
+
+async def test_a_release_that_fails_after_the_deadline_is_logged_not_lost(aiohttp_client,
+                                                                         tmp_path, caplog):
+    """The denial is answered at the deadline; the release's later error is one JSON warning
+    (it was asyncio's "Future exception was never retrieved", outside the JSON log)."""
+    caplog.set_level("WARNING")
+    store = BrokenReleaseStore()
+    setup = Setup(tmp_path, gpu_quota(gpuEquivalents=20), DENY_BIG, store=store)
+    setup.harness.admitter.settings = dataclasses.replace(setup.harness.settings,
+                                                          deadline_ms=50)
+    client = await aiohttp_client(setup.harness.app)
+    answering = asyncio.ensure_future(validate(client, pod_review("three", 3)))
+    assert await asyncio.to_thread(store.writing.wait, 10)  # the release is writing
+    setup.harness.timer.advance(1.0)
+    answer = await answering
+    assert answer["allowed"] is False and answer["status"]["message"] == \
+        "no-three: no 3-GPU pods"
+    store.go.set()
+    end = time.monotonic() + 10
+    failed: list[Any] = []
+    while not failed:
+        assert time.monotonic() < end
+        await asyncio.sleep(0.01)
+        failed = [r for r in caplog.records if r.getMessage().startswith(
+            "releasing the quota reservations of a denied request failed")]
+    assert len(failed) == 1 and failed[0].fields == {
+        "error": "RuntimeError: the ledger's bug", "quotas": ["team-a"]}
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     setup.harness.close()
 
 
