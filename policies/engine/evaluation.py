@@ -54,7 +54,12 @@ from policies.engine.compiled import (
     PolicyForm,
     compile_policies,
 )
-from policies.engine.messages import expression_message, expression_problem, static_message
+from policies.engine.messages import (
+    expression_message,
+    expression_problem,
+    fallback_message,
+    static_message,
+)
 from policies.facts.dra import DraIndex
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
 from policies.facts.review import ReviewInput
@@ -862,17 +867,16 @@ class Engine:
                 run.failure(policy, rule.name, rule.path,
                             f"{rule.name} returned {value!r}, not a bool", error=True, point=point)
                 continue
-            self._record(policy, rule, None if value else self._message(rule, activation), run,
-                         point)
+            self._record(policy, rule,
+                         None if value else self._message(policy, rule, activation), run, point)
         for rule in policy.audit_annotations:
             run.check_deadline()
             value = _value(policy, rule, "auditAnnotation", activation, run, point)
             if value is not _FAILED:
                 _annotate(policy, rule, value, run, point)
 
-    def _message(self, rule: Rule, activation: RequestActivation) -> str:
-        """The failed validation's message (:mod:`policies.engine.messages`); when its
-        messageExpression gives none, the static message says why, as the API server logs it."""
+    def _message(self, policy: Policy, rule: Rule, activation: RequestActivation) -> str:
+        """The failed validation's message (:mod:`policies.engine.messages`)."""
         if rule.message_expression is None:
             return static_message(rule)
         try:
@@ -884,7 +888,7 @@ class Engine:
             if message is not None:
                 return message
             problem = expression_problem(value)
-        return f"{static_message(rule)} ({problem})"
+        return fallback_message(rule, problem, native=policy.kind != "GPUPolicy")
 
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
@@ -929,13 +933,19 @@ def _request_resource(review: ReviewInput) -> dict[str, str]:
 def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation, run: _Run,
            point: EvaluationPoint) -> Any:
     """``rule``'s expression evaluated, or :data:`_FAILED` with an error result recorded:
-    ``<kind> '<name>' failed to evaluate: <CEL error>`` (just ``<name> ...`` without ``kind``)."""
+    ``<kind> '<name>' failed to evaluate: <CEL error>`` (just ``<name> ...`` without ``kind``),
+    for a native policy's validation the API server's ``expression '<source>' resulted in
+    error: <CEL error>`` (validator.go; kube-apiserver 1.37 answers so)."""
     try:
         return activation.evaluate(rule.expression)
     except CelEvaluationError as exc:
-        what = f"{kind} {rule.name!r}" if kind else rule.name
-        run.failure(policy, rule.name, rule.path, f"{what} failed to evaluate: {exc.message}",
-                    error=True, point=point)
+        if not kind and policy.kind != "GPUPolicy":
+            message = f"expression '{rule.expression.expression}' resulted in error: " \
+                f"{exc.message}"
+        else:
+            what = f"{kind} {rule.name!r}" if kind else rule.name
+            message = f"{what} failed to evaluate: {exc.message}"
+        run.failure(policy, rule.name, rule.path, message, error=True, point=point)
         return _FAILED
 
 

@@ -4,7 +4,10 @@ Owns the ValidatingAdmissionPolicy rule (Kubernetes API reference, ``Validation.
 ``messageExpression``): the message is the ``messageExpression``'s value when that is a non-empty
 string (stripped) of at most 5 KiB without a line break, else the static ``message``, else
 ``failed expression: <expression>`` with
-the expression as the user wrote it. The rule-by-rule path (:mod:`policies.engine.evaluation`)
+the expression as the user wrote it. When a messageExpression gives no usable message (it failed,
+or its value is not such a string), a native policy's message is that fallback alone, as the API
+server answers (it only logs why); a GPUPolicy's adds why in parentheses, for its author
+(:func:`fallback_message`). The rule-by-rule path (:mod:`policies.engine.evaluation`)
 and the reader of fused programs (:mod:`policies.engine.fused`) both build messages here, so the
 two cannot drift apart.
 
@@ -50,3 +53,12 @@ def expression_problem(value: object) -> str:
         return f"messageExpression returned {len(message.encode())} bytes, more than " \
             f"{MAX_MESSAGE_BYTES}"
     return f"messageExpression returned {type(value).__name__}, not a string"
+
+
+def fallback_message(rule: Rule, problem: str, *, native: bool) -> str:
+    """The message of a failed validation whose messageExpression gave none (``problem``:
+    why, from :func:`expression_problem` or the evaluation error): :func:`static_message`,
+    with ``problem`` in parentheses for a GPUPolicy (``native`` False). kube-apiserver 1.37
+    answers a ValidatingAdmissionPolicy's with the static message alone (measured: a
+    messageExpression with a line break and one failing on a missing key)."""
+    return static_message(rule) if native else f"{static_message(rule)} ({problem})"

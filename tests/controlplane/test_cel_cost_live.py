@@ -137,10 +137,10 @@ def test_a_policy_past_the_per_call_limit_follows_its_failure_policy_on_both_sid
                     f'configmaps "{name}" is forbidden: ValidatingAdmissionPolicy '
                     f"'cost-fail' with binding 'cost-fail' denied request: expression "
                     f"'{EXPRESSION}' resulted in error: {cost.EXCEEDED}")
-                # gpuguard's wording around the CEL error differs (docs/compatibility.md,
-                # "runtime-errors"); the CEL error is cel-go's
-                assert ours_message == \
-                    f"cost-fail/cost-fail: validations[0] failed to evaluate: {cost.EXCEEDED}"
+                # the same words after gpuguard's "<policy>/<binding>: " (the CEL error is
+                # cel-go's)
+                assert ours_message == (f"cost-fail/cost-fail: expression '{EXPRESSION}' "
+                                        f"resulted in error: {cost.EXCEEDED}")
     finally:
         admin(control_plane, "delete", "-f", "-", "--ignore-not-found", input="\n---\n".join(
             json.dumps(d) for d in [*documents, *probe.documents()]))

@@ -146,7 +146,8 @@ def test_a_long_list_read_through_a_variable_is_held_to_the_per_call_limit(
     engine = _engine(_vap_with_variable(expression), environment)
     verdict = engine.evaluate(from_object(_widget(over), now=NOW))
     assert not verdict.allowed
-    assert verdict.message == f"p/b: validations[0] failed to evaluate: {cost.EXCEEDED}"
+    assert verdict.message == \
+        f"p/b: expression '{expression}' resulted in error: {cost.EXCEEDED}"
     # the same expression on a list whose cost is within the limit evaluates as usual
     assert engine.evaluate(from_object(_widget(within), now=NOW)).allowed
 
@@ -324,7 +325,8 @@ def test_the_runtimes_iteration_limit_is_named_as_gpuguards_under_both_failure_p
     widget = from_object(_widget(list(range(12_000))), now=NOW)
     denied = _engine(_vap("Fail", expression)).evaluate(widget)
     assert not denied.allowed
-    assert denied.message == f"p/b: validations[0] failed to evaluate: {ITERATION_LIMIT_TEXT}"
+    assert denied.message == \
+        f"p/b: expression '{expression}' resulted in error: {ITERATION_LIMIT_TEXT}"
     assert "gpuguard's CEL runtime" in denied.message
     admitted = _engine(_vap("Ignore", expression)).evaluate(widget)
     assert admitted.allowed
