@@ -34,6 +34,7 @@ from policies.cel.gpu import GPU_FIELDS
 from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpression
 from policies.facts.workload_kinds import DEFAULT_RESOURCES
 from policies.json_fields import mapping_at
+from policies.policy.api_validation import api_problems
 from policies.policy.apply import TYPE_KEY
 from policies.policy.apply import kinds as apply_kinds
 from policies.policy.model import (
@@ -651,11 +652,11 @@ def _bound_params(binding: Document, param_kind: Any, candidates: list[Mapping[s
             found.append(candidate)
         return found
 
-    what = ref.get("name") or "selector"
+    what = repr(ref["name"]) if ref.get("name") else "matching the selector"
     if not namespaced or given:
         found = picks(given if namespaced else None)
         if not found:
-            warnings.append(f"{binding.location}: spec.paramRef: no param object {what!r} of "
+            warnings.append(f"{binding.location}: spec.paramRef: no param object {what} of "
                             "the policy's paramKind in the input; parameterNotFoundAction "
                             f"{action} applies")
             return [_Bound(missing=missing)]
@@ -682,7 +683,8 @@ def _native_validator(kind: str) -> jsonschema.protocols.Validator:
 
 
 def _check_spec(document: Document, builder: _Builder) -> bool:
-    """Validate a native object's spec against the admissionregistration fields; True if clean."""
+    """Validate a native object against the admissionregistration fields (the schema) and the
+    API server's creation checks (:mod:`policies.policy.api_validation`); True if clean."""
     spec = document.body.get("spec")
     if not isinstance(spec, Mapping):
         builder.error("spec", "required (expected a map)")
@@ -696,6 +698,8 @@ def _check_spec(document: Document, builder: _Builder) -> bool:
             extra = sorted(set(error.instance) - set(_schema_properties(error)))
             path = f"{path}.{extra[0]}" if extra else path
         builder.error(path, _schema_message(error, _subject(document)))
+    for path, message in api_problems(document.body):
+        builder.error(path, message)
     return len(builder.errors) == before
 
 
@@ -859,7 +863,8 @@ def load_snapshot(
     errors: list[PolicyError] = []
     documents = _snapshot_documents(snapshot, errors)
     policy_set, errors = build_policy_set(documents, environment, errors)
-    used = {source for source, _ in policy_set.contents}
+    # a file whose documents were all refused by name (a duplicate) already has its error
+    used = {source for source, _ in policy_set.contents} | {e.source for e in errors}
     kinds: dict[str, list[str]] = {}
     for document in documents:
         if document.source not in used:
@@ -957,6 +962,7 @@ def build_policy_set(
         if _wrong_api_version(document, errors):
             used.add(id(document))  # refused by name, not "ignored"
     documents = [d for d in documents if id(d) not in used]
+    documents = _first_of_each_object(documents, errors)
     for document in documents:
         kind = document.body.get("kind")
         group = str(document.body.get("apiVersion", "")).rpartition("/")[0]
@@ -1040,9 +1046,9 @@ def build_policy_set(
     seen: dict[tuple[Any, ...], Policy] = {}
     for policy in policies:
         # instances of one binding for disjoint namespaces (paramRef by the request's
-        # namespace) share the binding's name, as in the API server's messages
-        partition = (policy.name, policy.match.namespaced, policy.match.namespaces,
-                     policy.match.exclude_namespaces)
+        # namespace) share the binding's name, as in the API server's messages; a VAP and a
+        # MAP may share a name, as they are different resources in the API
+        partition = _partition(policy)
         if partition in seen:
             first = seen[partition].origin
             errors.append(PolicyError(policy.origin.source, policy.origin.index,
@@ -1050,12 +1056,50 @@ def build_policy_set(
                                       f"policy name {policy.name!r} is already used by "
                                       f"{first.source}: document {first.index}"))
         seen.setdefault(partition, policy)
-    policies = [p for p in policies if seen[(p.name, p.match.namespaced, p.match.namespaces,
-                                             p.match.exclude_namespaces)] is p]
+    policies = [p for p in policies if seen[_partition(p)] is p]
     policies = _with_exceptions(policies, exempted, warnings)
     quotas = unique_quotas(quotas, errors)
     return PolicySet(tuple(policies), tuple(warnings), tuple(quotas),
                      contents=tuple((s, tuple(ids)) for s, ids in contents.items())), errors
+
+
+def _first_of_each_object(documents: Sequence[Document],
+                          errors: list[PolicyError]) -> list[Document]:
+    """``documents`` without a later policy document that names the same object (API group,
+    kind, namespace, name) as an earlier one — one error each, naming both places. The API
+    server keeps one object per name and kind (a VAP and a MAP may share a name; two
+    ValidatingAdmissionPolicyBindings may not): applying both, the second replaces the first.
+    GPUQuota names are checked with the served ones (:func:`unique_quotas`)."""
+    first: dict[tuple[str, Any, Any, Any], Document] = {}
+    kept: list[Document] = []
+    for document in documents:
+        body = document.body
+        group = str(body.get("apiVersion", "")).rpartition("/")[0]
+        kind = body.get("kind")
+        metadata = body.get("metadata")
+        if not isinstance(metadata, Mapping) or kind == QUOTA_KIND or not (
+                (group == ADMISSION_GROUP and (kind in _NATIVE_POLICIES
+                                               or kind in _NATIVE_BINDINGS))
+                or body.get("apiVersion") == GPUPOLICY_API):
+            kept.append(document)
+            continue
+        key = (group, kind, metadata.get("namespace"), metadata.get("name"))
+        if key in first:
+            errors.append(PolicyError(
+                document.source, document.index, document.line_of("metadata.name"),
+                "metadata.name", f"{kind} {metadata.get('name')!r} is defined twice (first in "
+                f"{first[key].location}); a name names one object (applied to the API "
+                "server, the second would replace the first): rename or remove one"))
+            continue
+        first[key] = document
+        kept.append(document)
+    return kept
+
+
+def _partition(policy: Policy) -> tuple[Any, ...]:
+    """What two loaded instances may not share: kind, name and the namespaces they match."""
+    return (policy.kind, policy.name, policy.match.namespaced, policy.match.namespaces,
+            policy.match.exclude_namespaces)
 
 
 def _with_exceptions(policies: list[Policy],

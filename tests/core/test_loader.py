@@ -150,8 +150,57 @@ def test_duplicate_policy_names_are_an_error(tmp_path):
         POLICY.format(name="same", expression="gpu.count < 0")
     policy_set, [error] = _load_text(tmp_path, text)
     assert policy_set.names() == ("same",)
-    assert error.message.endswith("policy name 'same' is already used by "
-                                  f"{tmp_path / 'p.yaml'}: document 0")
+    assert error.message.startswith("GPUPolicy 'same' is defined twice (first in "
+                                    f"{tmp_path / 'p.yaml'}: document 0)")
+    assert (error.index, error.path) == (1, "metadata.name")
+
+
+SAME_NAME = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata: {{name: {name}}}
+spec:
+  matchConstraints:
+    resourceRules: [{{apiGroups: [""], apiVersions: [v1], operations: [CREATE],
+                     resources: [configmaps]}}]
+  {body}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}Binding
+metadata: {{name: {binding}}}
+spec: {{policyName: {name}{actions}}}
+"""
+VAP_BODY = "validations: [{expression: 'true'}]"
+MAP_BODY = ("reinvocationPolicy: Never\n  mutations:\n  - patchType: JSONPatch\n"
+            "    jsonPatch: {expression: \"[JSONPatch{op: 'add', path: '/metadata/labels', "
+            "value: {'a': 'b'}}]\"}")
+
+
+def _native(kind: str, name: str, binding: str) -> str:
+    return SAME_NAME.format(kind=kind, name=name, binding=binding,
+                            body=VAP_BODY if kind.startswith("Validating") else MAP_BODY,
+                            actions=", validationActions: [Deny]"
+                            if kind.startswith("Validating") else "")
+
+
+def test_a_vap_and_a_map_may_share_a_name_as_in_the_api(tmp_path):
+    """They are different resources (kube-apiserver 1.37 stores both)."""
+    text = _native("ValidatingAdmissionPolicy", "same", "same") + "---\n" + \
+        _native("MutatingAdmissionPolicy", "same", "same")
+    policy_set, errors = _load_text(tmp_path, text)
+    assert errors == []
+    assert [(p.kind, p.name) for p in policy_set.policies] == [
+        ("ValidatingAdmissionPolicy", "same/same"), ("MutatingAdmissionPolicy", "same/same")]
+
+
+def test_two_bindings_of_one_name_are_one_error_even_for_different_policies(tmp_path):
+    text = _native("ValidatingAdmissionPolicy", "x", "b") + "---\n" + \
+        _native("ValidatingAdmissionPolicy", "y", "b")
+    policy_set, [error] = _load_text(tmp_path, text)
+    assert error.index == 3 and error.message.startswith(
+        "ValidatingAdmissionPolicyBinding 'b' is defined twice (first in "
+        f"{tmp_path / 'p.yaml'}: document 1)")
+    assert policy_set.names() == ("x/b",)
 
 
 NATIVE = """\

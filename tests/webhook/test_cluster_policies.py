@@ -236,7 +236,7 @@ def test_an_object_may_not_take_a_name_a_policy_file_uses(tmp_path):
     assert allowed(store)  # the file's policy, not the object's
     refusal = store.last_merge.refused["GPUPolicy/always-pass"]  # type: ignore[union-attr]
     assert refusal.errors[0][0] == "metadata.name"
-    assert "already used by" in refusal.errors[0][1]
+    assert refusal.errors[0][1].startswith("GPUPolicy 'always-pass' is defined twice (first in ")
 
 
 def test_a_policy_exception_exempts_its_own_namespace_only():
