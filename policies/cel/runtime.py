@@ -125,7 +125,49 @@ _KUBERNETES_TEXTS: Final = (
     (re.compile(r"^divide by zero$"), "division by zero"),
     (re.compile(r"^Index error: index=(-?[0-9]+) size=[0-9]+$"), r"index out of bounds: \1"),
     (re.compile(r"^flatten\(\): (level must be non-negative)$"), r"\1"),
+    (re.compile(r"^No matching overloads found : (.*)$", re.S),
+     lambda m: _overload_text(m[1])),
+    (re.compile(r"^Index error: expected integer type, got (\w+)$"),
+     lambda m: f"unsupported index type '{_type_word(m[1])}' in list"),
+    # a CEL type conversion (int('x')); not the quantity library's "value to integer"
+    (re.compile(r"^cannot convert (string|int|uint|double|bool|bytes|int64|uint64) to "
+                r"(int|uint|double|bool|bytes|string|int64|uint64)$"),
+     lambda m: f"type conversion error from '{_type_word(m[1])}' to '{_type_word(m[2])}'"),
+    # cel-go names the key; cel-cpp's text does not, so the kind of mistake is said instead
+    (re.compile(r"^Applying SELECT to non-message type$"),
+     "no such key (a field selected on a value that is not a map or an object)"),
+    (re.compile(r"^Invalid container type: '(\w+)'$"),
+     lambda m: f"no such key (an index into {_type_word(m[1])}, not a list or a map)"),
 )
+_CPP_TYPES: Final = {"int64": "int", "uint64": "uint", "null_type": "null", "double": "double",
+                     "google.protobuf.Timestamp": "timestamp",
+                     "google.protobuf.Duration": "duration"}
+_RECEIVER_CALL = re.compile(r"^\((.*?)\)\.(\w+)\((.*)\)$", re.S)
+
+
+def _type_word(name: str) -> str:
+    """A cel-cpp type name as CEL writes it (``int64`` → ``int``, ``null_type`` → ``null``)."""
+    return _CPP_TYPES.get(name.strip(), name.strip())
+
+
+def _overload_text(signature: str) -> str:
+    """cel-cpp's ``No matching overloads found : <signature>`` in cel-go's words: ``no such
+    overload`` (the text Kubernetes answers), then the call in cel-go's form
+    (``lowerAscii(int)``, ``_+_(string, int)``) where cel-cpp names one; cel-cpp's internal
+    steps (``<iter_range>``, ``<jump_condition>``) are said in words."""
+    if signature == "<iter_range>":
+        return "expected iterable type: a comprehension over a value that is not a list or a map"
+    if signature == "<jump_condition>":
+        return "no such overload: a conditional whose condition is not a bool"
+    receiver = _RECEIVER_CALL.match(signature)
+    if receiver:
+        args = [receiver[1], *filter(None, (a.strip() for a in receiver[3].split(",")))]
+        signature = f"{receiver[2]}({', '.join(args)})"
+    name, paren, rest = signature.partition("(")
+    if paren and rest.endswith(")"):
+        args = [_type_word(a) for a in rest[:-1].split(",") if a.strip()]
+        signature = f"{name}({', '.join(args)})"
+    return f"no such overload: {signature}"
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
 _JSON_SCALARS: Final = frozenset({bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})

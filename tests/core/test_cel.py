@@ -648,10 +648,18 @@ def test_missing_key_names_the_key(labelled_pod):
         ("1 / 0", "INVALID_ARGUMENT", "division by zero"),  # cel-cpp: 'divide by zero'
         ("1 % 0", "INVALID_ARGUMENT", "modulus by zero"),
         ("9223372036854775807 + 1", "OUT_OF_RANGE", "integer overflow"),
-        ("object.metadata.name < 1", "UNKNOWN", "No matching overloads found : _<_(string, int64)"),
+        # cel-cpp: 'No matching overloads found : _<_(string, int64)'; cel-go (the oracle):
+        # 'no such overload', here with the call it names
+        ("object.metadata.name < 1", "UNKNOWN", "no such overload: _<_(string, int)"),
+        ("object.spec.lowerAscii()", "UNKNOWN", "no such overload: lowerAscii(map)"),
+        # cel-cpp: 'Applying SELECT to non-message type' (cel-go: 'no such key: y')
+        ("object.metadata.name.y", "INVALID_ARGUMENT",
+         "no such key (a field selected on a value that is not a map or an object)"),
+        ("object.spec.containers['a']", "UNKNOWN", "unsupported index type 'string' in list"),
         # cel-cpp: 'Index error: index=5 size=1'
         ("object.spec.containers[5]", "UNKNOWN", "index out of bounds: 5"),
-        ("int('x')", "INVALID_ARGUMENT", "cannot convert string to int"),
+        # cel-cpp: 'cannot convert string to int'
+        ("int('x')", "INVALID_ARGUMENT", "type conversion error from 'string' to 'int'"),
         (
             "optional.of(1)",
             "UNIMPLEMENTED",

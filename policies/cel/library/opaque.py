@@ -46,10 +46,12 @@ def is_less_than(a: object, b: object) -> bool:
 
 
 def opaque_string(value: object) -> str:
-    """``string(IP)``, ``string(CIDR)``, ``string(URL)``."""
+    """``string(IP)``, ``string(CIDR)``, ``string(URL)``; these values are maps to the runtime,
+    so any other map arrives here too: ``TypeError`` with cel-go's text, ``no such overload:
+    string(map)``."""
     key = _opaque_key(value)
     if key not in (IP_KEY, CIDR_KEY, URL_KEY):
-        raise TypeError("no such overload: string() of this value")
+        raise TypeError("no such overload: string(map)")
     assert isinstance(value, Mapping)
     return str(value[key])
 
