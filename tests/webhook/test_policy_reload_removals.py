@@ -263,7 +263,9 @@ class _Synced:
         return True, "synced"
 
 
-def test_the_cluster_store_holds_a_loss_in_its_files_too(tmp_path):
+def cluster_store_rewritten(tmp_path: Path, text: str) -> tuple[ClusterPolicyStore, Clock]:
+    """A cluster store serving TWO from its files, then ``text`` written over the file and
+    seen once (RETRY: not quiet yet)."""
     directory = tmp_path / "policies"
     directory.mkdir()
     (directory / "two.yaml").write_text(TWO)
@@ -271,8 +273,13 @@ def test_the_cluster_store_holds_a_loss_in_its_files_too(tmp_path):
     store = ClusterPolicyStore([str(directory)], LOADER, _Synced(), clock=clock,
                                removal_quiet_s=REMOVAL_QUIET_S)
     assert store.load().outcome == LOADED
-    (directory / "two.yaml").write_text(FIRST_VALIDATION_ONLY)
+    (directory / "two.yaml").write_text(text)
     assert store.check().outcome == RETRY
+    return store, clock
+
+
+def test_the_cluster_store_holds_a_loss_in_its_files_too(tmp_path):
+    store, clock = cluster_store_rewritten(tmp_path, FIRST_VALIDATION_ONLY)
     clock.now = 5.0
     assert store.check().outcome == HELD and not allowed(store)
     clock.now = 60.0
@@ -280,15 +287,7 @@ def test_the_cluster_store_holds_a_loss_in_its_files_too(tmp_path):
 
 
 def test_the_cluster_store_refuses_a_broken_shorter_file_at_once(tmp_path):
-    directory = tmp_path / "policies"
-    directory.mkdir()
-    (directory / "two.yaml").write_text(TWO)
-    clock = Clock()
-    store = ClusterPolicyStore([str(directory)], LOADER, _Synced(), clock=clock,
-                               removal_quiet_s=REMOVAL_QUIET_S)
-    assert store.load().outcome == LOADED
-    (directory / "two.yaml").write_text(BROKEN_AND_SHORTER)
-    assert store.check().outcome == RETRY
+    store, clock = cluster_store_rewritten(tmp_path, BROKEN_AND_SHORTER)
     clock.now = 5.0
     assert store.check().outcome == REJECTED and store.held == () and not allowed(store)
     assert store.current.generation == 1
