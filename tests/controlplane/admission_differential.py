@@ -11,8 +11,9 @@ warnings, audit annotations (from the API server's audit log) and the mutated ob
 decide which differences are acceptable: ``docs/compatibility.md`` lists those.
 
 The object gpuguard evaluates is the one the API server's admission saw: the server's answer to a
-dry-run create of the manifest with no policy bound (defaults applied), less the fields the server
-adds after admission (uid, creationTimestamp, ...). Objects the API server itself refuses without
+dry-run create of the manifest with no policy bound (defaults applied), less uid,
+creationTimestamp and managedFields (a validating policy does see uid and creationTimestamp:
+docs/compatibility.md says so; no policy compared reads them). Objects the API server itself refuses without
 any policy (its own validation: e.g. GPU requests without limits) are counted and left out.
 """
 
