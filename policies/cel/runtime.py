@@ -139,7 +139,7 @@ _KUBERNETES_TEXTS: Final = (
     (re.compile(r"^Invalid container type: '(\w+)'$"),
      lambda m: f"no such key (an index into {_type_word(m[1])}, not a list or a map)"),
 )
-_CPP_TYPES: Final = {"int64": "int", "uint64": "uint", "null_type": "null", "double": "double",
+_CPP_TYPES: Final = {"int64": "int", "uint64": "uint", "null_type": "null",
                      "google.protobuf.Timestamp": "timestamp",
                      "google.protobuf.Duration": "duration"}
 _RECEIVER_CALL = re.compile(r"^\((.*?)\)\.(\w+)\((.*)\)$", re.S)
@@ -168,6 +168,8 @@ def _overload_text(signature: str) -> str:
         args = [_type_word(a) for a in rest[:-1].split(",") if a.strip()]
         signature = f"{name}({', '.join(args)})"
     return f"no such overload: {signature}"
+
+
 _PLAIN_SCALARS: Final = (bool, int, float, str, type(None))
 _JSON_SCALARS: Final = frozenset({bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list})
