@@ -75,6 +75,7 @@ from policies.policy.matching import (
 from policies.policy.model import Policy, PolicySet, Rule
 from policies.policy.mutation import (
     MutationError,
+    UndecodableError,
     apply_operations,
     apply_shortcut,
     check_identity,
@@ -301,13 +302,16 @@ class _Run:
 
     def failure(self, policy: Policy, rule: str, path: str, message: str, *,
                 error: bool = False, reason: str = "Forbidden",
-                point: EvaluationPoint) -> None:
+                point: EvaluationPoint, undecodable: bool = False) -> None:
         """Record a violated (or failed-to-evaluate) rule and act on it; a violation after an
-        errored authorizer decision of the same pass is recorded as an error naming it."""
+        errored authorizer decision of the same pass is recorded as an error naming it. An
+        ``undecodable`` mutation result denies whatever the failurePolicy
+        (:class:`~policies.policy.mutation.UndecodableError`)."""
         if not error and (cause := self.authorizer_error()) is not None:
             message, error = f"{message} (authorizer check errored: {cause})", True
         actions = policy.actions if not error else (
-            (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL else ())
+            (ValidationAction.DENY,) if policy.failure_policy == FailurePolicy.FAIL
+            or undecodable else ())
         outcome = RuleOutcome.ERROR if error else RuleOutcome.FAIL
         self.add(_make_result(policy=policy.name, rule=rule, path=path, outcome=outcome,
                               message=message, actions=actions))
@@ -832,7 +836,7 @@ class Engine:
                 if not mutation.patch_type:  # a native policy's: the API server's text alone
                     message = f"mutation {mutation.name!r} failed: {message}"
                 run.failure(policy, mutation.name, mutation.path, message, error=True,
-                            point=point)
+                            point=point, undecodable=isinstance(exc, UndecodableError))
                 return current
             if changed:
                 # Described from the mutation itself (a diff per mutation costs more than the

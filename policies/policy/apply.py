@@ -28,29 +28,17 @@ Must not evaluate CEL or decide whether a mutation runs (that is the engine).
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
+from policies.facts.openapi import SCALARS, definition, field, kinds, resolve
+from policies.policy import decoding
 from policies.policy.mutation import MutationError
-from policies.sources import load_package_json
 
 TYPE_KEY: Final = "@type"
 """The key :func:`policies.policy.loader.rewrite_typed_literals` gives each ``Object`` literal
 (its type name): a key no Kubernetes field can have."""
 ROOT_TYPE: Final = "Object"
-
-
-@functools.cache
-def _schema() -> Mapping[str, Any]:
-    loaded = load_package_json("policies.data", "apply-schema.json")
-    assert isinstance(loaded, Mapping)
-    return loaded
-
-
-def kinds() -> Mapping[str, str]:
-    """``apiVersion/kind`` → OpenAPI definition name, for the kinds the facts cover."""
-    return _schema()["kinds"]  # type: ignore[no-any-return]
 
 
 def _typed(value: Any, expected: str | None, path: str) -> Any:
@@ -91,19 +79,8 @@ def untyped(value: Any) -> Any:
     return _typed(value, None, "")
 
 
-def _resolve(shape: Any) -> Any:
-    definitions = _schema()["definitions"]
-    seen = 0
-    while isinstance(shape, str) and shape != "scalar":
-        shape = definitions[shape]
-        seen += 1
-        if seen > 16:  # a definition naming itself (none does); never loop
-            return "scalar"
-    return shape
-
-
-def _definition(obj: Mapping[str, Any]) -> Any:
-    name = kinds().get(f"{obj.get('apiVersion')}/{obj.get('kind')}")
+def _definition(obj: Mapping[str, Any]) -> str:
+    name = definition(obj)
     if name is None:
         known = ", ".join(sorted(kinds()))
         raise MutationError(
@@ -115,7 +92,7 @@ def _definition(obj: Mapping[str, Any]) -> Any:
 
 def _atomics(shape: Any, value: Any, path: str) -> list[str]:
     """Paths of the atomic lists, maps and structs in ``value`` (``findAtomics``)."""
-    shape = _resolve(shape)
+    shape = resolve(shape)
     found: list[str] = []
     if isinstance(value, Mapping) and isinstance(shape, Mapping):
         if "fields" in shape:
@@ -137,25 +114,79 @@ def _atomics(shape: Any, value: Any, path: str) -> list[str]:
     return found
 
 
-def _undeclared(shape: Any, value: Any, path: str) -> str | None:
-    """The first field of ``value`` the schema does not declare (``ObjectToTyped``)."""
-    shape = _resolve(shape)
-    if isinstance(value, Mapping) and isinstance(shape, Mapping):
-        if "fields" in shape:
-            for key, item in value.items():
-                if key not in shape["fields"]:
-                    return f"{path}.{key}"
-                if (found := _undeclared(shape["fields"][key], item, f"{path}.{key}")):
-                    return found
-        elif "map" in shape:
-            for key, item in value.items():
-                if (found := _undeclared(shape["map"], item, f"{path}.{key}")):
-                    return found
-    elif isinstance(value, list) and isinstance(shape, Mapping) and "list" in shape:
-        for index, item in enumerate(value):
-            if (found := _undeclared(shape["items"], item, f"{path}[{index}]")):
-                return found
+def _go_verb_v(value: Any) -> str:
+    """Go's ``%v`` of a structured-merge ``value.Value`` (``&{...}`` around the value)."""
+    return "&{" + decoding.go_value(value) + "}"
+
+
+def _scalar_error(scalar: str, value: Any) -> str | None:
+    """``validateScalar`` of structured-merge-diff (typed/validate.go): the scalar types of the
+    schema are numeric, string, boolean and untyped (int-or-string, Quantity)."""
+    if value is None or scalar == "scalar:any":
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if scalar in ("scalar:int32", "scalar:int64", "scalar:double"):
+        if not number:
+            return f"expected numeric (int or float), got {decoding.go_type(value)}"
+    elif scalar in ("scalar:string", "scalar:date-time"):
+        if not isinstance(value, str):
+            return "expected string, got &value.valueUnstructured{Value:" \
+                f"{decoding.go_value(value, syntax=True)}}}"
+    elif scalar == "scalar:boolean":
+        if not isinstance(value, bool):
+            return f"expected boolean, got {_go_verb_v(value)}"
+    elif not (number or isinstance(value, str | bool)):
+        return f"expected any scalar, got {_go_verb_v(value)}"
     return None
+
+
+def _element(shape: Mapping[str, Any], index: int, item: Any) -> str:
+    """The path element of a list item (``fieldpath.PathElement.String``): ``[name="c"]`` for
+    an associative list (keys sorted, a missing key from its default), ``[="v"]`` for a set,
+    ``[0]`` for an atomic list."""
+    if shape["list"] == "set":
+        return f"[={decoding.go_literal(item)}]"
+    if shape["list"] != "map" or not isinstance(item, Mapping):
+        return f"[{index}]"
+    items = resolve(shape["items"])
+    defaults = items.get("defaults", {}) if isinstance(items, Mapping) else {}
+    keys = sorted(k for k in shape.get("keys", ()) if k in item or k in defaults)
+    return "[" + ",".join(f"{k}={decoding.go_literal(item.get(k, defaults.get(k)))}"
+                          for k in keys) + "]"
+
+
+def typed_errors(shape: Any, value: Any, path: str = "") -> list[str]:
+    """What structured-merge-diff's ``ObjectToTyped`` refuses in ``value`` against ``shape``
+    (typed/validate.go): ``<path>: field not declared in schema``, ``<path>: expected string,
+    got ...``, ``expected list``/``expected map``. Every error, in the value's order (the API
+    server's order follows Go map iteration, so only a single error is worded the same)."""
+    shape = resolve(shape)
+    if isinstance(shape, str):
+        error = _scalar_error(shape, value) if shape in SCALARS else None
+        return [f"{path}: {error}"] if error else []
+    if value is None:
+        return []  # null is a valid list, map and struct
+    if "list" in shape:
+        if not isinstance(value, list):
+            return [f"{path}: expected list, got {_go_verb_v(value)}"]
+        return [error for index, item in enumerate(value)
+                for error in typed_errors(shape["items"], item,
+                                          path + _element(shape, index, item))]
+    if not isinstance(value, Mapping):
+        return [f"{path}: expected map, got {_go_verb_v(value)}"]
+    errors: list[str] = []
+    for key, item in value.items():
+        inner = field(shape, key)
+        if inner is None:
+            errors.append(f"{path}.{key}: field not declared in schema")
+            break  # visitMapItems stops at an undeclared field
+        errors += typed_errors(inner, item, f"{path}.{key}")
+    return errors
+
+
+def _validation_error(errors: list[str]) -> str:
+    """``ValidationErrors.Error()``: one error alone, several under ``errors:``."""
+    return errors[0] if len(errors) == 1 else "\n".join(["errors:", *("  " + e for e in errors)])
 
 
 def _item_key(shape: Mapping[str, Any], item: Any) -> Any:
@@ -163,7 +194,7 @@ def _item_key(shape: Mapping[str, Any], item: Any) -> Any:
     default, absent ones skipped) or its value (``set`` lists)."""
     if shape["list"] == "set":
         return repr(item)
-    items = _resolve(shape["items"])
+    items = resolve(shape["items"])
     defaults = items.get("defaults", {}) if isinstance(items, Mapping) else {}
     if not isinstance(item, Mapping):
         return repr(item)
@@ -172,12 +203,12 @@ def _item_key(shape: Mapping[str, Any], item: Any) -> Any:
 
 
 def _merge(shape: Any, live: Any, patch: Any) -> Any:
-    shape = _resolve(shape)
+    shape = resolve(shape)
     if isinstance(patch, Mapping) and isinstance(live, Mapping) and isinstance(shape, Mapping) \
             and ("fields" in shape or "map" in shape):
         merged = dict(live)
         for key, item in patch.items():
-            inner = shape["fields"].get(key, "scalar") if "fields" in shape else shape["map"]
+            inner = field(shape, key) or "scalar:any"
             merged[key] = _merge(inner, live[key], item) if key in live else copy.deepcopy(item)
         return merged
     if isinstance(patch, list) and isinstance(live, list) and isinstance(shape, Mapping) \
@@ -244,18 +275,23 @@ def apply_configuration(obj: Mapping[str, Any], configuration: Mapping[str, Any]
 
     Raises:
         MutationError: the kind has no facts here, a field is not declared, or the
-            configuration holds an atomic value; the text is the API server's where it has one
-            (``error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays,
-            maps or structs: .spec.selector``).
+            configuration holds an atomic value or a value of the wrong type, or the merged
+            object does not convert to its Go type; the text is the API server's where it has
+            one (``error applying patch: invalid ApplyConfiguration: may not mutate atomic
+            arrays, maps or structs: .spec.selector``, ``error applying patch: failed to
+            convert patch object to typed object: .metadata.labels.a: expected string, got
+            &value.valueUnstructured{Value:1}``).
     """
     root = _definition(obj)
     patch = {**configuration, "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
-    if (field := _undeclared(root, patch, "")) is not None:
+    if errors := typed_errors(root, patch):
         raise MutationError("error applying patch: failed to convert patch object to typed "
-                            f"object: {field}: field not declared in schema")
+                            f"object: {_validation_error(errors)}")
     if atomics := _atomics(root, patch, ""):
         raise MutationError("error applying patch: invalid ApplyConfiguration: may not mutate "
                             f"atomic arrays, maps or structs: {', '.join(atomics)}")
     result = _merge(root, obj, patch)
     assert isinstance(result, dict)
+    if (error := decoding.conversion_error(result, obj)) is not None:
+        raise MutationError(error)
     return result

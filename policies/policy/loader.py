@@ -32,11 +32,11 @@ import yaml
 from policies.cel import scanner as cel_scanner
 from policies.cel.gpu import GPU_FIELDS
 from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpression
+from policies.facts.openapi import kinds as apply_kinds
 from policies.facts.workload_kinds import DEFAULT_RESOURCES
 from policies.json_fields import mapping_at
 from policies.policy.api_validation import api_problems
 from policies.policy.apply import TYPE_KEY
-from policies.policy.apply import kinds as apply_kinds
 from policies.policy.model import (
     Exception_,
     LabelSelector,

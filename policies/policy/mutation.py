@@ -25,6 +25,7 @@ import jsonpointer
 
 from policies.cel.json_values import to_json_data
 from policies.facts.workloads import POD_SPEC, RESOURCES, WorkloadFacts
+from policies.policy.decoding import decoding_error
 from policies.value_words import described
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
@@ -32,6 +33,13 @@ _OPS = {"add", "remove", "replace", "move", "copy", "test"}
 
 class MutationError(ValueError):
     """A mutation could not be applied; the message says which operation and why."""
+
+
+class UndecodableError(MutationError):
+    """A JSONPatch applied but its result does not decode into its kind's Go type. The API
+    server fails such a request with an internal error whatever the policy's failurePolicy
+    (kube-apiserver 1.37: ``Internal error occurred: json: cannot unmarshal ...``), and so
+    does a webhook's response patch that decodes no better."""
 
 
 def validate_operations(value: Any) -> list[dict[str, Any]]:
@@ -67,23 +75,29 @@ def apply_operations(target: Mapping[str, Any],
 
     Raises:
         MutationError: an operation does not apply (missing path, failed test, bad index).
+        UndecodableError: the result holds a value the API server's decoder refuses where
+            the operations changed it (:func:`policies.policy.decoding.decoding_error`: a
+            number for a label, a field its kind does not have).
     """
     failures = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
                 ValueError, KeyError, IndexError)
     try:
-        return check_identity(jsonpatch.JsonPatch(operations).apply(target, in_place=False))
+        result = jsonpatch.JsonPatch(operations).apply(target, in_place=False)
     except failures:
-        pass
-    # Replay one operation at a time only to say which one failed (rare path).
-    for index, operation in enumerate(operations):
-        try:
-            target = jsonpatch.JsonPatch([operation]).apply(target, in_place=False)
-        except failures as exc:
-            # The library's text can embed whole sub-documents (env values included): bound it.
-            reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
-            raise MutationError(f"operation {index} ({operation['op']} {operation['path']}) "
-                                f"does not apply: {reason}") from None
-    return check_identity(target)
+        # Replay one operation at a time only to say which one failed (rare path).
+        result = target
+        for index, operation in enumerate(operations):
+            try:
+                result = jsonpatch.JsonPatch([operation]).apply(result, in_place=False)
+            except failures as exc:
+                # The library's text can embed whole sub-documents (env values included).
+                reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+                raise MutationError(f"operation {index} ({operation['op']} "
+                                    f"{operation['path']}) does not apply: {reason}") from None
+    result = check_identity(result)
+    if (error := decoding_error(result, target)) is not None:
+        raise UndecodableError(error)
+    return result
 
 
 _IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),

@@ -637,10 +637,23 @@ _WARNED = re.compile(r"^Validation failed for ValidatingAdmissionPolicy '(?P<pol
                      r"with binding '(?P<binding>[^']*)': (?P<message>.*)$", re.S)
 
 
+# A mutated object that does not decode (a JSONPatch's result) fails as an internal error that
+# names no policy (500, whatever the failurePolicy); gpuguard names the policy it came from.
+_INTERNAL = "Internal error occurred: "
+
+
 def server_denial(message: str) -> str:
     """A VAP denial as gpuguard words it (``policy/binding: message``); other texts as-is."""
     match = _DENIED.search(message)
     return f"{match['policy']}/{match['binding']}: {match['message']}" if match else message
+
+
+def comparable_denials(ours: str, theirs: str) -> tuple[str, str]:
+    """gpuguard's first denial and the API server's, as compared: an internal error of the API
+    server (no policy named) against gpuguard's text after its ``policy/binding: ``."""
+    if theirs.startswith(_INTERNAL):
+        return ours.partition(": ")[2], theirs.removeprefix(_INTERNAL)
+    return ours, server_denial(theirs)
 
 
 def server_warning(warning: str) -> str:
@@ -714,7 +727,7 @@ def compare(policies: PolicySet, case: Case, baseline: Mapping[str, Any], ours: 
 
     differ("allowed", ours["allowed"], theirs.allowed)
     if not ours["allowed"] and not theirs.allowed:
-        differ("message", first_denial(ours), server_denial(theirs.message))
+        differ("message", *comparable_denials(first_denial(ours), theirs.message))
     differ("warnings", sorted(ours["warnings"]), sorted(server_warning(w)
                                                        for w in theirs.warnings))
     differ("audit", comparable_audit(ours["auditAnnotations"]),

@@ -4,7 +4,8 @@
 ``/openapi/v3/api/v1``, ``/apis/apps/v1`` and ``/apis/batch/v1`` and writes
 ``policies/data/apply-schema.json``: for every definition reachable from the workload kinds,
 each field's shape (struct reference, list with its ``x-kubernetes-list-type`` and
-``x-kubernetes-list-map-keys``, map, scalar) and ``x-kubernetes-map-type: atomic``. The merge of
+``x-kubernetes-list-map-keys``, map, scalar with its type: :func:`scalar`) and
+``x-kubernetes-map-type: atomic``. The merge of
 ``patchType: ApplyConfiguration`` mutations (:mod:`policies.policy.apply`) reads that file;
 ``test_apply_schema.py`` checks the checked-in file is what this server says.
 """
@@ -44,9 +45,28 @@ def _reference(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+def scalar(schema: Mapping[str, Any]) -> str:
+    """A scalar's shape, ``scalar:<type>``: ``string``, ``date-time`` (``metav1.Time``),
+    ``boolean``, ``int32``, ``int64``, ``double``, ``int-or-string``, ``quantity`` (``oneOf``
+    string or number: ``resource.Quantity``), or ``any`` (an object without properties, which
+    the API server keeps as it is: ``FieldsV1``, empty structs)."""
+    kind, form = schema.get("type"), schema.get("format")
+    if schema.get("x-kubernetes-int-or-string") or form == "int-or-string":
+        return "scalar:int-or-string"
+    if kind == "string":
+        return "scalar:date-time" if form == "date-time" else "scalar:string"
+    if kind == "integer":
+        return "scalar:int32" if form == "int32" else "scalar:int64"
+    if kind in ("boolean", "number"):
+        return "scalar:boolean" if kind == "boolean" else "scalar:double"
+    if {part.get("type") for part in schema.get("oneOf") or ()} == {"string", "number"}:
+        return "scalar:quantity"
+    return "scalar:any"
+
+
 def _shape(schema: Mapping[str, Any], pending: list[str]) -> Any:
     """One field's shape: a definition name, or ``{"list": ..., "keys": [...], "items": ...}``,
-    ``{"map": ..., "atomic": true}``, ``"scalar"``."""
+    ``{"map": ..., "atomic": true}``, a :func:`scalar`."""
     ref = _reference(schema)
     if ref is not None:
         pending.append(ref)
@@ -62,7 +82,7 @@ def _shape(schema: Mapping[str, Any], pending: list[str]) -> Any:
         if schema.get("x-kubernetes-map-type") == "atomic":
             shape["atomic"] = True
         return shape
-    return "scalar"
+    return scalar(schema)
 
 
 def facts(schemas: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -78,7 +98,7 @@ def facts(schemas: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         schema = schemas[name]
         properties = schema.get("properties")
         if not properties:  # Quantity, IntOrString, Time, RawExtension: scalars to SMD
-            definitions[name] = "scalar" if schema.get("type") != "object" or \
+            definitions[name] = scalar(schema) if schema.get("type") != "object" or \
                 "additionalProperties" not in schema else _shape(schema, pending)
             continue
         entry: dict[str, Any] = {"fields": {k: _shape(v, pending)
