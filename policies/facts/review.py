@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 from policies.facts.dra import DraIndex
 from policies.facts.identity import identity_problems
+from policies.facts.openapi import stored_form
 from policies.facts.workload_kinds import PLURALS
 from policies.json_fields import mapping_at
 from policies.records import maker
@@ -169,6 +170,10 @@ def from_object(
     and ``object`` is null, as kube-apiserver sends it (Kubernetes API reference,
     AdmissionRequest).
 
+    The object is judged in the form the API server would hand to admission
+    (:func:`policies.facts.openapi.stored_form`): a manifest's ``nvidia.com/gpu: 8`` is the
+    string ``"8"``, ``cpu: 0.5`` is ``"500m"``, as policies see them in the cluster.
+
     Raises:
         ReviewError: ``kind``, ``metadata`` or a name field is not of its API type
             (:func:`policies.facts.identity.identity_problems`): the API server refuses such an
@@ -179,6 +184,7 @@ def from_object(
         raise ReviewError("; ".join(problems) + _QUOTE_HINT * any(
             p.rpartition(", got ")[2].startswith(("the number ", "the boolean "))
             for p in problems))
+    obj = stored_form(obj)
     metadata = mapping_at(obj, "metadata")
     group, version = _split_api_version(str(obj.get("apiVersion", "")))
     kind = str(obj.get("kind", ""))

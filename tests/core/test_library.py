@@ -234,11 +234,11 @@ def test_message_obsolete_gpu_resource_name() -> None:
 
 
 @pytest.mark.parametrize(("limit", "shown", "value"), [
-    ("500m", "500m", "0.5"), (0.5, "0.5", "0.5"), (2.5e6 + 0.5, "2.5000005e+06", "2500000.5"),
+    ("500m", "500m", "0.5"), (0.5, "500m", "0.5"), (2.5e6 + 0.5, "2500000500m", "2500000.5"),
 ])
 def test_message_fractional_gpu_limit(limit: object, shown: str, value: str) -> None:
-    # Edited copy of the nbody pod: limit nvidia.com/gpu as given (a YAML float is shown as
-    # CEL's string() shows it).
+    # Edited copy of the nbody pod: limit nvidia.com/gpu as given; a YAML number is shown as
+    # the API server stores it (0.5 is "500m"), the form the policy reads in the cluster.
     pod = first("manifests/dcgm__nbody-pod-burstable-cpu.yaml")
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = limit
     assert _verdict(pod).message == (
