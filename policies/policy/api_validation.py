@@ -9,7 +9,13 @@ in the API server's own words, so that a file gpuguard loads is one the cluster 
 - a binding's ``paramRef`` names exactly one of ``name`` and ``selector`` and says its
   ``parameterNotFoundAction`` (there is no default);
 - a ValidatingAdmissionPolicyBinding's ``validationActions`` do not hold both ``Deny`` and
-  ``Warn``.
+  ``Warn``;
+- a policy's ``auditAnnotations`` keys make a qualified name after ``<policy name>/`` and are
+  unique, its ``variables`` are CEL identifiers, its ``matchConditions`` names qualified names
+  and unique, its ``paramKind`` names ``apiVersion`` and ``kind``;
+- every label selector (``namespaceSelector``, ``objectSelector`` of ``matchConstraints`` and
+  a binding's ``matchResources``) has qualified-name keys and label values, ``values`` for
+  ``In`` / ``NotIn`` and none for ``Exists`` / ``DoesNotExist``.
 
 The texts were read from kube-apiserver 1.37.2 refusing such objects (``kubectl apply``). The
 shape checks (types, enums, required fields, unique items) stay in
@@ -23,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from policies.cel.library.format import label_value, qualified_name
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """k8s.io/apimachinery ``validation.IsDNS1123Subdomain``'s pattern (at most 253 characters)."""
@@ -50,8 +58,13 @@ def api_problems(body: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.append(("metadata.name", f"Invalid value: {_quoted(name)}: "
                                               f"{_SUBDOMAIN_TEXT}"))
     spec = body.get("spec")
-    if not isinstance(spec, Mapping) or not str(body.get("kind", "")).endswith("Binding"):
+    if not isinstance(spec, Mapping):
         return problems
+    kind = str(body.get("kind", ""))
+    problems += _selector_problems(spec, "matchResources" if kind.endswith("Binding")
+                                   else "matchConstraints")
+    if not kind.endswith("Binding"):
+        return problems + _policy_problems(spec, name if isinstance(name, str) else "")
     param_ref = spec.get("paramRef")
     if isinstance(param_ref, Mapping):
         has_name = bool(param_ref.get("name"))
@@ -78,3 +91,89 @@ def _quoted(value: Any) -> str:
     """A value as the API server's field errors quote it (Go's %q of a string)."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
+
+
+# k8s.io/kubernetes pkg/apis/admissionregistration/validation: isCELIdentifier
+_CEL_IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
+_CEL_RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var", "void",
+    "while"})
+
+
+def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
+    items = spec.get(key)
+    return [(i, item) for i, item in enumerate(items) if isinstance(item, Mapping)] \
+        if isinstance(items, list) else []
+
+
+def _policy_problems(spec: Mapping[str, Any], policy: str) -> list[tuple[str, str]]:
+    """A ValidatingAdmissionPolicy's or MutatingAdmissionPolicy's own checks."""
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, annotation in _items(spec, "auditAnnotations"):
+        key = annotation.get("key")
+        if not isinstance(key, str) or not key:
+            continue
+        where = f"spec.auditAnnotations[{index}].key"
+        problems += [(where, f"Invalid value: {_quoted(f'{policy}/{key}')}: {message}")
+                     for message in qualified_name(f"{policy}/{key}", "bytes")]
+        if key in seen:
+            problems.append((where, f"Duplicate value: {_quoted(key)}"))
+        seen.add(key)
+    for index, variable in _items(spec, "variables"):
+        name = variable.get("name")
+        if isinstance(name, str) and name and (not _CEL_IDENTIFIER.fullmatch(name)
+                                               or name in _CEL_RESERVED):
+            problems.append((f"spec.variables[{index}].name",
+                             f"Invalid value: {_quoted(name)}: must be a valid CEL identifier"))
+    seen = set()
+    for index, condition in _items(spec, "matchConditions"):
+        name = condition.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        where = f"spec.matchConditions[{index}].name"
+        problems += [(where, f"Invalid value: {_quoted(name)}: {message}")
+                     for message in qualified_name(name, "bytes")]
+        if name in seen:
+            problems.append((where, f"Duplicate value: {_quoted(name)}"))
+        seen.add(name)
+    param_kind = spec.get("paramKind")
+    if isinstance(param_kind, Mapping):
+        problems += [(f"spec.paramKind.{key}", "Required value")
+                     for key in ("apiVersion", "kind") if not param_kind.get(key)]
+    return problems
+
+
+def _selector_problems(spec: Mapping[str, Any], match: str) -> list[tuple[str, str]]:
+    """``ValidateLabelSelector`` of the namespace and object selectors under ``match``."""
+    problems: list[tuple[str, str]] = []
+    resources = spec.get(match)
+    if not isinstance(resources, Mapping):
+        return problems
+    for selector_name in ("namespaceSelector", "objectSelector"):
+        selector = resources.get(selector_name)
+        if not isinstance(selector, Mapping):
+            continue
+        where = f"spec.{match}.{selector_name}"
+        labels = selector.get("matchLabels")
+        for key, value in (labels.items() if isinstance(labels, Mapping) else ()):
+            problems += [(f"{where}.matchLabels", f"Invalid value: {_quoted(key)}: {message}")
+                         for message in qualified_name(str(key), "bytes")]
+            if isinstance(value, str):
+                problems += [(f"{where}.matchLabels", f"Invalid value: {_quoted(value)}: "
+                              f"{message}") for message in label_value(value, "bytes")]
+        for index, expression in _items(selector, "matchExpressions"):
+            at = f"{where}.matchExpressions[{index}]"
+            operator, values = expression.get("operator"), expression.get("values")
+            if operator in ("In", "NotIn") and not values:
+                problems.append((f"{at}.values", "Required value: must be specified when "
+                                                 "`operator` is 'In' or 'NotIn'"))
+            elif operator in ("Exists", "DoesNotExist") and values:
+                problems.append((f"{at}.values", "Forbidden: may not be specified when "
+                                                 "`operator` is 'Exists' or 'DoesNotExist'"))
+            key = expression.get("key")
+            if isinstance(key, str):
+                problems += [(f"{at}.key", f"Invalid value: {_quoted(key)}: {message}")
+                             for message in qualified_name(key, "bytes")]
+    return problems

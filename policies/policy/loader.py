@@ -163,12 +163,19 @@ class _Builder:
         return compiled.estimate({"params": params} if params is not None else {})
 
     def check_references(self, params: Any, variables: Sequence[str], *,
-                         native: bool = False) -> None:
+                         native: bool = False, param_kind: bool = True) -> None:
         """Static checks CEL's type checker cannot make on ``dyn`` data: every ``gpu.<field>``
         is a GPU fact, every ``variables.<name>`` is declared (before its use, for variables),
-        and for inline GPUPolicy params every ``params.<key>`` exists. A typo here would
-        otherwise fail at admission time, and under failurePolicy Fail deny every request."""
+        for inline GPUPolicy params every ``params.<key>`` exists, and a native policy without
+        ``paramKind`` does not read ``params`` (kube-apiserver does not declare it then). A typo
+        here would otherwise fail at admission time, and under failurePolicy Fail deny every
+        request."""
         for path, text in self.expressions:
+            if native and not param_kind and (uses := cel_scanner.references(text, "params")):
+                line = text.count("\n", 0, uses[0].start) + 1
+                column = uses[0].start - (text.rfind("\n", 0, uses[0].start) + 1) + 1
+                self.error(path, f"CEL error at expression line {line}, column {column}: "
+                                 "undeclared reference to 'params' (in container '')")
             # Names a comprehension or cel.bind binds are local there, not the facts.
             for field in cel_scanner.fields(text, "gpu"):
                 if field not in GPU_FIELDS:
@@ -750,7 +757,8 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
                                         "valueExpression", native=True),
         reinvocation=str(spec.get("reinvocationPolicy") or "Never"),
     )
-    builder.check_references(None, _declared(spec), native=True)
+    builder.check_references(None, _declared(spec), native=True,
+                             param_kind=spec.get("paramKind") is not None)
     return policy if len(builder.errors) == before else None
 
 

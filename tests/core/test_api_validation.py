@@ -8,10 +8,12 @@ every one of these objects and enforced a binding the cluster would not store.
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from policies.cel.runtime import CelEnvironment
 from policies.policy.api_validation import api_problems
 from policies.policy.loader import load_policies
+from tests.paths import TESTS
 
 POLICY = """\
 apiVersion: admissionregistration.k8s.io/v1
@@ -84,3 +86,57 @@ def test_a_name_longer_than_253_characters_is_refused():
     name = "a" * 254
     assert api_problems({"kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}}) == [
         ("metadata.name", f'Invalid value: "{name}": must be no more than 253 characters')]
+
+
+QUALIFIED = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+             "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+             "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+REFUSALS = {  # policy name -> what kube-apiserver 1.37.2 answered (path, message)
+    "audit-key-bad": [("spec.auditAnnotations[0].key",
+                       f'Invalid value: "audit-key-bad/bad key!": name part {QUALIFIED}')],
+    "audit-key-dup": [("spec.auditAnnotations[1].key", 'Duplicate value: "k"')],
+    "audit-key-long": [("spec.auditAnnotations[0].key", f'Invalid value: "audit-key-long/{"k" * 70}"'
+                        ": name part must be no more than 63 bytes")],
+    "var-name-bad": [("spec.variables[0].name",
+                      'Invalid value: "1bad": must be a valid CEL identifier')],
+    "var-name-dash": [("spec.variables[0].name",
+                       'Invalid value: "a-b": must be a valid CEL identifier')],
+    "mc-name-bad": [("spec.matchConditions[0].name",
+                     f'Invalid value: "bad name!": name part {QUALIFIED}')],
+    "mc-name-dup": [("spec.matchConditions[1].name", 'Duplicate value: "a"')],
+    "params-no-kind": [("spec.validations[0].expression", "CEL error at expression line 1, "
+                        "column 1: undeclared reference to 'params' (in container '')")],
+    "paramkind-empty": [("spec.paramKind.apiVersion", "Required value"),
+                        ("spec.paramKind.kind", "Required value")],
+    "selector-in-no-values": [("spec.matchConstraints.namespaceSelector.matchExpressions[0]"
+                               ".values", "Required value: must be specified when `operator` "
+                               "is 'In' or 'NotIn'")],
+    "objsel-bad-key": [("spec.matchConstraints.objectSelector.matchLabels",
+                        f'Invalid value: "bad key!": name part {QUALIFIED}')],
+    "exists-with-values": [("spec.matchConstraints.namespaceSelector.matchExpressions[0]"
+                            ".values", "Forbidden: may not be specified when `operator` is "
+                            "'Exists' or 'DoesNotExist'")],
+    "mc-name-long": [("spec.matchConditions[0].name", f'Invalid value: "{"a" * 70}": name part '
+                      "must be no more than 63 bytes")],
+}
+REFUSED = TESTS / "data" / "api-refusals" / "names-and-selectors.yaml"
+
+
+def _refused_documents() -> list[dict]:
+    return list(yaml.safe_load_all(REFUSED.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("document", _refused_documents(), ids=lambda d: d["metadata"]["name"])
+def test_names_keys_and_selectors_the_api_server_refuses(tmp_path, document):
+    """gpuguard loaded each of these (all but the duplicate matchCondition, refused in its own
+    words); the API server's params rule (no ``params`` without ``paramKind``) is a CEL
+    compile error there, worded as gpuguard words compile errors."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    policies, errors = load_policies([str(path)], CelEnvironment())
+    assert [(e.path, e.message) for e in errors] == REFUSALS[document["metadata"]["name"]]
+    assert policies.policies == ()
+
+
+def test_every_refusal_case_is_in_the_file():
+    assert sorted(d["metadata"]["name"] for d in _refused_documents()) == sorted(REFUSALS)

@@ -80,8 +80,10 @@ def _regex_error(message: str, fmt: str, *examples: str) -> str:
     return f"{message} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
-def _max_len(length: int) -> str:
-    return f"must be no more than {length} characters"
+def _max_len(length: int, unit: str = "characters") -> str:
+    # apimachinery's util/validation says characters, its newer api/validate/content (the
+    # admissionregistration validation of kube-apiserver 1.37) bytes
+    return f"must be no more than {length} {unit}"
 
 
 def _mask_trailing_dash(name: str) -> str:
@@ -101,9 +103,10 @@ def dns1123_label(value: str) -> list[str]:
     return errors
 
 
-def dns1123_subdomain(value: str) -> list[str]:
-    """``validation.IsDNS1123Subdomain``: at most 253 characters of dot-separated labels."""
-    errors = [_max_len(253)] if len(value) > 253 else []
+def dns1123_subdomain(value: str, unit: str = "characters") -> list[str]:
+    """``validation.IsDNS1123Subdomain``: at most 253 characters of dot-separated labels
+    (``unit``: how the length limit is worded, ``characters`` or ``bytes``)."""
+    errors = [_max_len(253, unit)] if len(value) > 253 else []
     if not _matches(_DNS1123_SUBDOMAIN_FMT, value):
         errors.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
     return errors
@@ -117,8 +120,10 @@ def dns1035_label(value: str) -> list[str]:
     return errors
 
 
-def qualified_name(value: str) -> list[str]:
-    """``validation.IsQualifiedName``: ``[prefix/]name``, the prefix a DNS-1123 subdomain."""
+def qualified_name(value: str, unit: str = "characters") -> list[str]:
+    """``validation.IsQualifiedName``: ``[prefix/]name``, the prefix a DNS-1123 subdomain, the
+    name at most 63 ``unit`` (``characters``; ``bytes`` in the admissionregistration checks of
+    kube-apiserver 1.37, which call it ``IsLabelKey``)."""
     errors: list[str] = []
     parts = value.split("/")
     if len(parts) > 2:
@@ -130,20 +135,20 @@ def qualified_name(value: str) -> list[str]:
         if not parts[0]:
             errors.append("prefix part must be non-empty")
         else:
-            errors.extend("prefix part " + m for m in dns1123_subdomain(parts[0]))
+            errors.extend("prefix part " + m for m in dns1123_subdomain(parts[0], unit))
     if not name:
         errors.append("name part must be non-empty")
     elif len(name) > 63:
-        errors.append("name part " + _max_len(63))
+        errors.append("name part " + _max_len(63, unit))
     if not _matches(_QUALIFIED_NAME_FMT, name):
         errors.append("name part " + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT,
                                                   "MyName", "my.name", "123-abc"))
     return errors
 
 
-def label_value(value: str) -> list[str]:
+def label_value(value: str, unit: str = "characters") -> list[str]:
     """``validation.IsValidLabelValue``: empty, or at most 63 characters of a qualified name."""
-    errors = [_max_len(63)] if len(value) > 63 else []
+    errors = [_max_len(63, unit)] if len(value) > 63 else []
     if not _matches(_LABEL_VALUE_FMT, value):
         errors.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value",
                                    "12345"))
