@@ -107,37 +107,34 @@ def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, An
         if isinstance(items, list) else []
 
 
-def _policy_problems(spec: Mapping[str, Any], policy: str) -> list[tuple[str, str]]:
-    """A ValidatingAdmissionPolicy's or MutatingAdmissionPolicy's own checks."""
+def _qualified_and_unique(spec: Mapping[str, Any], key: str, field: str,
+                          prefix: str = "") -> list[tuple[str, str]]:
+    """``spec.<key>[i].<field>``: ``prefix`` + the value a qualified name, each value once."""
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for index, annotation in _items(spec, "auditAnnotations"):
-        key = annotation.get("key")
-        if not isinstance(key, str) or not key:
+    for index, item in _items(spec, key):
+        value = item.get(field)
+        if not isinstance(value, str) or not value:
             continue
-        where = f"spec.auditAnnotations[{index}].key"
-        problems += [(where, f"Invalid value: {_quoted(f'{policy}/{key}')}: {message}")
-                     for message in qualified_name(f"{policy}/{key}", "bytes")]
-        if key in seen:
-            problems.append((where, f"Duplicate value: {_quoted(key)}"))
-        seen.add(key)
+        where = f"spec.{key}[{index}].{field}"
+        problems += [(where, f"Invalid value: {_quoted(prefix + value)}: {message}")
+                     for message in qualified_name(prefix + value, "bytes")]
+        if value in seen:
+            problems.append((where, f"Duplicate value: {_quoted(value)}"))
+        seen.add(value)
+    return problems
+
+
+def _policy_problems(spec: Mapping[str, Any], policy: str) -> list[tuple[str, str]]:
+    """A ValidatingAdmissionPolicy's or MutatingAdmissionPolicy's own checks."""
+    problems = _qualified_and_unique(spec, "auditAnnotations", "key", f"{policy}/")
     for index, variable in _items(spec, "variables"):
         name = variable.get("name")
         if isinstance(name, str) and name and (not _CEL_IDENTIFIER.fullmatch(name)
                                                or name in _CEL_RESERVED):
             problems.append((f"spec.variables[{index}].name",
                              f"Invalid value: {_quoted(name)}: must be a valid CEL identifier"))
-    seen = set()
-    for index, condition in _items(spec, "matchConditions"):
-        name = condition.get("name")
-        if not isinstance(name, str) or not name:
-            continue
-        where = f"spec.matchConditions[{index}].name"
-        problems += [(where, f"Invalid value: {_quoted(name)}: {message}")
-                     for message in qualified_name(name, "bytes")]
-        if name in seen:
-            problems.append((where, f"Duplicate value: {_quoted(name)}"))
-        seen.add(name)
+    problems += _qualified_and_unique(spec, "matchConditions", "name")
     param_kind = spec.get("paramKind")
     if isinstance(param_kind, Mapping):
         problems += [(f"spec.paramKind.{key}", "Required value")
