@@ -21,7 +21,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
-from policies.facts.stored_quantity import stored_quantity
+from policies.facts.stored_quantity import json_number, stored_quantity
 from policies.sources import load_package_json
 
 SCALARS: Final = frozenset({
@@ -150,9 +150,13 @@ def _stored(route: Any, value: Any) -> Any:
 
 
 def _stored_one(value: Any, resource_list: bool) -> Any:
-    if type(value) is str or type(value) is int or type(value) is float:
+    if type(value) is str:
         text = stored_quantity(value, resource_list)
         return value if text is None or text == value else text
+    if type(value) is int or type(value) is float:
+        # the API server stores a string whatever the number; past the port's bounds, the
+        # text kubectl sends is closer to it than a number CEL would read as a number
+        return stored_quantity(value, resource_list) or json_number(value)
     return value  # not a quantity (a boolean, a map): the reader that needs it reports it
 
 

@@ -34,8 +34,14 @@ _SYNTAX = re.compile(r"(?P<sign>[+-]?)0*(?P<num>[0-9]*)(?:\.(?P<denom>[0-9]*))?"
 _NANO = -9
 _MILLI = -3
 _MAX_INT64_DIGITS = 18  # maxInt64Factors
-_INT64 = 2**63 - 1
-_MAX_EXPONENT = 100  # far past any stored value; keeps Fraction arithmetic small
+_INT64 = 2**63 - 1  # also the cap of a BinarySI value (maxAllowed)
+# Past any real quantity, and inside Python's 4300-digit int/str conversion limit: a longer text
+# or a larger exponent is left as written (a number: as kubectl writes it).
+_MAX_TEXT = 256
+_MAX_EXPONENT = 1000
+# Go's strings.TrimSpace (unicode.IsSpace): not Python's str.strip, which also strips \x1c-\x1f
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007" \
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,9 @@ def _round_away(value: Fraction, scale: int) -> Fraction:
 
 
 def _parse(text: str) -> _Parsed | None:
-    """``ParseQuantity``; None where it returns an error."""
-    if not text:
+    """``ParseQuantity``; None where it returns an error, or past :data:`_MAX_TEXT` /
+    :data:`_MAX_EXPONENT`."""
+    if not text or len(text) > _MAX_TEXT:
         return None
     if text == "0":
         return _Parsed(Fraction(0), "DecimalSI", "0", 0)
@@ -109,17 +116,21 @@ def _parse(text: str) -> _Parsed | None:
                 kept = text if scale % 3 == 0 and not shifted.endswith("000") and \
                     shifted[0] != "0" else None
             return _Parsed(value, form, kept, scale)
-    # the inf.Dec form: rounded up to nano units, BinarySI below one shown as DecimalSI
+    # the inf.Dec form: rounded up to nano units, BinarySI capped at maxAllowed and below one
+    # shown as DecimalSI
     if value != 0:
         value = _round_away(value, _NANO)
-    if form == "BinarySI" and 0 < value < 1:
+    if form == "BinarySI" and abs(value) > _INT64:
+        value = Fraction(_INT64 if value > 0 else -_INT64)
+    if form == "BinarySI" and 0 < abs(value) < 1:
         form = "DecimalSI"
     return _Parsed(value, form, None, None)
 
 
-def _canonical(value: Fraction, form: str) -> str | None:
-    """``CanonicalizeBytes``: ``500m``, ``1Gi``, ``1536Mi``, ``1e3``; None for a value whose
-    exponent has no suffix (past ``E``)."""
+def _canonical(value: Fraction, form: str) -> str:
+    """``CanonicalizeBytes``: ``500m``, ``1Gi``, ``1536Mi``, ``1e3``, in exact integers (Go's
+    ``inf.Dec`` is exact). A DecimalSI exponent past ``E`` has no suffix, and Go then writes the
+    number alone (``1000E`` is stored as ``1``): so does this."""
     if value == 0:
         return "0"
     if form == "BinarySI" and (-1024 < value < 1024 or value.denominator != 1):
@@ -128,26 +139,38 @@ def _canonical(value: Fraction, form: str) -> str | None:
         amount, power = int(value), 0
         while amount % 1024 == 0:
             amount, power = amount // 1024, power + 10
-        word = _BINARY_WORDS.get(power)
-        return None if word is None else f"{amount}{word}"
-    decimal = Decimal(value.numerator) / Decimal(value.denominator)  # exact: 10-adic after nano
-    sign, digits, exponent = decimal.normalize().as_tuple()
-    assert isinstance(exponent, int)
-    amount = int("".join(map(str, digits)))
+        return f"{amount}{_BINARY_WORDS.get(power, '')}"
+    # value = amount * 10**exponent with amount an integer: the denominator divides 10**k
+    numerator, denominator = value.numerator, value.denominator
+    k = 0
+    while denominator != 1 and k < 40:  # nano rounding leaves at most 10**9 (2**9 * 5**9)
+        k += 1
+        scaled = numerator * 10**k
+        if scaled % denominator == 0:
+            numerator, denominator = scaled // denominator, 1
+    exponent = -k
+    while numerator % 10 == 0:
+        numerator, exponent = numerator // 10, exponent + 1
     while exponent % 3:
-        amount, exponent = amount * 10, exponent - 1
-    number = f"{'-' if sign else ''}{amount}"
+        numerator, exponent = numerator * 10, exponent - 1
     if form == "DecimalExponent":
-        return number if exponent == 0 else f"{number}e{exponent}"
-    word = _DECIMAL_WORDS.get(exponent)
-    return None if word is None else number + word
+        return str(numerator) if exponent == 0 else f"{numerator}e{exponent}"
+    return f"{numerator}{_DECIMAL_WORDS.get(exponent, '')}"
 
 
 def json_number(value: int | float) -> str:
     """A number as Go's ``encoding/json`` writes it (how kubectl sends a YAML number): ``8``,
     ``0.5``, ``1000`` for ``1e3``, an exponent only below 1e-6 or from 1e21 on (``1e-07`` is
-    ``1e-7``)."""
-    if isinstance(value, int) or not math.isfinite(value):
+    ``1e-7``). An integer outside int64 goes through float64 on its way (kubectl's unstructured
+    objects hold int64 or float64): ``10**21`` is sent as ``1e+21``."""
+    if isinstance(value, int):
+        if -(2**63) <= value <= _INT64:
+            return str(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            return str(value)
+    if not math.isfinite(value):
         return str(value)
     if value == 0 or 1e-6 <= abs(value) < 1e21:
         text = format(Decimal(repr(value)), "f")
@@ -167,11 +190,12 @@ def stored_quantity(value: str | int | float, resource_list: bool = False) -> st
 
     Returns:
         ``"1"``, ``"500m"``, ``"1Gi"``, ... ; None for what the API server refuses (not a
-        quantity; booleans) — the caller leaves it as it is, for its own error.
+        quantity; booleans) or what is past this port's bounds (a text over 256 characters, an
+        exponent over 1000) — the caller leaves a string as it is, for its own error.
     """
     if isinstance(value, bool):
         return None
-    text = value.strip() if isinstance(value, str) else json_number(value)
+    text = value.strip(_GO_SPACE) if isinstance(value, str) else json_number(value)
     parsed = _parse(text)
     if parsed is None:
         return None

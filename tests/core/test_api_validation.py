@@ -140,3 +140,26 @@ def test_names_keys_and_selectors_the_api_server_refuses(tmp_path, document):
 
 def test_every_refusal_case_is_in_the_file():
     assert sorted(d["metadata"]["name"] for d in _refused_documents()) == sorted(REFUSALS)
+
+
+@pytest.mark.parametrize("selector", [
+    {"matchLabels": {"team": 1}},
+    {"matchExpressions": ["x"]},
+    {"matchExpressions": [{"key": "a", "operator": "Matches", "values": ["b"]}]},
+    {"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]},
+    {"matchExpressions": [{"operator": "Exists"}]},
+])
+def test_a_selector_of_the_wrong_shape_is_refused_not_a_policy_that_never_matches(tmp_path,
+                                                                                selector):
+    """A fresh-context trial's find: such a selector loaded, matched nothing, and a deny-all
+    policy allowed everything offline; the API server refuses to decode or validate it."""
+    document = _refused_documents()[0]
+    document["metadata"]["name"] = "selector-shape"
+    document["spec"].pop("auditAnnotations")
+    document["spec"]["matchConstraints"]["objectSelector"] = selector
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    policies, errors = load_policies([str(path)], CelEnvironment())
+    assert policies.policies == ()
+    assert errors and all(e.path.startswith("spec.matchConstraints.objectSelector")
+                          for e in errors), [(e.path, e.message) for e in errors]

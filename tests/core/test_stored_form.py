@@ -96,3 +96,15 @@ def test_an_unquoted_gpu_count_is_judged_as_the_cluster_judges_it(gpus):
                                                             now=NOW))
     assert not verdict.allowed
     assert verdict.message == "at-most-four-gpus/at-most-four-gpus: at most 4 GPUs per container"
+
+
+def test_a_quantity_past_the_ports_bounds_is_kept_as_written_never_a_crash_or_a_number():
+    """A fresh-context trial's finds: a quoted 5,000-digit quantity crashed ``check`` (Python's
+    4,300-digit conversion limit), and numbers the port could not write stayed numbers, which a
+    ``failurePolicy: Ignore`` policy then admitted."""
+    huge = "9" * 5000
+    limits = stored_form(_pod({"nvidia.com/gpu": huge, "memory": 1e308, "cpu": 10**21}))[
+        "spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": huge, "memory": "100e306", "cpu": "1e+21"}
+    assert stored_quantity("4\x1f") is None  # Go's TrimSpace keeps \x1f: no quantity there
+    assert stored_quantity(" 4\t") == "4"
