@@ -62,6 +62,19 @@ _NUMBER = re.compile(
 _PUNCT = re.compile(r"==|!=|<=|>=|&&|\|\||\.\?|\[\?|[-+*/%!<>?:.,()\[\]{}]")
 _SPACE = re.compile(r"[ \t\n\r\f\v]+")
 
+#: The CEL spec's reserved words ("Syntax"): never an identifier.
+RESERVED = frozenset({
+    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var", "void",
+    "while"})
+
+
+def is_identifier(name: str) -> bool:
+    """Whether ``name`` is a CEL identifier: ``[_a-zA-Z][_a-zA-Z0-9]*`` and not a
+    :data:`RESERVED` word (what Kubernetes' ``isCELIdentifier`` requires of a variable name)."""
+    return _IDENT.fullmatch(name) is not None and name not in RESERVED
+
+
 #: Macros and comprehension functions that bind one or two names (cel-spec macros, cel-go's
 #: two-variable comprehensions extension).
 BINDING_MACROS = frozenset({

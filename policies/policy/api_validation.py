@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from policies.cel.library.format import label_value, qualified_name
+from policies.cel.scanner import is_identifier
 
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """k8s.io/apimachinery ``validation.IsDNS1123Subdomain``'s pattern (at most 253 characters)."""
@@ -93,14 +94,6 @@ def _quoted(value: Any) -> str:
     return f'"{text}"'
 
 
-# k8s.io/kubernetes pkg/apis/admissionregistration/validation: isCELIdentifier
-_CEL_IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
-_CEL_RESERVED = frozenset({
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var", "void",
-    "while"})
-
-
 def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
     items = spec.get(key)
     return [(i, item) for i, item in enumerate(items) if isinstance(item, Mapping)] \
@@ -130,8 +123,7 @@ def _policy_problems(spec: Mapping[str, Any], policy: str) -> list[tuple[str, st
     problems = _qualified_and_unique(spec, "auditAnnotations", "key", f"{policy}/")
     for index, variable in _items(spec, "variables"):
         name = variable.get("name")
-        if isinstance(name, str) and name and (not _CEL_IDENTIFIER.fullmatch(name)
-                                               or name in _CEL_RESERVED):
+        if isinstance(name, str) and name and not is_identifier(name):
             problems.append((f"spec.variables[{index}].name",
                              f"Invalid value: {_quoted(name)}: must be a valid CEL identifier"))
     problems += _qualified_and_unique(spec, "matchConditions", "name")
