@@ -44,6 +44,13 @@ _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 
+FORMAT_WRONG = ("quantities must match the regular expression "
+                "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+"""``resource.ErrFormatWrong``: the text does not have a quantity's shape."""
+SUFFIX_WRONG = "unable to parse quantity's suffix"
+"""``resource.ErrSuffix``: the shape is right, the suffix is none Kubernetes knows."""
+
+
 @dataclass(frozen=True)
 class _Parsed:
     """A parsed quantity: its exact value, its format, the text kept as written (or None), and
@@ -204,3 +211,20 @@ def stored_quantity(value: str | int | float, resource_list: bool = False) -> st
         rounded = _round_away(parsed.value, _MILLI) if parsed.value else parsed.value
         return _canonical(rounded, parsed.form)
     return parsed.kept if parsed.kept is not None else _canonical(parsed.value, parsed.form)
+
+
+def quantity_error(value: object) -> str | None:
+    """What ``ParseQuantity`` says of ``value`` (a string, or a number as kubectl sends it) when
+    the API server decodes it into a Quantity: :data:`FORMAT_WRONG` or :data:`SUFFIX_WRONG`;
+    None when it parses (also past this port's length and exponent bounds, which Go has not)."""
+    if value is None:
+        return None  # null decodes into a zero Quantity
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return FORMAT_WRONG
+    text = value.strip(_GO_SPACE) if isinstance(value, str) else json_number(value)
+    match = _SYNTAX.fullmatch(text)
+    if not text or match is None:
+        return FORMAT_WRONG
+    if _suffix(match["suffix"]) is None:
+        return SUFFIX_WRONG
+    return None

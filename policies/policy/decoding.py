@@ -29,9 +29,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from policies.cel.library.quantity import parse_cel_quantity
 from policies.facts.openapi import SCALARS, definition, field, resolve
-from policies.facts.stored_quantity import json_number
+from policies.facts.stored_quantity import json_number, quantity_error
 
 _INTEGERS = {"scalar:int32": (-(2**31), 2**31 - 1), "scalar:int64": (-(2**63), 2**63 - 1)}
 _GO_SCALARS = {"scalar:string": "string", "scalar:boolean": "bool", "scalar:int32": "int32",
@@ -153,19 +152,6 @@ def _go_type(shape: Any) -> str:
     return "interface {}"
 
 
-def _quantity_error(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else \
-        json_number(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else json.dumps(value)
-    try:
-        parse_cel_quantity(text.strip())
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 class _Walk:
     """One walk of a mutated object against its schema, collecting the first type error (in
     document order, as the decoder meets them) and every unknown field."""
@@ -216,18 +202,24 @@ class _Walk:
         if self.first is None:
             self.first = message
 
-    def _mistyped(self, value: Any, shape: Any, struct: str, fields: str) -> None:
+    def _mistyped(self, value: Any, shape: Any, struct: str, fields: str,
+                  word: str | None = None) -> None:
+        """``value`` does not fit ``shape``: the converter's or the JSON decoder's error
+        (``word``: how the decoder names the value, when not by its JSON type)."""
         if self.converter:
             kind = "map" if isinstance(value, Mapping) else \
                 "slice" if isinstance(value, list) else go_type(value)
             self._fail(f"cannot convert {kind} to {_go_type(shape)}")
+        elif resolve(shape) == "scalar:date-time":  # metav1.Time decodes a string first
+            self._fail(f"json: cannot unmarshal {_json_word(value)} into Go value of type "
+                       "string")
         else:
-            self._fail(f"json: cannot unmarshal {_json_word(value)} into Go struct field "
-                       f"{struct}.{fields} of type {_go_type(shape)}")
+            self._fail(f"json: cannot unmarshal {word or _json_word(value)} into Go struct "
+                       f"field {struct}.{fields} of type {_go_type(shape)}")
 
     def _scalar(self, scalar: str, shape: Any, value: Any, struct: str, fields: str) -> None:
         if scalar == "scalar:quantity":
-            if (error := _quantity_error(value)) is not None:
+            if (error := quantity_error(value)) is not None:
                 self._fail(error)
             return
         if scalar == "scalar:any" or (scalar == "scalar:int-or-string" and \
@@ -239,25 +231,15 @@ class _Walk:
             integral = isinstance(value, int) or (math.isfinite(value) and value == int(value))
             if integral and low <= int(value) <= high:
                 return
-            if self.converter:
-                if not integral:
-                    self._fail(f"cannot convert float64 to {_GO_SCALARS[scalar]}")
+            if self.converter and integral:
                 return  # the converter wraps an integer that overflows; nothing to say
-            self._fail(f"json: cannot unmarshal number {json_number(value)} into Go struct "
-                       f"field {struct}.{fields} of type {_GO_SCALARS[scalar]}")
+            self._mistyped(value, shape, struct, fields, f"number {json_number(value)}")
             return
         expected = {"scalar:string": str, "scalar:date-time": str, "scalar:boolean": bool}
         if (scalar in expected and isinstance(value, expected[scalar])) or \
                 (scalar == "scalar:double" and number):
             return
-        if self.converter:
-            self._fail(f"cannot convert {go_type(value)} to {_go_type(shape)}")
-        elif scalar == "scalar:date-time":
-            self._fail(f"json: cannot unmarshal {_json_word(value)} into Go value of type "
-                       "string")
-        else:
-            self._fail(f"json: cannot unmarshal {_json_word(value)} into Go struct field "
-                       f"{struct}.{fields} of type {_go_type(shape)}")
+        self._mistyped(value, shape, struct, fields)
 
 
 _ABSENT = object()

@@ -15,7 +15,12 @@ import yaml
 
 from policies.facts.openapi import stored_form
 from policies.facts.review import from_object
-from policies.facts.stored_quantity import stored_quantity
+from policies.facts.stored_quantity import (
+    FORMAT_WRONG,
+    SUFFIX_WRONG,
+    quantity_error,
+    stored_quantity,
+)
 from tests.builders.environment import ADMISSION_NOW as NOW
 from tests.core.test_engine import engine_for
 from tests.paths import TESTS
@@ -108,3 +113,13 @@ def test_a_quantity_past_the_ports_bounds_is_kept_as_written_never_a_crash_or_a_
     assert limits == {"nvidia.com/gpu": huge, "memory": "100e306", "cpu": "1e+21"}
     assert stored_quantity("4\x1f") is None  # Go's TrimSpace keeps \x1f: no quantity there
     assert stored_quantity(" 4\t") == "4"
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ("9" * 100, None), (8, None), (0.5, None), (None, None), ("1mm", SUFFIX_WRONG),
+    ("1x", FORMAT_WRONG), (True, FORMAT_WRONG), ({"a": 1}, FORMAT_WRONG), ("", FORMAT_WRONG),
+])
+def test_what_the_api_servers_quantity_decoder_refuses(value, error):
+    """The decoding check of a mutated object asks the ParseQuantity port, not CEL's stricter
+    ``quantity()`` (which refuses a 100-digit quantity Go parses: a trial's find)."""
+    assert quantity_error(value) == error

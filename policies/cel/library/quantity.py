@@ -29,6 +29,7 @@ from typing import Final
 
 from policies.cel.library.declarations import FunctionSpec, function
 from policies.facts.quantity import QuantityError, parse_quantity
+from policies.facts.stored_quantity import FORMAT_WRONG
 
 QUANTITY_KEY: Final = "__quantity__"
 MAX_EXPONENT: Final = 1000
@@ -36,10 +37,6 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _NANO: Final = 10**9
 _EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)$")
-# resource.ErrFormatWrong, word for word, so messages match what the API server says.
-_FORMAT_WRONG: Final = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
 
 
 def quantity_value(value: Fraction | int | Decimal) -> dict[str, str]:
@@ -77,14 +74,14 @@ def parse_cel_quantity(text: str) -> Fraction:
         ValueError: the string is not a quantity (the message mirrors Kubernetes').
     """
     if not isinstance(text, str) or text != text.strip() or not text:
-        raise ValueError(_FORMAT_WRONG)
+        raise ValueError(FORMAT_WRONG)
     exponent = _EXPONENT.search(text)
     if exponent is not None and abs(int(exponent.group(1))) > MAX_EXPONENT:
         raise ValueError(f"quantity exponent out of range (at most +/-{MAX_EXPONENT}): {text!r}")
     try:
         value = parse_quantity(text)
     except QuantityError:
-        raise ValueError(_FORMAT_WRONG) from None
+        raise ValueError(FORMAT_WRONG) from None
     scaled = value * _NANO
     if scaled.denominator != 1:
         rounded = math.ceil(scaled) if scaled > 0 else math.floor(scaled)
