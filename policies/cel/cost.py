@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from policies.cel.checked_expr import Node
 
 PER_CALL_LIMIT: Final = 1_000_000
 """``PerCallLimit``: the runtime cost one expression evaluation may reach (k8s.io/apiserver
@@ -108,161 +109,6 @@ class CostLimits:
 
 
 DEFAULT_LIMITS: Final = CostLimits()
-
-
-# --- the checked AST -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """One expression node of a checked AST.
-
-    ``kind``: ``const``, ``ident``, ``select``, ``call``, ``list``, ``map`` (map and object
-    literals; ``name`` is the message name of an object literal), ``comprehension``. ``name``: the
-    identifier, selected field or function; ``value``: a constant's value (str, bytes, int,
-    float, bool, None); ``children``: call target (when ``member``) then arguments / operand /
-    list elements / map keys and values alternately / comprehension parts (range, accu_init,
-    loop_condition, loop_step, result); ``variables``: a comprehension's (iter_var, iter_var2,
-    accu_var); ``test_only``: a ``has()`` selection.
-    """
-
-    kind: str
-    name: str = ""
-    value: Any = None
-    children: tuple[Node, ...] = ()
-    member: bool = False
-    variables: tuple[str, str, str] = ("", "", "")
-    test_only: bool = False
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of a protobuf message: varints as int, fixed64 as bytes,
-    length-delimited as bytes."""
-    i, n = 0, len(data)
-    while i < n:
-        key, i = _varint(data, i)
-        number, wire = key >> 3, key & 7
-        value: Any
-        if wire == 0:
-            value, i = _varint(data, i)
-        elif wire == 1:
-            value, i = data[i:i + 8], i + 8
-        elif wire == 2:
-            size, i = _varint(data, i)
-            value, i = data[i:i + size], i + size
-        elif wire == 5:
-            value, i = data[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        yield number, wire, value
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, i
-        shift += 7
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _constant(data: bytes) -> Any:
-    for number, _, value in _fields(data):
-        if number == 1:
-            return None
-        if number == 2:
-            return bool(value)
-        if number in (3, 4):
-            return _signed(value) if number == 3 else value
-        if number == 5:
-            return struct.unpack("<d", value)[0]
-        if number == 6:
-            return value.decode("utf-8", "surrogatepass")
-        if number == 7:
-            return bytes(value)
-    return None
-
-
-def _expr(data: bytes) -> Node:
-    for number, _, value in _fields(data):
-        if number == 3:
-            return Node("const", value=_constant(value))
-        if number == 4:
-            return Node("ident", name=next(
-                (v.decode() for f, _, v in _fields(value) if f == 1), ""))
-        if number == 5:
-            operand, name, test = None, "", False
-            for f, _, v in _fields(value):
-                if f == 1:
-                    operand = _expr(v)
-                elif f == 2:
-                    name = v.decode()
-                elif f == 3:
-                    test = bool(v)
-            return Node("select", name=name, children=(operand,) if operand else (),
-                        test_only=test)
-        if number == 6:
-            target, function, args = None, "", []
-            for f, _, v in _fields(value):
-                if f == 1:
-                    target = _expr(v)
-                elif f == 2:
-                    function = v.decode()
-                elif f == 3:
-                    args.append(_expr(v))
-            return Node("call", name=function, member=target is not None,
-                        children=((target,) if target else ()) + tuple(args))
-        if number == 7:
-            return Node("list", children=tuple(_expr(v) for f, _, v in _fields(value) if f == 1))
-        if number == 8:
-            name, parts = "", []
-            for f, _, v in _fields(value):
-                if f == 1:
-                    name = v.decode()
-                elif f == 2:
-                    key: Node = Node("const", value=None)
-                    item: Node = Node("const", value=None)
-                    for ef, _, ev in _fields(v):
-                        if ef == 2:
-                            key = Node("const", value=ev.decode())
-                        elif ef == 3:
-                            key = _expr(ev)
-                        elif ef == 4:
-                            item = _expr(ev)
-                    parts += [key, item]
-            return Node("map", name=name, children=tuple(parts))
-        if number == 9:
-            names = {1: "", 3: "", 8: ""}
-            parts_by: dict[int, Node] = {}
-            for f, _, v in _fields(value):
-                if f in names:
-                    names[f] = v.decode()
-                elif f in (2, 4, 5, 6, 7):
-                    parts_by[f] = _expr(v)
-            empty = Node("const", value=None)
-            return Node("comprehension", variables=(names[1], names[8], names[3]),
-                        children=tuple(parts_by.get(f, empty) for f in (2, 4, 5, 6, 7)))
-    return Node("const", value=None)
-
-
-def checked_ast(serialized: bytes) -> Node:
-    """The expression tree of ``Expression.serialize()`` (an ``Any`` holding a ``CheckedExpr``).
-
-    Raises:
-        ValueError: the bytes are not such a message.
-    """
-    try:
-        body = next(v for f, _, v in _fields(serialized) if f == 2)
-        expr = next(v for f, _, v in _fields(body) if f == 4)
-        return _expr(expr)
-    except (StopIteration, IndexError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a serialized checked CEL expression ({exc})") from None
 
 
 # --- sizes ---------------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ from typing import Any, Final
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
+from policies.cel import checked_expr
 from policies.cel import cost as cel_cost
 from policies.cel import scanner as cel_scanner
 from policies.cel.library import authz
@@ -629,7 +630,7 @@ class CompiledExpression:
     _environment: CelEnvironment = field(repr=False)
     estimated_cost: int = 0
     """The worst-case cost over any request (:func:`policies.cel.cost.estimate`)."""
-    _cost_tree: cel_cost.Node | None = field(default=None, repr=False)
+    _cost_tree: checked_expr.Node | None = field(default=None, repr=False)
     _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
     _checks: bool = field(default=False, repr=False)
     _written: bool = field(default=True, repr=False)
@@ -658,7 +659,7 @@ class CompiledExpression:
     def estimate(self, known: Mapping[str, Any]) -> int:
         """The worst-case cost with the variables of ``known`` (name -> plain value) fixed,
         e.g. a GPUPolicy's inline ``params`` (:func:`policies.cel.cost.estimate`)."""
-        return cel_cost.estimate(cel_cost.checked_ast(self._program.serialize()),
+        return cel_cost.estimate(checked_expr.checked_ast(self._program.serialize()),
                                  self._environment.cost_limits,
                                  iteration_cap=ITERATION_BUDGET - 1, known=known).cost
 
@@ -757,7 +758,7 @@ class CompiledExpression:
             return CelEvaluationError(self.field_path, ITERATION_LIMIT_TEXT,
                                       "RESOURCE_EXHAUSTED")
         tree = self._cost_tree if self._cost_tree is not None else \
-            cel_cost.checked_ast(self._program.serialize())
+            checked_expr.checked_ast(self._program.serialize())
         limits = self._environment.cost_limits
         if cel_cost.estimate_within(tree, *sizes, iteration_cap=_UNCAPPED) > limits.per_call:
             try:
@@ -914,7 +915,7 @@ class CelEnvironment:
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, offset), message)
                 for offset, message in sorted(refused)])
-        tree = cel_cost.checked_ast(program.serialize())
+        tree = checked_expr.checked_ast(program.serialize())
         estimated = cel_cost.estimate(tree, self.cost_limits,
                                       iteration_cap=ITERATION_BUDGET - 1).cost
         return CompiledExpression(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies.cel import cost
+from policies.cel import checked_expr, cost
 from policies.engine.evaluation import Engine
 from policies.facts.review import from_object
 from policies.policy.loader import build_policy_set
@@ -44,7 +44,7 @@ def oracle(control_plane_bin: Path) -> Iterator[CelOracle]:
 
 def _gpuguard_cost(expression: str, data: dict[str, Any]) -> int | None:
     compiled = ENV.compile(expression, field_path="x")
-    return cost.runtime_cost(cost.checked_ast(compiled._program.serialize()), data)
+    return cost.runtime_cost(checked_expr.checked_ast(compiled._program.serialize()), data)
 
 
 def test_runtime_cost_is_never_below_cel_gos(oracle: CelOracle) -> None:

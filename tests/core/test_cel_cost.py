@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from policies.cel import cost
+from policies.cel import checked_expr, cost
 from policies.cel.gpu import GPU_LIBRARY
 from policies.cel.runtime import ITERATION_LIMIT_TEXT, CelEnvironment, CelEvaluationError
 from policies.engine.evaluation import Engine, RuleOutcome
@@ -266,7 +266,7 @@ ORACLE_COSTS = [
                          ids=[case[0] for case in ORACLE_COSTS])
 def test_runtime_cost_against_cel_gos_actual_cost(expression, expected, exact):
     compiled = ENV.compile(expression, field_path="x")
-    tree = cost.checked_ast(compiled._program.serialize())
+    tree = checked_expr.checked_ast(compiled._program.serialize())
     measured = cost.runtime_cost(tree, {"object": CALIBRATION})
     assert measured is not None
     if exact:
@@ -307,7 +307,7 @@ def test_runtime_cost_never_exceeds_the_estimate_on_the_built_in_policies_exampl
     pod = yaml.safe_load((TESTS / "data" / "manifests").glob("*.yaml").__next__().read_text())
     for policy in loaded.engine.policies.policies:
         for rule in (*policy.validations, *policy.match_conditions):
-            tree = cost.checked_ast(rule.expression._program.serialize())
+            tree = checked_expr.checked_ast(rule.expression._program.serialize())
             measured = cost.runtime_cost(tree, {"object": pod})
             assert measured is not None and measured <= rule.expression.estimated_cost
 
