@@ -72,7 +72,7 @@ from typing import Any, Final
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
-from policies.cel import checked_expr
+from policies.cel import checked_expr, instantiation
 from policies.cel import cost as cel_cost
 from policies.cel import scanner as cel_scanner
 from policies.cel.library import authz
@@ -134,6 +134,18 @@ _KUBERNETES_TEXTS: Final = (
     (re.compile(r"^cannot convert (string|int|uint|double|bool|bytes|int64|uint64) to "
                 r"(int|uint|double|bool|bytes|string|int64|uint64)$"),
      lambda m: f"type conversion error from '{_type_word(m[1])}' to '{_type_word(m[2])}'"),
+    # range errors of int()/uint() (cel-go common/types/overflow.go)
+    (re.compile(r"^(?:int64|double) out of uint64 range$"), "unsigned integer overflow"),
+    (re.compile(r"^(?:uint64|double) out of int64 range$"), "integer overflow"),
+    (re.compile(r"^Type conversion error from 'string' to 'bool'$"),
+     "type conversion error from 'string' to 'bool'"),
+    (re.compile(r"^String to Duration conversion failed$"),
+     "type conversion error from 'string' to 'google.protobuf.Duration'"),
+    (re.compile(r"^Duration \".*\" (?:below minimum|above maximum) allowed duration .*$"),
+     "type conversion error from 'string' to 'google.protobuf.Duration'"),
+    (re.compile(r"^String to Timestamp conversion failed$"),
+     "type conversion error from 'string' to 'google.protobuf.Timestamp'"),
+    (re.compile(r"^malformed UTF-8 bytes$"), "invalid UTF-8 in bytes, cannot convert to string"),
     # cel-go names the key; cel-cpp's text does not, so the kind of mistake is said instead
     (re.compile(r"^Applying SELECT to non-message type$"),
      "no such key (a field selected on a value that is not a map or an object)"),
@@ -898,16 +910,19 @@ class CelEnvironment:
         ``written`` is the expression as its author wrote it (``expression`` itself, or the text
         before a rewrite such as ``JSONPatch{...}`` literals); it gets the checks Kubernetes makes
         when a policy is created (:data:`~policies.cel.library.libraries.SOURCE_CHECKS`: regex
-        literals that do not compile, mixed-type list and map literals). ``None`` for text
-        gpuguard generates (inlined params are mixed-type literals by nature): no such checks.
+        literals that do not compile, mixed-type list and map literals; and
+        :mod:`policies.cel.instantiation`: duration/timestamp literals, constant conversions that
+        fail when cel-go builds the program). ``None`` for text gpuguard generates (inlined
+        params are mixed-type literals by nature): no such checks.
 
         Raises:
             CelCompileError: syntax or type errors, with line/column of each (of ``written`` for
                 what its checks find).
         """
+        compiled_text = functools.reduce(lambda text, rewrite: rewrite(text), SOURCE_REWRITES,
+                                         expression)
         try:
-            program = self._env.compile(functools.reduce(
-                lambda text, rewrite: rewrite(text), SOURCE_REWRITES, expression))
+            program = self._env.compile(compiled_text)
         except RuntimeError as exc:
             raise CelCompileError(field_path, expression, _parse_compile_error(str(exc))) from None
         if written is not None and (
@@ -915,7 +930,14 @@ class CelEnvironment:
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, offset), message)
                 for offset, message in sorted(refused)])
-        tree = checked_expr.checked_ast(program.serialize())
+        serialized = program.serialize()
+        tree = checked_expr.checked_ast(serialized)
+        if written is not None and (refused_later := instantiation.refusals(
+                tree, checked_expr.positions(serialized) if compiled_text == written else {},
+                written)):
+            raise CelCompileError(field_path, written, [
+                CompileIssue(*_line_column(written, r.offset), r.message) if r.offset is not None
+                else CompileIssue(0, 0, r.message) for r in refused_later])
         estimated = cel_cost.estimate(tree, self.cost_limits,
                                       iteration_cap=ITERATION_BUDGET - 1).cost
         return CompiledExpression(
