@@ -83,24 +83,27 @@ def url_host(value: object) -> str:
     return _url_host(value)
 
 
+def _split_host_port(host: str) -> tuple[str, str]:
+    """Go ``net/url``'s ``splitHostPort``: a trailing ``:digits`` (or a bare ``:``) is the port;
+    brackets around what is left are removed."""
+    colon = host.rfind(":")
+    port = ""
+    if colon != -1 and all("0" <= ch <= "9" for ch in host[colon + 1:]):
+        host, port = host[:colon], host[colon + 1:]
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
 def url_hostname(value: object) -> str:
-    """``<URL>.getHostname() -> string``: host without port or IPv6 brackets."""
-    host = _url_host(value)
-    if host.startswith("["):
-        return host[1 : host.find("]")]
-    name, colon, port = host.rpartition(":")
-    return name if colon and port.isdigit() else host
+    """``<URL>.getHostname() -> string``: host without port or IPv6 brackets (Go
+    ``URL.Hostname``: ``http://a:/`` gives ``a``)."""
+    return _split_host_port(_url_host(value))[0]
 
 
 def url_port(value: object) -> str:
-    """``<URL>.getPort() -> string`` (``''`` when absent)."""
-    host = _url_host(value)
-    head, colon, port = host.rpartition(":")
-    return (
-        port
-        if colon and port.isdigit() and (not host.startswith("[") or head.endswith("]"))
-        else ""
-    )
+    """``<URL>.getPort() -> string`` (``''`` when absent; Go ``URL.Port``)."""
+    return _split_host_port(_url_host(value))[1]
 
 
 def url_escaped_path(value: object) -> str:
