@@ -311,6 +311,8 @@ def run(args: argparse.Namespace, settings: GPUSettings) -> int:
     loaded = policy_set.load(args.policies, settings)
     for error in loaded.errors:
         print(f"gpuguard: policy error: {error}", file=sys.stderr)
+    for warning in loaded.warnings:  # e.g. a policy without a binding: not evaluated, said so
+        print(f"gpuguard: policy warning: {warning}", file=sys.stderr)
     if loaded.errors:
         return EXIT_USAGE
     if not loaded.engine.policies.policies and not (args.snapshot

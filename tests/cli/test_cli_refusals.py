@@ -409,3 +409,30 @@ def test_a_quota_only_set_is_a_policy_source_and_no_command_calls_it_empty(capsy
     [error] = json.loads(stdout)["suites"][0]["errors"]
     assert "holds 3 GPUQuota document(s) and no GPUPolicy" in error
     assert "a test case evaluates policies only" in error
+
+
+def test_check_of_a_vap_without_a_binding_says_why_nothing_was_evaluated(capsys, tmp_path):
+    """A ValidatingAdmissionPolicy without its binding is not enforced (as in Kubernetes): check
+    refuses the empty set and says which policy lacked the binding, not only "no policies
+    found"; with the binding the same file is evaluated and denies."""
+    vap = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": "no-gpus"},
+           "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+               "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+               "resources": ["pods"]}]},
+               "validations": [{"expression": "object.metadata.namespace != 'team-llm'"}]}}
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(yaml.safe_dump(vap))
+    code, stdout, err = run(capsys, "check", "-f", str(REVIEW), "--policies", str(alone))
+    assert code == EXIT_USAGE and stdout == ""
+    assert err[0].startswith(f"gpuguard: policy error: {alone}: no policies found")
+    assert err[1] == (f"gpuguard: policy warning: {alone}: document 0: ValidatingAdmissionPolicy "
+                      "'no-gpus' has no binding in the input; Kubernetes does not enforce it, "
+                      "and neither does gpuguard")
+    bound = tmp_path / "bound.yaml"
+    bound.write_text(yaml.safe_dump_all([vap, {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "b"},
+        "spec": {"policyName": "no-gpus", "validationActions": ["Deny"]}}]))
+    code, stdout, err = run(capsys, "check", "-f", str(REVIEW), "--policies", str(bound))
+    assert code == 1 and "DENIED" in stdout and err == []
