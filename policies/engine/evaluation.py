@@ -80,6 +80,7 @@ from policies.policy.mutation import (
     apply_shortcut,
     check_identity,
     diff,
+    native_operations,
     validate_operations,
 )
 from policies.records import maker
@@ -813,9 +814,10 @@ class Engine:
                                        300)
                 elif mutation.expression is not None:
                     value = activation.evaluate(mutation.expression)
-                    operations = validate_operations(
-                        untyped(value) if mutation.patch_type else value)
-                    updated = apply_operations(working, operations)
+                    operations = native_operations(untyped(value)) if mutation.patch_type \
+                        else validate_operations(value)
+                    updated = apply_operations(working, operations,
+                                               native=bool(mutation.patch_type))
                     changed = updated != working
                     change = ", ".join(f"{o['op']} {o['path']}" for o in operations)
                 else:

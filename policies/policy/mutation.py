@@ -1,4 +1,5 @@
-"""Mutations: RFC 6902 operations applied to a working copy, and the response patch as a diff.
+"""Mutations: JSON Patch operations applied to a working copy as the API server applies them
+(:mod:`policies.policy.json_patch`), and the response patch as an RFC 6902 diff.
 
 Owns applying one policy mutation — operations returned by a CEL expression, or a declarative GPU
 shortcut (``addToleration``, ``setRuntimeClassName``, ``setSchedulerName``, ``setLabel``,
@@ -21,11 +22,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import jsonpatch
-import jsonpointer
+import orjson
 
 from policies.cel.json_values import to_json_data
 from policies.facts.workloads import POD_SPEC, RESOURCES, WorkloadFacts
 from policies.policy.decoding import decoding_error
+from policies.policy.json_patch import PatchError, PatchTestFailed, apply_patch
 from policies.value_words import described
 
 _OPS = {"add", "remove", "replace", "move", "copy", "test"}
@@ -69,9 +71,42 @@ def validate_operations(value: Any) -> list[dict[str, Any]]:
     return operations
 
 
-def apply_operations(target: Mapping[str, Any],
-                     operations: list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply RFC 6902 operations to a copy of ``target`` and return it.
+def native_operations(value: Any) -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy's JSONPatch value as the operations the API server builds from
+    it (k8s.io/apiserver ``mutating/patch/json_patch.go``): ``op`` and ``path`` always (an unset
+    one is ``""``), ``from`` only when not empty, ``value`` only when set (``value: null`` is
+    set). Shapes are not judged here: :func:`apply_operations` fails as the API server does.
+
+    Raises:
+        MutationError: not a list of maps, or an ``op``/``path``/``from`` that is not a string.
+    """
+    if not isinstance(value, list):
+        raise MutationError(f"expected a list of JSONPatch operations, got {described(value)}")
+    operations = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise MutationError(f"operation {index}: expected a JSONPatch, got {described(item)}")
+        for field in ("op", "path", "from"):
+            if item.get(field) is not None and not isinstance(item[field], str):
+                raise MutationError(f"operation {index}: {field} must be a string, got "
+                                    f"{described(item[field])}")
+        operation: dict[str, Any] = {"op": item.get("op") or "", "path": item.get("path") or ""}
+        if item.get("from"):
+            operation["from"] = item["from"]
+        if "value" in item:
+            operation["value"] = item["value"]
+        operations.append(operation)
+    return operations
+
+
+def apply_operations(target: Mapping[str, Any], operations: list[dict[str, Any]], *,
+                     native: bool = False) -> dict[str, Any]:
+    """Apply JSON Patch operations to a copy of ``target`` and return it, with the semantics of
+    the API server's library (:mod:`policies.policy.json_patch`).
+
+    ``native``: a MutatingAdmissionPolicy's patch. A failed ``test`` then means "leave the
+    object as it is" (``target`` is returned), and a failure is worded as the API server words
+    it (``JSON Patch: ...``); in a GPUPolicy a failed ``test`` is an error naming the operation.
 
     Raises:
         MutationError: an operation does not apply (missing path, failed test, bad index).
@@ -79,25 +114,49 @@ def apply_operations(target: Mapping[str, Any],
             the operations changed it (:func:`policies.policy.decoding.decoding_error`: a
             number for a label, a field its kind does not have).
     """
-    failures = (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, TypeError,
-                ValueError, KeyError, IndexError)
     try:
-        result = jsonpatch.JsonPatch(operations).apply(target, in_place=False)
-    except failures:
-        # Replay one operation at a time only to say which one failed (rare path).
-        result = target
-        for index, operation in enumerate(operations):
-            try:
-                result = jsonpatch.JsonPatch([operation]).apply(result, in_place=False)
-            except failures as exc:
-                # The library's text can embed whole sub-documents (env values included).
-                reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
-                raise MutationError(f"operation {index} ({operation['op']} "
-                                    f"{operation['path']}) does not apply: {reason}") from None
+        result: Any = apply_patch(target, operations)
+    except PatchTestFailed as exc:
+        if native:
+            return dict(target)
+        raise MutationError(_failed_operation(operations, exc.index, str(exc))) from None
+    except PatchError as exc:
+        if native:
+            raise MutationError(f"JSON Patch: {exc}") from None
+        raise MutationError(_failed_operation(operations, exc.index, str(exc))) from None
     result = check_identity(result)
     if (error := decoding_error(result, target)) is not None:
         raise UndecodableError(error)
+    if native and any(_may_write_null(operation) for operation in operations):
+        _drop_nulls(result)
     return result
+
+
+def _may_write_null(operation: Mapping[str, Any]) -> bool:
+    if operation["op"] in ("move", "copy"):
+        return True
+    return operation["op"] in ("add", "replace") and (
+        "value" not in operation or b"null" in orjson.dumps(operation["value"]))
+
+
+def _drop_nulls(value: Any) -> None:
+    """What decoding into the kind's Go type and encoding again does to a null map value (an
+    ``add`` without a value, ``value: null``): the field is absent from the stored object
+    (Go's nil maps, slices and pointers are ``omitempty``)."""
+    if isinstance(value, dict):
+        for key in [k for k, v in value.items() if v is None]:
+            del value[key]
+        for item in value.values():
+            _drop_nulls(item)
+    elif isinstance(value, list):
+        for item in value:
+            _drop_nulls(item)
+
+
+def _failed_operation(operations: list[dict[str, Any]], index: int, reason: str) -> str:
+    operation = operations[index] if 0 <= index < len(operations) else {}
+    return (f"operation {index} ({operation.get('op')} {operation.get('path')}) does not "
+            f"apply: {reason}")
 
 
 _IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),

@@ -1,0 +1,142 @@
+"""JSON Patch as the API server applies it (the evanphx/json-patch v4 port) and what a
+MutatingAdmissionPolicy's patch does to a request through the engine.
+
+Expected texts are kube-apiserver 1.37's (its denial is ``JSON Patch: <text>``), as the
+differential set ``tests/data/native-admission/json-patch.yaml`` checks live on the corpus.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.policy.json_patch import PatchError, PatchTestFailed, apply_patch
+from policies.policy.mutation import MutationError, apply_operations, native_operations
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+    "spec": {"containers": [{"name": "c1", "image": "i"}, {"name": "c2", "image": "j"}]},
+}
+
+
+@pytest.mark.parametrize(("operations", "path", "expected"), [
+    # a negative index counts from the end; "-" appends
+    ([{"op": "replace", "path": "/spec/containers/-1/image", "value": "k"}],
+     ("spec", "containers", 1, "image"), "k"),
+    ([{"op": "add", "path": "/spec/containers/-", "value": {"name": "c3"}}],
+     ("spec", "containers", 2, "name"), "c3"),
+    ([{"op": "add", "path": "/spec/containers/-2", "value": {"name": "c0"}}],
+     ("spec", "containers", 1, "name"), "c0"),
+    # replace of a map key that does not exist adds it
+    ([{"op": "replace", "path": "/metadata/labels/new", "value": "x"}],
+     ("metadata", "labels", "new"), "x"),
+    # add without a value adds null; the first segment of a path is dropped
+    ([{"op": "add", "path": "/metadata/annotations"}], ("metadata", "annotations"), None),
+    ([{"op": "add", "path": "metadata/annotations", "value": {}}], ("annotations",), {}),
+    # ~1 is '/', ~0 is '~', in one pass (~01 is ~1)
+    ([{"op": "add", "path": "/metadata/labels/example.com~1gpu~01", "value": "1"}],
+     ("metadata", "labels", "example.com/gpu~1"), "1"),
+    ([{"op": "copy", "from": "/metadata/labels/app", "path": "/metadata/labels/copy"}],
+     ("metadata", "labels", "copy"), "a"),
+    ([{"op": "move", "from": "/metadata/labels/app", "path": "/metadata/labels/moved"}],
+     ("metadata", "labels", "moved"), "a"),
+])
+def test_the_libraries_semantics(operations: list[dict[str, Any]], path: tuple[Any, ...],
+                                 expected: Any) -> None:
+    value: Any = apply_patch(POD, operations)
+    for part in path:
+        value = value[part]
+    assert value == expected
+    assert POD["spec"]["containers"][1]["image"] == "j"  # the input is not changed
+
+
+@pytest.mark.parametrize(("operation", "text"), [
+    ({"op": "remove", "path": "/metadata/labels/x/y"},
+     'remove operation does not apply: doc is missing path: "/metadata/labels/x/y": missing '
+     "value"),
+    ({"op": "remove", "path": "/metadata/labels/x"},
+     "error in remove for path: '/metadata/labels/x': Unable to remove nonexistent key: x: "
+     "missing value"),
+    ({"op": "add", "path": "/spec/containers/7", "value": {}},
+     "error in add for path: '/spec/containers/7': Unable to access invalid index: 7: invalid "
+     "index referenced"),
+    ({"op": "remove", "path": "/spec/containers/first"},
+     "error in remove for path: '/spec/containers/first': strconv.Atoi: parsing \"first\": "
+     "invalid syntax"),
+    ({"op": "add", "path": "c", "value": 1},
+     'add operation does not apply: doc is missing path: "c": missing value'),
+    ({"op": "merge", "path": "/a"}, "Unexpected kind: merge"),
+    ({"op": "move", "path": "/a"},
+     "move operation failed to decode from: operation, missing from field: missing value"),
+    ({"op": "move", "from": "/metadata/annotations/x", "path": "/a"},
+     "move operation does not apply: doc is missing from path: /metadata/annotations/x: missing "
+     "value"),
+    ({"op": "replace", "path": "/spec/containers/9", "value": {}},
+     "replace operation does not apply: doc is missing key: /spec/containers/9: missing value"),
+    ({"op": "replace", "path": "/spec/containers/9/image", "value": "x"},
+     "replace operation does not apply: doc is missing path: /spec/containers/9/image: missing "
+     "value"),
+    ({"op": "test", "path": "/metadata/annotations/x", "value": "x"},
+     "test operation does not apply: is missing path: /metadata/annotations/x: missing value"),
+])
+def test_the_libraries_error_texts(operation: dict[str, Any], text: str) -> None:
+    with pytest.raises(PatchError) as raised:
+        apply_patch(POD, [{"op": "add", "path": "/metadata/labels/b", "value": "b"}, operation])
+    assert str(raised.value) == text and raised.value.index == 1
+
+
+@pytest.mark.parametrize(("operation", "holds"), [
+    ({"op": "test", "path": "/metadata/name", "value": "p"}, True),
+    ({"op": "test", "path": "/metadata/name", "value": "q"}, False),
+    ({"op": "test", "path": "/spec/containers/0", "value": {"image": "i", "name": "c1"}}, True),
+    ({"op": "test", "path": "/spec/nodeName"}, True),  # no value: a missing field holds
+    ({"op": "test", "path": "/spec/nodeName", "value": None}, False),  # null is a value
+    ({"op": "test", "path": "/metadata/name"}, False),
+])
+def test_a_test_operation(operation: dict[str, Any], holds: bool) -> None:
+    if holds:
+        assert apply_patch(POD, [operation]) == POD
+    else:
+        with pytest.raises(PatchTestFailed):
+            apply_patch(POD, [operation])
+
+
+def test_a_failed_test_leaves_a_native_patch_unapplied_and_is_an_error_in_a_gpupolicy() -> None:
+    """The API server admits the object unchanged when a MutatingAdmissionPolicy's test fails
+    (k8s.io/apiserver json_patch.go: ErrTestFailed); a GPUPolicy reports the failed operation."""
+    operations = [{"op": "add", "path": "/metadata/labels/x", "value": "y"},
+                  {"op": "test", "path": "/metadata/name", "value": "other"}]
+    assert apply_operations(POD, operations, native=True) == POD
+    with pytest.raises(MutationError, match=r"^operation 1 \(test /metadata/name\) does not apply: "
+                                            r"testing value /metadata/name failed: test failed$"):
+        apply_operations(POD, operations)
+
+
+def test_a_native_failure_is_worded_as_the_api_server_words_it() -> None:
+    with pytest.raises(MutationError) as raised:
+        apply_operations(POD, native_operations([{"op": "remove", "path": "/spec/nodeName"}]),
+                         native=True)
+    assert str(raised.value) == (
+        "JSON Patch: error in remove for path: '/spec/nodeName': Unable to remove nonexistent "
+        "key: nodeName: missing value")
+
+
+def test_native_operations_are_built_as_the_api_server_builds_them() -> None:
+    """op and path always, from only when not empty, value only when set (null is set)."""
+    assert native_operations([{"path": "/a"}, {"op": "add", "path": "/b", "from": "",
+                                                "value": None}]) == [
+        {"op": "", "path": "/a"}, {"op": "add", "path": "/b", "value": None}]
+    with pytest.raises(MutationError, match="operation 0: path must be a string, got the "
+                                            "number 5"):
+        native_operations([{"op": "add", "path": 5}])
+
+
+def test_a_null_written_by_a_native_patch_is_not_in_the_stored_object() -> None:
+    """Decoding into the Pod type and encoding again drops a null map (the live API server's
+    answer for ``add /metadata/annotations`` without a value: no annotations)."""
+    result = apply_operations(POD, native_operations([
+        {"op": "add", "path": "/metadata/annotations"},
+        {"op": "add", "path": "/metadata/labels/k", "value": "v"}]), native=True)
+    assert "annotations" not in result["metadata"] and result["metadata"]["labels"]["k"] == "v"
