@@ -85,6 +85,7 @@ from policies.policy.mutation import (
 )
 from policies.records import maker
 from policies.sources import shortened
+from policies.value_words import described
 from policies.vocabulary import EvaluationMode, EvaluationPoint, FailurePolicy, ValidationAction
 
 
@@ -784,7 +785,8 @@ class Engine:
             run.add(_skipped(policy, condition))
         elif value is not _FAILED:
             run.failure(policy, condition.name, condition.path,
-                        f"matchCondition {condition.name!r} returned {value!r}, not a bool",
+                        f"matchCondition {condition.name!r} returned {described(value)}, not "
+                        "a bool",
                         error=True, point=point)
         return False
 
@@ -871,7 +873,8 @@ class Engine:
                 continue
             if value is not True and value is not False:
                 run.failure(policy, rule.name, rule.path,
-                            f"{rule.name} returned {value!r}, not a bool", error=True, point=point)
+                            f"{rule.name} returned {described(value)}, not a bool", error=True,
+                            point=point)
                 continue
             self._record(policy, rule,
                          None if value else self._message(policy, rule, activation), run, point)

@@ -59,10 +59,11 @@ def validate_operations(value: Any) -> list[dict[str, Any]]:
             raise MutationError(f"operation {index}: expected a map with op and path")
         name, path = op.get("op"), op.get("path")
         if name not in _OPS:
-            raise MutationError(f"operation {index}: op {name!r} is not one of "
-                                f"{', '.join(sorted(_OPS))}")
+            raise MutationError(f"operation {index}: op must be one of "
+                                f"{', '.join(sorted(_OPS))}, got {described(name)}")
         if not isinstance(path, str) or (path and not path.startswith("/")):
-            raise MutationError(f"operation {index}: path {path!r} is not a JSON Pointer")
+            raise MutationError(f"operation {index}: path must be a JSON Pointer ('' or "
+                                f"starting with '/'), got {described(path)}")
         if name in ("move", "copy") and not isinstance(op.get("from"), str):
             raise MutationError(f"operation {index}: {name} needs a 'from' JSON Pointer")
         if name in ("add", "replace", "test") and "value" not in op:
@@ -181,7 +182,7 @@ def check_identity(result: Any, original: Mapping[str, Any] | None = None) -> di
                 after = after.get(key) if isinstance(after, Mapping) else None
             if before != after:
                 raise MutationError(f"a mutation may not change {'.'.join(path)} "
-                                    f"({before!r} -> {after!r})")
+                                    f"(from {described(before)} to {described(after)})")
     return result
 
 

@@ -433,9 +433,10 @@ def test_jsonpatch_literal_rewrite(source, rewritten):
 
 @pytest.mark.parametrize(("operations", "message"), [
     ("[{'op': 'replace', 'path': '/metadata/name', 'value': 'other'}]",
-     "a mutation may not change metadata.name ('gpu-operator-test' -> 'other')"),
+     "a mutation may not change metadata.name (from the string 'gpu-operator-test' to the "
+     "string 'other')"),
     ("[{'op': 'replace', 'path': '/kind', 'value': 'Secret'}]",
-     "a mutation may not change kind ('Pod' -> 'Secret')"),
+     "a mutation may not change kind (from the string 'Pod' to the string 'Secret')"),
     # the API server's JSON Patch library refuses a whole-document replace by a scalar
     ("[{'op': 'replace', 'path': '', 'value': 'gone'}]",
      "operation 0 (replace ) does not apply: replace operation value must be object or array"),

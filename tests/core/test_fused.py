@@ -100,11 +100,11 @@ def test_results_that_are_not_plain_are_reported_rule_by_rule():
         "string)")
     assert messages["empty-message"] == (
         "fail", "static (messageExpression returned an empty string)")
-    assert messages["not-bool"] == ("error", "validations[0] returned 1, not a bool")
+    assert messages["not-bool"] == ("error", "validations[0] returned the number 1, not a bool")
     assert [r.outcome for r in verdict.results if r.policy == "one-error"] == ["error", "pass"]
     assert messages["condition-error"][0] == "error"
     assert messages["condition-not-bool"] == (
-        "error", "matchCondition 'count' returned 1, not a bool")
+        "error", "matchCondition 'count' returned the number 1, not a bool")
     assert messages["second-condition-false"] == ("skip", "matchCondition 'team' is false")
     assert messages["comments-and-annotations"] == ("fail", "asks 1")
     assert verdict.warning_texts == ("comments-and-annotations: asks 1",)
