@@ -62,6 +62,7 @@ from policies.sources import (
     load_package_yaml,
     read_snapshot,
 )
+from policies.value_words import described
 from policies.vocabulary import FailurePolicy, ValidationAction, parsed
 
 GPUPOLICY_API = "gpuguard.io/v1alpha1"
@@ -443,6 +444,11 @@ def _schema_properties(error: jsonschema.ValidationError) -> Mapping[str, Any]:
     return schema.get("properties", {}) if isinstance(schema, Mapping) else {}
 
 
+_JSON_TYPE_WORDS: Final = {"string": "a string", "integer": "an integer", "number": "a number",
+                           "boolean": "a boolean", "object": "a map", "array": "a list",
+                           "null": "null"}
+
+
 def _schema_message(error: jsonschema.ValidationError, subject: str = "the object") -> str:
     """A jsonschema error in words a policy author understands (``subject``: ``Kind 'name'``
     of the document, named where the error is about the object as a whole)."""
@@ -452,10 +458,17 @@ def _schema_message(error: jsonschema.ValidationError, subject: str = "the objec
         return f"unknown field(s) {', '.join(extra)} (allowed: {allowed})"
     if error.validator == "required":
         return error.message.replace("is a required property", "is required")
+    if error.validator == "type":
+        kinds = error.validator_value if isinstance(error.validator_value, list) \
+            else [error.validator_value]
+        expected = " or ".join(_JSON_TYPE_WORDS.get(str(k), str(k)) for k in kinds)
+        return f"expected {expected}, got {described(error.instance)}"
     if error.validator == "enum" and isinstance(error.validator_value, list):
-        return f"{error.instance!r} is not one of {', '.join(map(str, error.validator_value))}"
+        found = repr(error.instance) if isinstance(error.instance, str) \
+            else described(error.instance)
+        return f"{found} is not one of {', '.join(map(str, error.validator_value))}"
     if error.validator == "const":
-        return f"expected {error.validator_value!r}, got {error.instance!r}"
+        return f"expected {error.validator_value!r}, got {described(error.instance)}"
     if error.validator == "maxLength" and isinstance(error.instance, str):
         return f"longer than {error.validator_value} characters ({len(error.instance)})"
     if error.validator in ("oneOf", "anyOf") and isinstance(error.instance, Mapping) and \

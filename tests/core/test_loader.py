@@ -420,3 +420,24 @@ def test_a_policy_kind_with_a_wrong_api_version_is_an_error_not_ignored(tmp_path
     assert [str(e) for e in errors] == [
         f"{path}:16: document 1: apiVersion: {api!r} is not an API version of {kind} "
         f"(expected {expected}); the document is not loaded"]
+
+
+def test_a_value_of_the_wrong_type_is_named_in_yaml_words_not_python_reprs(tmp_path):
+    """A trial's find: jsonschema's own text showed Python reprs (``{'a': 1} is not of type
+    'string'``, ``None is not of type 'object'``)."""
+    text = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: vap}
+spec:
+  matchConstraints: {resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE],
+                                      resources: [pods]}]}
+  validations:
+  - expression: "true"
+    messageExpression: {a: 1}
+  variables: ~
+"""
+    _, errors = _load_text(tmp_path, text)
+    messages = sorted((e.path, e.message) for e in errors)
+    assert messages == [("spec.validations[0].messageExpression", "expected a string, got a map"),
+                        ("spec.variables", "expected a list, got null")]

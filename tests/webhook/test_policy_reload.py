@@ -142,11 +142,11 @@ def test_a_file_truncated_after_a_whole_document_is_refused(tmp_path):
 CUTS = {
     "before-metadata": ("kind: GPUPolicy\n", "document 0: 'metadata' is required"),
     "before-spec": ("  name: max\n", "document 0: 'spec' is required"),
-    "empty-spec": ("spec:\n", "spec: None is not of type 'object'"),
+    "empty-spec": ("spec:\n", "spec: expected a map, got null"),
     "before-validations": ("validationActions: [Deny]\n",
                            "spec: validations, mutations or auditAnnotations must contain at "
                            "least one item: GPUPolicy 'max' would have no effect"),
-    "empty-validations": ("  validations:\n", "spec.validations: None is not of type 'array'"),
+    "empty-validations": ("  validations:\n", "spec.validations: expected a list, got null"),
     "inside-the-expression": ("gpu.count <", "spec.validations[0].expression: CEL error"),
     "inside-a-field-name": ("gpu.cou", "gpu.cou is not a GPU fact (did you mean gpu.count?)"),
 }
