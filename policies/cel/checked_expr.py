@@ -205,3 +205,56 @@ def positions(serialized: bytes) -> dict[int, int]:
         return found
     except (StopIteration, IndexError) as exc:
         raise ValueError(f"not a serialized checked CEL expression ({exc})") from None
+
+
+_PRIMITIVES: Final = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
+_WELL_KNOWN: Final = {1: "any", 2: "timestamp", 3: "duration"}
+
+
+def _type_name(data: bytes) -> str:
+    """A ``google.api.expr.v1alpha1.Type`` as cel-go's checker writes it in its messages
+    (``int``, ``list(string)``, ``map(string, dyn)``, ``null``, ``timestamp``)."""
+    for number, _, value in _fields(data):
+        if number == 1:
+            return "dyn"
+        if number == 2:
+            return "null"
+        if number == 3:
+            return _PRIMITIVES.get(value, "dyn")
+        if number == 4:
+            return f"wrapper({_PRIMITIVES.get(value, 'dyn')})"
+        if number == 5:
+            return _WELL_KNOWN.get(value, "dyn")
+        if number == 6:
+            element = next((v for f, _, v in _fields(value) if f == 1), b"")
+            return f"list({_type_name(element)})"
+        if number == 7:
+            parts = {f: v for f, _, v in _fields(value)}
+            return f"map({_type_name(parts.get(1, b''))}, {_type_name(parts.get(2, b''))})"
+        if number in (9, 10):
+            return str(value.decode())
+        if number == 11:
+            return f"type({_type_name(value)})"
+        if number == 12:
+            return "*error*"
+        if number == 14:
+            return str(next((v for f, _, v in _fields(value) if f == 1), b"").decode())
+    return "dyn"
+
+
+def types(serialized: bytes) -> dict[int, str]:
+    """The checked type of each expression id of ``Expression.serialize()``
+    (``CheckedExpr.type_map``), in cel-go's words (:func:`_type_name`).
+
+    Raises:
+        ValueError: the bytes are not a serialized checked expression.
+    """
+    try:
+        found = {}
+        for number, _, entry in _fields(_checked(serialized)):
+            if number == 3:
+                fields = {f: v for f, _, v in _fields(entry)}
+                found[_signed(fields.get(1, 0))] = _type_name(fields.get(2, b""))
+        return found
+    except (StopIteration, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a serialized checked CEL expression ({exc})") from None

@@ -646,12 +646,23 @@ class CompiledExpression:
     _bounds: dict[tuple[int, int, int], int] = field(default_factory=dict, repr=False)
     _checks: bool = field(default=False, repr=False)
     _written: bool = field(default=True, repr=False)
+    _rewritten: bool = field(default=False, repr=False)  # SOURCE_REWRITES changed the text
     # False for programs gpuguard generates (fused, combined): not Kubernetes expressions, not
     # measured when they meet the iteration budget (their policies then run rule by rule)
     # whether it calls authorizer check(): then the bounds leave checks out and each evaluation
     # adds AUTHORIZER_CHECK for every check it made (Kubernetes' 350,000 each)
     # the checked AST, kept only when the estimate is over the per-call limit: then each
     # evaluation first measures its cost on the request's data (none otherwise: it cannot pass)
+
+    def checked(self) -> tuple[checked_expr.Node, dict[int, int], dict[int, str]] | None:
+        """The checked tree of ``expression`` with each id's offset in ``expression`` and its
+        checked type (:mod:`policies.cel.checked_expr`); None when the environment's source
+        rewrites changed the text before it compiled (the offsets would not be its)."""
+        if self._rewritten:
+            return None
+        serialized = self._program.serialize()
+        return (checked_expr.checked_ast(serialized), checked_expr.positions(serialized),
+                checked_expr.types(serialized))
 
     @property
     def measured(self) -> bool:
@@ -952,6 +963,7 @@ class CelEnvironment:
             else None,
             _checks=guarded is not None and cel_cost.calls_check(tree),
             _written=written is not None,
+            _rewritten=compiled_text != expression,
         )
 
     def activation(

@@ -556,22 +556,71 @@ def rewrite_typed_literals(expression: str) -> str:
     :func:`policies.policy.apply.typed_value` checks (the API server's "type names match field
     path names" check) and removes before the value is used.
     """
-    edits = []
+    return _rewritten_literals(expression)[0]
+
+
+def _rewritten_literals(expression: str) -> tuple[str, dict[int, tuple[str, int]]]:
+    """:func:`rewrite_typed_literals`'s text, and for each ``JSONPatch`` field the offset of its
+    quoted name in that text -> (field name, offset of its ``:`` in ``expression``)."""
+    edits: list[tuple[int, int, str]] = []
+    patch_fields: set[tuple[int, int]] = set()
     for root in ("JSONPatch", "Object"):
         for literal in cel_scanner.typed_literals(expression, root):
             edits.append((literal.start, literal.end, ""))
             edits += [(start, end, f'"{expression[start:end]}"') for start, end in literal.fields]
+            if root == "JSONPatch":
+                patch_fields.update(literal.fields)
             if root == "Object":
                 brace = expression.index("{", literal.end)
                 empty = expression[brace + 1:].lstrip().startswith("}")
                 edits.append((brace + 1, brace + 1,
                               f'"{TYPE_KEY}": "{literal.type_name}"' + ("" if empty else ", ")))
-    out, position = [], 0
+    out, position, length, keys = [], 0, 0, {}
     for start, end, text in sorted(edits):
-        out.append(expression[position:start] + text)
+        piece = expression[position:start]
+        length += len(piece)
+        if (start, end) in patch_fields:
+            keys[length] = (expression[start:end], expression.index(":", end))
+        out += [piece, text]
+        length += len(text)
         position = end
     out.append(expression[position:])
-    return "".join(out)
+    return "".join(out), keys
+
+
+_JSONPATCH_STRINGS: Final = ("op", "path", "from")  # Kubernetes' JSONPatch type; value is dyn
+
+
+def _jsonpatch_field_errors(written: str, compiled: CompiledExpression) -> list[tuple[int, str]]:
+    """The API server's type check of ``JSONPatch{...}`` literal fields (k8s.io/apiserver
+    ``mutating/patch/json_patch.go``: ``op``, ``path`` and ``from`` are strings, ``value`` is
+    any), which its checker makes when the policy is created and gpuguard's runtime cannot (the
+    literals are maps there): ``(offset of the field's ':', message)`` in the checker's words,
+    ``expected type of field 'path' is 'string' but provided type is 'int'``; an unknown field
+    is ``expected type of field 'pat' is '' but provided type is 'string'``."""
+    text, keys = _rewritten_literals(written)
+    checked = compiled.checked() if keys and text == compiled.expression else None
+    if checked is None:
+        return []
+    tree, positions, types = checked
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.kind != "map":
+            continue
+        for key, value in zip(node.children[::2], node.children[1::2], strict=True):
+            name, colon = keys.get(positions.get(key.id, -1), ("", -1))
+            if colon < 0:
+                continue
+            provided = types.get(value.id, "dyn")
+            if name not in (*_JSONPATCH_STRINGS, "value"):
+                found.append((colon, f"expected type of field '{name}' is '' but provided type "
+                                     f"is '{provided}'"))
+            elif name != "value" and provided not in ("string", "dyn"):
+                found.append((colon, f"expected type of field '{name}' is 'string' but provided "
+                                     f"type is '{provided}'"))
+    return sorted(found)
 
 
 def _patch_type_error(patch_type: str, written: str, compiled: CompiledExpression) -> str | None:
@@ -743,6 +792,13 @@ def _native_template(document: Document, builder: _Builder) -> Policy | None:
         path = f"{where}.{field}.expression"
         compiled = builder.compile(rewrite_typed_literals(source), path, written=source)
         if compiled is None:
+            continue
+        if patch_type == "JSONPatch" and (refused := _jsonpatch_field_errors(source, compiled)):
+            for offset, message in refused:
+                line = source.count("\n", 0, offset) + 1
+                column = offset - (source.rfind("\n", 0, offset) + 1) + 1
+                builder.error(path, f"CEL error at expression line {line}, column {column}: "
+                                    f"{message}")
             continue
         if patch_type == "ApplyConfiguration":
             apply_kinds()  # read the merge facts now, not on the first request

@@ -125,12 +125,12 @@ def apply_operations(target: Mapping[str, Any], operations: list[dict[str, Any]]
         if native:
             raise MutationError(f"JSON Patch: {exc}") from None
         raise MutationError(_failed_operation(operations, exc.index, str(exc))) from None
-    result = check_identity(result)
-    if (error := decoding_error(result, target)) is not None:
+    patched = check_identity(result)
+    if (error := decoding_error(patched, target)) is not None:
         raise UndecodableError(error)
     if native and any(_may_write_null(operation) for operation in operations):
-        _drop_nulls(result)
-    return result
+        _drop_nulls(patched)
+    return patched
 
 
 def _may_write_null(operation: Mapping[str, Any]) -> bool:

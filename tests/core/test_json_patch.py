@@ -10,9 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from policies.cel.runtime import CelEnvironment
 from policies.policy.json_patch import PatchError, PatchTestFailed, apply_patch
+from policies.policy.loader import load_policies
 from policies.policy.mutation import MutationError, apply_operations, native_operations
+from tests.paths import TESTS
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -140,3 +144,56 @@ def test_a_null_written_by_a_native_patch_is_not_in_the_stored_object() -> None:
         {"op": "add", "path": "/metadata/annotations"},
         {"op": "add", "path": "/metadata/labels/k", "value": "v"}]), native=True)
     assert "annotations" not in result["metadata"] and result["metadata"]["labels"]["k"] == "v"
+
+
+# --- JSONPatch literal fields, checked at load --------------------------------------------------
+
+LITERAL_REFUSALS = {  # kube-apiserver 1.37.2's answers (line, column, message)
+    "jsonpatch-path-int": [(1, 27, "expected type of field 'path' is 'string' but provided type "
+                                   "is 'int'")],
+    "jsonpatch-op-int": [(1, 14, "expected type of field 'op' is 'string' but provided type is "
+                                 "'int'")],
+    "jsonpatch-unknown-field": [(1, 26, "expected type of field 'pat' is '' but provided type "
+                                        "is 'string'")],
+    "jsonpatch-from-list": [(1, 28, "expected type of field 'from' is 'string' but provided "
+                                    "type is 'list(string)'")],
+    "jsonpatch-path-null": [(1, 30, "expected type of field 'path' is 'string' but provided "
+                                    "type is 'null'")],
+    "jsonpatch-two-literals-two-lines": [
+        (2, 28, "expected type of field 'path' is 'string' but provided type is 'int'"),
+        (3, 16, "expected type of field 'op' is 'string' but provided type is 'bool'")],
+}
+LITERALS = TESTS / "data" / "api-refusals" / "jsonpatch-literals.yaml"
+
+
+def literal_documents() -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicies of ``jsonpatch-literals.yaml`` (no bindings: refused at
+    creation)."""
+    return list(yaml.safe_load_all(LITERALS.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("document", literal_documents(), ids=lambda d: d["metadata"]["name"])
+def test_a_jsonpatch_literal_field_of_the_wrong_type_is_refused_at_load(tmp_path, document):
+    """The API server's checker knows the JSONPatch type (op, path, from: string; value: any)
+    and refuses at creation; gpuguard's literals are maps, so the loader reads the checked types
+    of their values: same line, column and words."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    policies, errors = load_policies([str(path)], CelEnvironment())
+    assert [(e.path, e.message) for e in errors] == [
+        ("spec.mutations[0].jsonPatch.expression",
+         f"CEL error at expression line {line}, column {column}: {message}")
+        for line, column, message in LITERAL_REFUSALS[document["metadata"]["name"]]]
+    assert policies.policies == ()
+
+
+def test_jsonpatch_literals_of_the_right_types_load(tmp_path):
+    """dyn (read from the object) is accepted for a string field, any type for value."""
+    document = literal_documents()[0]
+    document["spec"]["mutations"][0]["jsonPatch"]["expression"] = (
+        "[JSONPatch{op: 'add', path: '/metadata/labels/' + object.metadata.name, value: 1}, "
+        "JSONPatch{op: object.kind, path: object.metadata.name, from: '', value: [{'a': 1}]}]")
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    policies, errors = load_policies([str(path)], CelEnvironment())
+    assert errors == [] and len(policies.warnings) == 1  # no binding
