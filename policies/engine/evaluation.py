@@ -262,6 +262,11 @@ class _Run:
         self.warnings: list[Violation] = []
         self.audit: dict[str, str] = {}
         self.failures: dict[str, list[dict[str, str]]] = {}  # audit key -> failed rules
+        # For the API server's reinvocation rule (mutating/dispatcher.go): whether the current
+        # policy's matchConditions held (its mutations ran), and whether any native mutation
+        # of the evaluation applied (the versioned object is "dirty" even when unchanged).
+        self.invoked = False
+        self.applied = False
 
     @property
     def errors(self) -> bool:
@@ -274,6 +279,8 @@ class _Run:
         assert not trial.errors and not (trial.denials or trial.warnings or trial.audit)
         for result in trial.results:
             self.add(result)
+        self.invoked |= trial.invoked
+        self.applied |= trial.applied
 
     def check_deadline(self) -> None:
         """Raise :class:`EvaluationExpired` when the caller's deadline has passed."""
@@ -532,20 +539,21 @@ class Engine:
         data = self._data(base, current, review.subject, review.dra)
         stale = False  # the object changed since facts and CEL data were computed
         if mutate:
-            # reinvocationPolicy IfNeeded (MutatingAdmissionPolicy): a policy that ran before
-            # another one changed the object runs once more after the pass, in order, as the
-            # API server's policy reinvocation context decides (mutating/dispatcher.go)
-            invoked: list[int] = []
-            again: set[int] = set()
+            # reinvocationPolicy IfNeeded (MutatingAdmissionPolicy), as the API server's
+            # policy reinvocation context decides (mutating/dispatcher.go): once any mutation
+            # of the pass applied, every IfNeeded policy whose matchConditions held in it runs
+            # once more after the pass, in order; one whose conditions were false does not.
+            invoked: set[int] = set()
             mutating = [c for c in applicable if c.policy.mutations]
-            for reinvoked, candidates in ((False, mutating), (True, None)):
-                for compiled in candidates if candidates is not None else \
-                        [c for c in mutating if c.index in again]:
+            for reinvoked in (False, True):
+                for compiled in mutating if not reinvoked else \
+                        [c for c in mutating if run.applied and c.index in invoked]:
                     if expired is not None and expired():
                         raise EvaluationExpired
                     if stale:
                         data, stale = self._data(base, current, current, review.dra), False
                     run.begin()
+                    run.invoked = False
                     try:
                         changed = self._mutation_pass(compiled, current, data, run, point)
                     except EvaluationExpired:
@@ -557,10 +565,10 @@ class Engine:
                         continue
                     if changed is not current:
                         current, stale = changed, True
-                        if not reinvoked:
-                            again.update(invoked)
-                    if compiled.policy.reinvocation == "IfNeeded":
-                        invoked.append(compiled.index)
+                        run.applied = True
+                    if not reinvoked and run.invoked and \
+                            compiled.policy.reinvocation == "IfNeeded":
+                        invoked.add(compiled.index)
         if validate:
             if stale:
                 data = self._data(base, current, current, review.dra)
@@ -795,6 +803,7 @@ class Engine:
         activation: RequestActivation, run: _Run, point: EvaluationPoint,
     ) -> Mapping[str, Any] | None:
         """Apply the policy's mutations in order; returns the new object (or ``current``)."""
+        run.invoked = True
         if not isinstance(current, Mapping):
             return current
         # Expression steps return a new object (jsonpatch copies); shortcuts change a private
@@ -841,7 +850,13 @@ class Engine:
                     message = f"mutation {mutation.name!r} failed: {message}"
                 run.failure(policy, mutation.name, mutation.path, message, error=True,
                             point=point, undecodable=isinstance(exc, UndecodableError))
+                if mutation.patch_type and not isinstance(exc, UndecodableError):
+                    # The API server goes on with the policy's next mutation, keeping what the
+                    # earlier ones did (its failurePolicy decides the request afterwards); an
+                    # object it cannot decode ends the request (mutating/dispatcher.go).
+                    continue
                 return current
+            run.applied = run.applied or bool(mutation.patch_type)
             if changed:
                 # Described from the mutation itself (a diff per mutation costs more than the
                 # whole evaluation); the response patch is one diff of the whole request.

@@ -509,3 +509,41 @@ def test_match_policy_equivalent_matches_another_version_of_the_resource(
     review = from_object(body, now=NOW, namespace_object=namespace)
     assert review.resource.version == "v1beta2"
     assert engine_for(text).evaluate(review).allowed is not denied
+
+
+REINVOKED_PATCH = TESTS / "data" / "native-admission" / "reinvocation-json-patch.yaml"
+
+
+def _named_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}
+
+
+def test_an_if_needed_policy_runs_again_once_any_mutation_applied_even_its_own():
+    """The API server marks the object dirty after every applied mutation, so an IfNeeded
+    policy that matched runs a second time although no other policy changed anything
+    (a-append-env alone: name length 4, 4 % 3 == 1); the live differential agrees."""
+    final = engine_for(REINVOKED_PATCH.read_text(encoding="utf-8")).evaluate(
+        from_object(_named_pod("abcd"), now=NOW)).final_object
+    assert final["spec"]["containers"][0]["env"] == [
+        {"name": "REINVOKED", "value": "first"}, {"name": "REINVOKED-1", "value": "again"}]
+
+
+def test_an_if_needed_policy_whose_conditions_were_false_is_not_reinvoked():
+    """c-label-when-annotated does not match before d-annotate adds its annotation, and the
+    API server does not run it again after (name length 2: 2 % 3 == 2)."""
+    final = engine_for(REINVOKED_PATCH.read_text(encoding="utf-8")).evaluate(
+        from_object(_named_pod("ab"), now=NOW)).final_object
+    assert final["metadata"]["annotations"] == {"example.com/late": "yes"}
+    assert "labels" not in final["metadata"]
+
+
+def test_a_failed_mutation_under_ignore_does_not_stop_the_policys_next_one():
+    """e-keep-going (name length 5 % 4 == 1): its JSONPatch fails, its ApplyConfiguration still
+    applies and the request is admitted, as the API server does."""
+    verdict = engine_for(REINVOKED_PATCH.read_text(encoding="utf-8")).evaluate(
+        from_object(_named_pod("abcde"), now=NOW))
+    assert verdict.allowed
+    assert verdict.final_object["metadata"]["labels"]["example.com/second-mutation"] == "ran"
+    assert any(r.outcome == "error" and r.policy.startswith("e-keep-going")
+               and r.message.startswith("JSON Patch: ") for r in verdict.results)
