@@ -912,7 +912,7 @@ class Engine:
             if message is not None:
                 return message
             problem = expression_problem(value)
-        return fallback_message(rule, problem, native=policy.kind != "GPUPolicy")
+        return fallback_message(rule, problem, native=policy.native)
 
 
 _FAILED: Any = object()  # an evaluation that failed (its error result recorded)
@@ -963,7 +963,7 @@ def _value(policy: Policy, rule: Rule, kind: str, activation: RequestActivation,
     try:
         return activation.evaluate(rule.expression)
     except CelEvaluationError as exc:
-        if not kind and policy.kind != "GPUPolicy":
+        if not kind and policy.native:
             message = f"expression '{rule.expression.expression}' resulted in error: " \
                 f"{exc.message}"
         else:
@@ -1004,7 +1004,7 @@ def _budget(policy: Policy, activation: RequestActivation) -> int | None:
 
 def _params_path(policy: Policy) -> str:
     """Where a policy's params come from: its ``spec.params`` or its binding's ``paramRef``."""
-    return "spec.params" if policy.kind == "GPUPolicy" else "spec.paramRef"
+    return "spec.paramRef" if policy.native else "spec.params"
 
 
 def _skipped(policy: Policy, condition: Rule) -> RuleResult:

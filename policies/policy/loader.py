@@ -1185,7 +1185,7 @@ def _with_exceptions(policies: list[Policy],
     """``policies`` with each GPUPolicyException added to the GPUPolicies it names (after their
     inline ``spec.exceptions``); a name no GPUPolicy of the input has is a warning."""
     extra: dict[str, list[Exception_]] = {}
-    names = {p.name for p in policies if p.kind == "GPUPolicy"}
+    names = {p.name for p in policies if not p.native}
     for document, targets, exception in exempted:
         for name in targets:
             if name in names:
@@ -1195,7 +1195,7 @@ def _with_exceptions(policies: list[Policy],
                                 f"{name!r}, which is not in the input; it exempts nothing "
                                 "from it")
     return [replace(p, exceptions=(*p.exceptions, *extra[p.name]))
-            if p.kind == "GPUPolicy" and p.name in extra else p for p in policies]
+            if not p.native and p.name in extra else p for p in policies]
 
 
 def unique_quotas(quotas: Sequence[Quota], errors: list[PolicyError],

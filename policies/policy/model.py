@@ -216,6 +216,12 @@ class Policy:
     param_missing: str | None = None
     reinvocation: str = "Never"  # a MutatingAdmissionPolicy's reinvocationPolicy
 
+    @property
+    def native(self) -> bool:
+        """Whether this is a ValidatingAdmissionPolicy or MutatingAdmissionPolicy, run with the
+        API server's semantics and texts, rather than a GPUPolicy."""
+        return self.kind != "GPUPolicy"
+
 
 @dataclass(frozen=True)
 class PolicySet:
