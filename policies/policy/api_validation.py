@@ -26,20 +26,12 @@ Must not read files or compile CEL: it takes one parsed object and returns probl
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from policies.cel.library.format import label_value, qualified_name
+from policies.cel.library.format import dns1123_subdomain, label_value, qualified_name
 from policies.cel.scanner import is_identifier
 
-DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-"""k8s.io/apimachinery ``validation.IsDNS1123Subdomain``'s pattern (at most 253 characters)."""
-
-_SUBDOMAIN_TEXT = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-    f"used for validation is '{DNS1123_SUBDOMAIN.pattern}')")
 _EXCLUSIVE = "Forbidden: name and selector are mutually exclusive"
 
 
@@ -52,12 +44,8 @@ def api_problems(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     metadata = body.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if isinstance(name, str) and name:
-        if len(name) > 253:
-            problems.append(("metadata.name", f"Invalid value: {_quoted(name)}: must be no "
-                                              "more than 253 characters"))
-        if not DNS1123_SUBDOMAIN.fullmatch(name):
-            problems.append(("metadata.name", f"Invalid value: {_quoted(name)}: "
-                                              f"{_SUBDOMAIN_TEXT}"))
+        problems += [("metadata.name", f"Invalid value: {_quoted(name)}: {fault}")
+                     for fault in dns1123_subdomain(name)]
     spec = body.get("spec")
     if not isinstance(spec, Mapping):
         return problems

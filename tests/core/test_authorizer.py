@@ -96,6 +96,11 @@ def test_request_resource_path_and_service_account() -> None:
      ".allowed()", "Invalid service account name"),
     ("authorizer.serviceAccount('not@ns', 'ok').group('').resource('pods').check('get')"
      ".allowed()", "Invalid service account namespace"),
+    # Go's regexp $ is the end of the text; Python's $ also matched before a final newline
+    ("authorizer.serviceAccount('ml', 'runner\\n').group('').resource('pods').check('get')"
+     ".allowed()", "Invalid service account name"),
+    ("authorizer.serviceAccount('ml\\n', 'runner').group('').resource('pods').check('get')"
+     ".allowed()", "Invalid service account namespace"),
 ])
 def test_argument_errors_are_authz_go_texts(expression: str, message: str) -> None:
     verdict = engine(expression).evaluate(review(), authorizer=Recording({}))

@@ -25,7 +25,6 @@ with cached answers only, see ``webhook/admission.py``).
 
 from __future__ import annotations
 
-import re
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
@@ -37,6 +36,7 @@ import orjson
 
 from policies.authorization import Attributes, Authorizer, Decision, Subject, Verdict
 from policies.cel.library.declarations import FunctionSpec, function
+from policies.cel.library.format import dns1123_label, dns1123_subdomain
 from policies.records import maker
 
 AUTHORIZER_KEY: Final = "__authz__"
@@ -46,9 +46,6 @@ RESOURCE_KEY: Final = "__authz_resource__"
 DECISION_KEY: Final = "__authz_decision__"
 # apimachinery's IsDNS1123Subdomain / IsDNS1123Label (ValidateServiceAccountName /
 # ValidateNamespaceName).
-_DNS1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN: Final = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UNBOUND: Final = ("the authorizer of this value is not available: it belongs to a request "
                    "whose evaluation has ended")
 
@@ -178,9 +175,9 @@ def authorizer_service_account(authorizer: object, namespace: object,
     account; the name must be a DNS subdomain and the namespace a DNS label (RFC 1123)."""
     state = _state(authorizer, AUTHORIZER_KEY, "an Authorizer")
     ns, sa = _text(namespace), _text(name)
-    if not (len(sa) <= 253 and _DNS1123_SUBDOMAIN.match(sa)):
+    if dns1123_subdomain(sa):  # apimachinery's IsDNS1123Subdomain found a fault
         raise ValueError("Invalid service account name")
-    if not (len(ns) <= 63 and _DNS1123_LABEL.match(ns)):
+    if dns1123_label(ns):
         raise ValueError("Invalid service account namespace")
     return {AUTHORIZER_KEY: _dump({"s": state["s"], "sa": [ns, sa]})}
 
