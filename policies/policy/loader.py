@@ -241,10 +241,33 @@ class _Builder:
                     reason=str(item.get("reason") or "Forbidden"),
                 ))
         names = [r.name for r in rules]
-        if key == "expression" and path.endswith(("variables", "matchConditions")):
+        if native and path.endswith("variables") and len(set(names)) < len(names):
+            rules = self._redefined(rules, path)
+        elif key == "expression" and path.endswith(("variables", "matchConditions")):
             for name in {n for n in names if names.count(n) > 1}:
                 self.error(path, f"name {name!r} is used more than once")
         return tuple(rules)
+
+
+    def _redefined(self, rules: list[Rule], path: str) -> list[Rule]:
+        """A native policy's variables where a name is defined more than once: kube-apiserver
+        1.37 stores such a policy and reads every ``variables.<name>`` from the last definition
+        (each definition compiles; the earlier ones are never evaluated). The last one takes the
+        first one's place, where the variables between them can read it; refused when it reads
+        one of those itself (it could not run before them)."""
+        names = [r.name for r in rules]
+        last = {r.name: r for r in rules}
+        kept = [last[name] for i, name in enumerate(names) if name not in names[:i]]
+        order = [r.name for r in kept]
+        for position, rule in enumerate(kept):
+            later = set(order[position + 1:]) & set(
+                cel_scanner.fields(rule.expression.expression, "variables"))
+            for name in sorted(later):
+                self.error(path, f"variables.{rule.name} is defined again in {rule.path}, which "
+                                 f"reads variables.{name}, declared between the two; Kubernetes "
+                                 f"reads variables.{rule.name} from its last definition, and "
+                                 "gpuguard cannot run that one before the variables it follows")
+        return kept
 
 
 # Variables whose type Kubernetes declares but gpuguard's environment has as ``dyn``

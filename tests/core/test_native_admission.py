@@ -14,8 +14,9 @@ import copy
 import pytest
 import yaml
 
+from policies.cel.runtime import CelEnvironment
 from policies.facts.review import from_object
-from policies.policy.loader import build_policy_set, rewrite_typed_literals
+from policies.policy.loader import build_policy_set, load_policies, rewrite_typed_literals
 from policies.sources import Document, parse_text
 from tests.builders.environment import ADMISSION_NOW as NOW
 from tests.builders.environment import ENV
@@ -547,3 +548,31 @@ def test_a_failed_mutation_under_ignore_does_not_stop_the_policys_next_one():
     assert verdict.final_object["metadata"]["labels"]["example.com/second-mutation"] == "ran"
     assert any(r.outcome == "error" and r.policy.startswith("e-keep-going")
                and r.message.startswith("JSON Patch: ") for r in verdict.results)
+
+
+REDEFINED = TESTS / "data" / "native-admission" / "variables-redefined.yaml"
+
+
+@pytest.mark.parametrize("name", ["abc", "abcde"])  # odd lengths: redefined-after denies
+def test_a_variable_defined_twice_is_read_from_its_last_definition(name: str) -> None:
+    """kube-apiserver 1.37 stores the policy and uses the last definition, also in a variable
+    declared between the two (the live differential agrees on the corpus)."""
+    pod = _named_pod(name)
+    pod["spec"]["containers"].append({"name": "d", "image": "i"})
+    verdict = engine_for(REDEFINED.read_text(encoding="utf-8")).evaluate(
+        from_object(pod, now=NOW))
+    assert not verdict.allowed
+    assert {v.message for v in verdict.denials} == {"a=2 b=20"}
+
+
+def test_a_redefinition_reading_a_variable_declared_between_is_refused(tmp_path) -> None:
+    text = REDEFINED.read_text(encoding="utf-8").replace(
+        '  - {name: a, expression: "object.spec.containers.size()"}\n  validations:',
+        '  - {name: a, expression: "variables.b + 1"}\n  validations:')
+    path = tmp_path / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    _, errors = load_policies([str(path)], CelEnvironment())
+    assert [e.message for e in errors] == [
+        "variables.a is defined again in spec.variables[2].expression, which reads variables.b, "
+        "declared between the two; Kubernetes reads variables.a from its last definition, and "
+        "gpuguard cannot run that one before the variables it follows"]
