@@ -228,58 +228,60 @@ def _op_replace(root: Any, operation: Mapping[str, Any]) -> Any:
     return root
 
 
-def _op_move(root: Any, operation: Mapping[str, Any]) -> Any:
+def _source(root: Any, operation: Mapping[str, Any], kind: str) -> tuple[Any, str, str]:
+    """The container and key of a move's or copy's ``from``, and the ``from`` itself."""
     source = _path(operation, "from")
     if source is None:
-        raise PatchError(f"move operation failed to decode from: operation, missing from "
+        raise PatchError(f"{kind} operation failed to decode from: operation, missing from "
                          f"field: {_MISSING}")
     found = _parent(root, source)
     if found is None:
-        raise PatchError(f"move operation does not apply: doc is missing from path: {source}: "
+        raise PatchError(f"{kind} operation does not apply: doc is missing from path: {source}: "
                          f"{_MISSING}")
-    container, key = found
+    return (*found, source)
+
+
+def _destination(root: Any, operation: Mapping[str, Any], kind: str,
+                 undecoded: str) -> tuple[Any, str, str]:
+    """The container and key of a move's or copy's ``path``, and the path itself
+    (``undecoded``: the library's text when there is none, which differs by op)."""
+    path = _path(operation)
+    if path is None:
+        raise PatchError(undecoded)
+    found = _parent(root, path)
+    if found is None:
+        raise PatchError(f"{kind} operation does not apply: doc is missing destination path: "
+                         f"{path}: {_MISSING}")
+    return (*found, path)
+
+
+def _op_move(root: Any, operation: Mapping[str, Any]) -> Any:
+    container, key, _ = _source(root, operation, "move")
     try:
         value = _get(container, key)
         _remove(container, key)
     except PatchError as exc:
         raise PatchError(f"error in move for path: '{key}': {exc}") from None
-    path = _path(operation)
-    if path is None:
-        raise PatchError(f"move operation failed to decode path: operation missing path "
-                         f"field: {_MISSING}")
-    found = _parent(root, path)
-    if found is None:
-        raise PatchError(f"move operation does not apply: doc is missing destination path: "
-                         f"{path}: {_MISSING}")
+    target, name, path = _destination(
+        root, operation, "move",
+        f"move operation failed to decode path: operation missing path field: {_MISSING}")
     try:
-        _add(*found, value)
+        _add(target, name, value)
     except PatchError as exc:
         raise PatchError(f"error in move for path: '{path}': {exc}") from None
     return root
 
 
 def _op_copy(root: Any, operation: Mapping[str, Any]) -> Any:
-    source = _path(operation, "from")
-    if source is None:
-        raise PatchError(f"copy operation failed to decode from: operation, missing from "
-                         f"field: {_MISSING}")
-    found = _parent(root, source)
-    if found is None:
-        raise PatchError(f"copy operation does not apply: doc is missing from path: {source}: "
-                         f"{_MISSING}")
+    container, key, source = _source(root, operation, "copy")
     try:
-        value = _get(*found)
+        value = _get(container, key)
     except PatchError as exc:
         raise PatchError(f"error in copy for from: '{source}': {exc}") from None
-    path = _path(operation)
-    if path is None:
-        raise PatchError(f"copy operation failed to decode path: {_MISSING}")
-    found = _parent(root, path)
-    if found is None:
-        raise PatchError(f"copy operation does not apply: doc is missing destination path: "
-                         f"{path}: {_MISSING}")
+    target, name, _ = _destination(root, operation, "copy",
+                                   f"copy operation failed to decode path: {_MISSING}")
     try:
-        _add(*found, copy.deepcopy(value))
+        _add(target, name, copy.deepcopy(value))
     except PatchError as exc:
         raise PatchError(f"error while adding value during copy: {exc}") from None
     return root
