@@ -146,6 +146,8 @@ _KUBERNETES_TEXTS: Final = (
     (re.compile(r"^String to Timestamp conversion failed$"),
      "type conversion error from 'string' to 'google.protobuf.Timestamp'"),
     (re.compile(r"^malformed UTF-8 bytes$"), "invalid UTF-8 in bytes, cannot convert to string"),
+    # cel-cpp's lists.range(-3) fails inside std::vector; cel-go also names the size
+    (re.compile(r"^vector::reserve$"), "lists.range: size must be non-negative"),
     # cel-go names the key; cel-cpp's text does not, so the kind of mistake is said instead
     (re.compile(r"^Applying SELECT to non-message type$"),
      "no such key (a field selected on a value that is not a map or an object)"),
@@ -802,7 +804,7 @@ class CompiledExpression:
             code, message = _split_status(str(exc))
             if message == _RUNTIME_ITERATIONS:
                 raise _IterationsSpent(self.field_path, message, code) from None
-            raise CelEvaluationError(self.field_path, message, code) from None
+            raise CelEvaluationError(self.field_path, _kubernetes_text(message), code) from None
         try:
             plain = value.plain_value()
         except Exception:  # an optional (its type() even says ERROR) has no Python form
