@@ -347,10 +347,12 @@ class _RequestData:
     """
 
     def __init__(self, environment: CelEnvironment, facts: WorkloadFacts | None,
-                 prepared: PreparedData | str) -> None:
+                 prepared: PreparedData | str,
+                 rebuild: Callable[[Mapping[str, Any]], _RequestData] | None = None) -> None:
         self.environment = environment
         self.facts = facts
         self.prepared = prepared
+        self.rebuild = rebuild  # the same request's data with another object (after a mutation)
         self._shared: dict[int, RequestActivation] = {}
 
     def request(self) -> RequestActivation:
@@ -464,7 +466,8 @@ class Engine:
         becomes an error text every applicable policy reports under its failurePolicy."""
         try:
             facts = self._facts(subject, dra)
-            return _RequestData(self.environment, facts, self._base(base, current, facts))
+            return _RequestData(self.environment, facts, self._base(base, current, facts),
+                                lambda changed: self._data(base, changed, changed, dra))
         except Exception as exc:  # a bug here (facts or their CEL view) must not crash admission
             return _RequestData(
                 self.environment, None,
@@ -644,7 +647,15 @@ class Engine:
         activation = self._ready(form, data, run, point)
         if activation is None:
             return current
-        return self._mutate(form.policy, current, data.facts, activation, run, point)
+
+        def renewed(changed: Mapping[str, Any]) -> RequestActivation | None:
+            # the API server evaluates each mutation on the object the previous ones left,
+            # variables included (mutating/dispatcher.go: dispatchOne per mutation)
+            fresh = data.rebuild(changed) if data.rebuild is not None else None
+            return None if fresh is None or isinstance(fresh.prepared, str) else fresh.of(form)
+
+        return self._mutate(form.policy, current, data.facts, activation, run, point,
+                            renewed if form.policy.native else None)
 
     def _evaluate_combined(self, applicable: Sequence[CompiledPolicy],
                            data: _RequestData) -> dict[int, Any]:
@@ -801,8 +812,13 @@ class Engine:
     def _mutate(
         self, policy: Policy, current: Mapping[str, Any] | None, facts: WorkloadFacts | None,
         activation: RequestActivation, run: _Run, point: EvaluationPoint,
+        renewed: Callable[[Mapping[str, Any]], RequestActivation | None] | None = None,
     ) -> Mapping[str, Any] | None:
-        """Apply the policy's mutations in order; returns the new object (or ``current``)."""
+        """Apply the policy's mutations in order; returns the new object (or ``current``).
+
+        ``renewed``: the activation for the object as a mutation left it, for the next one
+        (native policies; a GPUPolicy's mutations all read the object as the policy found it).
+        """
         run.invoked = True
         if not isinstance(current, Mapping):
             return current
@@ -864,6 +880,8 @@ class Engine:
                     policy.name, mutation.name, mutation.path, RuleOutcome.MUTATE,
                     f"would {change}" if point == EvaluationPoint.AUDIT else change))
             working, owned = updated, owned or changed or mutation.expression is None
+            if changed and renewed is not None and mutation is not policy.mutations[-1]:
+                activation = renewed(working) or activation
         return working if working != current else current
 
     def _validate(self, policy: Policy, activation: RequestActivation, run: _Run,

@@ -621,3 +621,18 @@ def test_a_redefinition_reading_a_variable_declared_between_is_refused(tmp_path)
         "variables.a is defined again in spec.variables[2].expression, which reads variables.b, "
         "declared between the two; Kubernetes reads variables.a from its last definition, and "
         "gpuguard cannot run that one before the variables it follows"]
+
+
+SEQUENCE = TESTS / "data" / "native-admission" / "mutation-sequence.yaml"
+
+
+def test_each_mutation_reads_the_object_the_previous_ones_left_and_its_variables_again():
+    """A fresh-context trial's find: every mutation of a MAP read the object as the policy found
+    it (the API server dispatches mutation by mutation; live: mutation-sequence agrees)."""
+    pod = _named_pod("p")
+    pod["metadata"]["labels"] = {"app": "x"}
+    final = engine_for(SEQUENCE.read_text(encoding="utf-8")).evaluate(
+        from_object(pod, now=NOW)).final_object
+    assert final["metadata"]["labels"] == {
+        "app": "x", "example.com/first": "1", "example.com/second": "2",
+        "example.com/saw-second": "yes"}
