@@ -38,6 +38,7 @@ class Node:
     variables: tuple[str, str, str] = ("", "", "")
     test_only: bool = False
     id: int = 0  # the expression id, the key of :func:`positions`
+    optional: tuple[int, ...] = ()  # a list's ``[?x]`` element / a map's ``{?k: v}`` entry indexes
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
@@ -136,9 +137,16 @@ def _expr_kind(data: bytes) -> Node:
             return Node("call", name=function, member=target is not None,
                         children=((target,) if target else ()) + tuple(args))
         if number == 7:
-            return Node("list", children=tuple(_expr(v) for f, _, v in _fields(value) if f == 1))
+            optional: list[int] = []
+            for f, wire, v in _fields(value):
+                if f == 2:  # optional_indices: packed (wire 2) or one varint each
+                    optional += _packed(v) if wire == 2 else [v]
+            return Node("list", children=tuple(_expr(v) for f, _, v in _fields(value) if f == 1),
+                        optional=tuple(optional))
         if number == 8:
-            name, parts = "", []
+            name = ""
+            parts: list[Node] = []
+            entries: list[int] = []
             for f, _, v in _fields(value):
                 if f == 1:
                     name = v.decode()
@@ -152,8 +160,10 @@ def _expr_kind(data: bytes) -> Node:
                             key = _expr(ev)
                         elif ef == 4:
                             item = _expr(ev)
+                        elif ef == 5 and ev:
+                            entries.append(len(parts) // 2)
                     parts += [key, item]
-            return Node("map", name=name, children=tuple(parts))
+            return Node("map", name=name, children=tuple(parts), optional=tuple(entries))
         if number == 9:
             names = {1: "", 3: "", 8: ""}
             parts_by: dict[int, Node] = {}
@@ -166,6 +176,15 @@ def _expr_kind(data: bytes) -> Node:
             return Node("comprehension", variables=(names[1], names[8], names[3]),
                         children=tuple(parts_by.get(f, empty) for f in (2, 4, 5, 6, 7)))
     return Node("const", value=None)
+
+
+def _packed(data: bytes) -> list[int]:
+    """The varints of a packed repeated integer field."""
+    values, i = [], 0
+    while i < len(data):
+        value, i = _varint(data, i)
+        values.append(value)
+    return values
 
 
 def _checked(serialized: bytes) -> bytes:
@@ -237,8 +256,10 @@ def _type_name(data: bytes) -> str:
             return f"type({_type_name(value)})"
         if number == 12:
             return "*error*"
-        if number == 14:
-            return str(next((v for f, _, v in _fields(value) if f == 1), b"").decode())
+        if number == 14:  # abstract type: optional_type(string)
+            name = next((v for f, _, v in _fields(value) if f == 1), b"").decode()
+            params = [_type_name(v) for f, _, v in _fields(value) if f == 2]
+            return f"{name}({', '.join(params)})" if params else str(name)
     return "dyn"
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from policies.cel.checked_expr import Node
 from policies.cel.conversions import FUNCTIONS, Constant, ConversionError, convert
+from policies.cel.library import homogeneous
 
 _VALIDATED = ("duration", "timestamp")
 INSTANTIATION_FAILED = "program instantiation failed"
@@ -47,15 +48,22 @@ class _Failed(Exception):
         self.node = node
 
 
-def refusals(tree: Node, positions: Mapping[int, int], source: str = "") -> list[Refusal]:
+def refusals(tree: Node, positions: Mapping[int, int], source: str = "",
+             types: Mapping[int, str] | None = None) -> list[Refusal]:
     """The validators' findings (all of them, in source order, as cel-go reports them) or else
     the first conversion that fails when the program is built (cel-go stops there); ``[]`` when
     Kubernetes accepts the expression. ``positions`` maps expression ids to offsets in
-    ``source`` (:func:`policies.cel.checked_expr.positions`; empty when unknown)."""
+    ``source`` (:func:`policies.cel.checked_expr.positions`; empty when unknown); with the
+    checked ``types`` (of ``source`` as written, not rewritten), the homogeneous-literal
+    validator compares checked types too
+    (:func:`~policies.cel.library.homogeneous.checked_errors`)."""
     found = [Refusal(positions.get(argument.id), f"invalid {node.name} argument")
              for node in _calls(tree, _VALIDATED) if len(node.children) == 1
              and (argument := node.children[0]).kind == "const"
              and _fails(node.name, Constant(argument.name, argument.value))]
+    if types is not None:
+        found += [Refusal(positions.get(ident), message)
+                  for ident, message in homogeneous.checked_errors(tree, types)]
     if found:
         return sorted(found, key=lambda r: -1 if r.offset is None else r.offset)
     try:

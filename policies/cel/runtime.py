@@ -945,9 +945,10 @@ class CelEnvironment:
                 for offset, message in sorted(refused)])
         serialized = program.serialize()
         tree = checked_expr.checked_ast(serialized)
+        same = compiled_text == written
         if written is not None and (refused_later := instantiation.refusals(
-                tree, checked_expr.positions(serialized) if compiled_text == written else {},
-                written)):
+                tree, checked_expr.positions(serialized) if same else {}, written,
+                checked_expr.types(serialized) if same else None)):
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, r.offset), r.message) if r.offset is not None
                 else CompileIssue(0, 0, r.message) for r in refused_later])

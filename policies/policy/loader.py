@@ -29,8 +29,10 @@ from typing import Any, Final
 import jsonschema
 import yaml
 
+from policies.cel import checked_expr as cel_checked
 from policies.cel import scanner as cel_scanner
 from policies.cel.gpu import GPU_FIELDS
+from policies.cel.library import homogeneous
 from policies.cel.runtime import CelCompileError, CelEnvironment, CompiledExpression
 from policies.facts.openapi import kinds as apply_kinds
 from policies.facts.workload_kinds import DEFAULT_RESOURCES
@@ -582,9 +584,11 @@ def rewrite_typed_literals(expression: str) -> str:
     return _rewritten_literals(expression)[0]
 
 
-def _rewritten_literals(expression: str) -> tuple[str, dict[int, tuple[str, int]]]:
-    """:func:`rewrite_typed_literals`'s text, and for each ``JSONPatch`` field the offset of its
-    quoted name in that text -> (field name, offset of its ``:`` in ``expression``)."""
+def _rewritten_literals(expression: str
+                        ) -> tuple[str, dict[int, tuple[str, int]], list[tuple[int, int, int]]]:
+    """:func:`rewrite_typed_literals`'s text; for each ``JSONPatch`` field the offset of its
+    quoted name in that text -> (field name, offset of its ``:`` in ``expression``); and the
+    pieces the rewrite kept, ``(offset in the text, offset in expression, length)``."""
     edits: list[tuple[int, int, str]] = []
     patch_fields: set[tuple[int, int]] = set()
     for root in ("JSONPatch", "Object"):
@@ -599,16 +603,19 @@ def _rewritten_literals(expression: str) -> tuple[str, dict[int, tuple[str, int]
                 edits.append((brace + 1, brace + 1,
                               f'"{TYPE_KEY}": "{literal.type_name}"' + ("" if empty else ", ")))
     out, position, length, keys = [], 0, 0, {}
+    kept: list[tuple[int, int, int]] = []
     for start, end, text in sorted(edits):
         piece = expression[position:start]
+        kept.append((length, position, len(piece)))
         length += len(piece)
         if (start, end) in patch_fields:
             keys[length] = (expression[start:end], expression.index(":", end))
         out += [piece, text]
         length += len(text)
         position = end
+    kept.append((length, position, len(expression) - position))
     out.append(expression[position:])
-    return "".join(out), keys
+    return "".join(out), keys, kept
 
 
 _JSONPATCH_STRINGS: Final = ("op", "path", "from")  # Kubernetes' JSONPatch type; value is dyn
@@ -621,12 +628,27 @@ def _jsonpatch_field_errors(written: str, compiled: CompiledExpression) -> list[
     literals are maps there): ``(offset of the field's ':', message)`` in the checker's words,
     ``expected type of field 'path' is 'string' but provided type is 'int'``; an unknown field
     is ``expected type of field 'pat' is '' but provided type is 'string'``."""
-    text, keys = _rewritten_literals(written)
-    checked = compiled.checked() if keys and text == compiled.expression else None
+    text, keys, kept = _rewritten_literals(written)
+    checked = compiled.checked() if text == compiled.expression else None
     if checked is None:
         return []
     tree, positions, types = checked
-    found, stack = [], [tree]
+
+    def typed_literal(node: cel_checked.Node) -> bool:
+        return any(positions.get(key.id, -1) in keys or key.value == TYPE_KEY
+                   for key in node.children[::2])
+
+    def written_offset(offset: int) -> int:
+        for out_start, start, size in kept:
+            if out_start <= offset < out_start + size:
+                return start + offset - out_start
+        return 0
+
+    # Kubernetes' homogeneous-literal rule on the rewritten maps too, but for the typed
+    # literals (whose fields differ in type by design)
+    found = [(written_offset(positions.get(ident, 0)), message) for ident, message
+             in homogeneous.checked_errors(tree, types, skip=typed_literal)]
+    stack = [tree]
     while stack:
         node = stack.pop()
         stack.extend(node.children)

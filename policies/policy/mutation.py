@@ -16,7 +16,10 @@ Must not decide whether a mutation runs (that is the engine) or do I/O.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -24,9 +27,10 @@ from typing import Any, Final
 import jsonpatch
 import orjson
 
+from policies.cel import conversions
 from policies.cel.json_values import to_json_data
 from policies.facts.workloads import POD_SPEC, RESOURCES, WorkloadFacts
-from policies.policy.decoding import decoding_error
+from policies.policy.decoding import decoding_error, store_nulls
 from policies.policy.json_patch import PatchError, PatchTestFailed, apply_patch
 from policies.value_words import described
 
@@ -95,9 +99,52 @@ def native_operations(value: Any) -> list[dict[str, Any]]:
         if item.get("from"):
             operation["from"] = item["from"]
         if "value" in item:
-            operation["value"] = item["value"]
+            operation["value"] = _patch_value(item["value"])
         operations.append(operation)
     return operations
+
+
+_SAFE_INTEGER: Final = 2**53 - 1  # JavaScript's MAX_SAFE_INTEGER, cel-go's JSON number limit
+
+
+def _patch_value(value: Any) -> Any:
+    """A JSONPatch ``value`` as the API server turns the CEL value into JSON (cel-go
+    ``ConvertToNative(structpb.Value)``, then ``json.Marshal``): an integer beyond
+    ±(2^53-1) is a string of its digits, a duration ``"1.5s"``, a timestamp RFC 3339, bytes
+    base64.
+
+    Raises:
+        MutationError: NaN or an infinity, which protojson cannot write (the API server's
+            words; an evaluation error, so the failurePolicy decides).
+    """
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if -_SAFE_INTEGER <= value <= _SAFE_INTEGER else str(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        word = "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
+        raise MutationError(
+            "JSONPath valueExpression evaluated to a type that could not marshal to JSON: json: "
+            "error calling MarshalJSON for type *structpb.Value: proto: "
+            f"google.protobuf.Value.number_value: invalid {word} value")
+    if isinstance(value, list | tuple):
+        return [_patch_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _patch_value(v) for k, v in value.items()}
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.timedelta):
+        return conversions.format_duration(
+            (value.days * 86400 + value.seconds) * 10**9 + value.microseconds * 1000)
+    if isinstance(value, datetime.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+        offset = moment.utcoffset() or datetime.timedelta()
+        return conversions.format_timestamp(
+            (int(moment.timestamp() // 1), moment.microsecond * 1000,
+             int(offset.total_seconds())))
+    return value
 
 
 def apply_operations(target: Mapping[str, Any], operations: list[dict[str, Any]], *,
@@ -129,7 +176,7 @@ def apply_operations(target: Mapping[str, Any], operations: list[dict[str, Any]]
     if (error := decoding_error(patched, target)) is not None:
         raise UndecodableError(error)
     if native and any(_may_write_null(operation) for operation in operations):
-        _drop_nulls(patched)
+        store_nulls(patched, target)
     return patched
 
 
@@ -138,20 +185,6 @@ def _may_write_null(operation: Mapping[str, Any]) -> bool:
         return True
     return operation["op"] in ("add", "replace") and (
         "value" not in operation or b"null" in orjson.dumps(operation["value"]))
-
-
-def _drop_nulls(value: Any) -> None:
-    """What decoding into the kind's Go type and encoding again does to a null map value (an
-    ``add`` without a value, ``value: null``): the field is absent from the stored object
-    (Go's nil maps, slices and pointers are ``omitempty``)."""
-    if isinstance(value, dict):
-        for key in [k for k, v in value.items() if v is None]:
-            del value[key]
-        for item in value.values():
-            _drop_nulls(item)
-    elif isinstance(value, list):
-        for item in value:
-            _drop_nulls(item)
 
 
 def _failed_operation(operations: list[dict[str, Any]], index: int, reason: str) -> str:

@@ -103,3 +103,24 @@ def test_a_policy_with_a_failing_constant_conversion_is_refused_naming_file_and_
     assert [str(e) for e in errors] == [
         "policy.yaml:19: document 0: spec.validations[1].expression: CEL error at "
         "expression line 1, column 33: program instantiation failed: unsigned integer overflow"]
+
+
+@pytest.mark.parametrize(("expression", "issue"), [
+    ("[string(object.s), b'abc'].size() == 2", (1, 20, "expected type 'string' but found 'bytes'")),
+    ("[[1], ['a']].size() == 2", (1, 7, "expected type 'list(int)' but found 'list(string)'")),
+    ("[timestamp('2000-01-01T00:00:00Z'), duration('1s')].size() == 2",
+     (1, 45, "expected type 'timestamp' but found 'duration'")),
+])
+def test_aggregate_literals_of_mixed_checked_types_are_refused(expression, issue) -> None:
+    """cel-go's HomogeneousAggregateLiterals compares checked types (kube-apiserver 1.37's
+    answers: same line, column and words); elements written as literals were compared before."""
+    assert _issues(expression) == [issue]
+
+
+@pytest.mark.parametrize("expression", [
+    "[1, object.s].size() == 2",  # dyn: Kubernetes refuses, gpuguard cannot tell (known)
+    "'%s %d'.format([string(object.s), 1]) == ''",  # format's arguments may mix
+    "['a', ?optional.of('v')] == ['a', 'v']",  # an optional element is its value's type
+])
+def test_aggregates_the_rule_leaves_alone(expression) -> None:
+    assert _issues(expression) is None

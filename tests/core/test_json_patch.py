@@ -197,3 +197,34 @@ def test_jsonpatch_literals_of_the_right_types_load(tmp_path):
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     policies, errors = load_policies([str(path)], CelEnvironment())
     assert errors == [] and len(policies.warnings) == 1  # no binding
+
+
+# --- a JSONPatch value as the API server writes it -----------------------------------------
+
+
+@pytest.mark.parametrize(("value", "written"), [
+    (2**53 - 1, 2**53 - 1),
+    (2**53 + 1, "9007199254740993"),  # beyond a JSON-safe integer: its digits as a string
+    (-(2**53), "-9007199254740992"),
+    (18446744073709551615, "18446744073709551615"),
+    (b"abc", "YWJj"),
+    ([1, {"a": 2**60}], [1, {"a": "1152921504606846976"}]),
+])
+def test_a_value_is_written_as_cel_go_writes_it(value: Any, written: Any) -> None:
+    [operation] = native_operations([{"op": "add", "path": "/x", "value": value}])
+    assert operation["value"] == written
+
+
+def test_a_nan_value_is_an_evaluation_error_in_the_api_servers_words() -> None:
+    with pytest.raises(MutationError, match=r"could not marshal to JSON: .*number_value: "
+                                            r"invalid NaN value$"):
+        native_operations([{"op": "add", "path": "/x", "value": float("nan")}])
+
+
+def test_a_null_string_map_entry_is_stored_as_an_empty_string() -> None:
+    """Go decodes null into a map[string]string entry as "" (labels), and drops a null struct
+    field (annotations itself); live: json-patch-values."""
+    result = apply_operations(POD, native_operations([
+        {"op": "add", "path": "/metadata/labels/empty", "value": None},
+        {"op": "add", "path": "/metadata/annotations"}]), native=True)
+    assert result["metadata"]["labels"]["empty"] == "" and "annotations" not in result["metadata"]
