@@ -393,7 +393,9 @@ def typed_literals(source: str, root: str) -> tuple[TypedLiteral, ...]:
             (tokens[inner].start, tokens[inner].end)
             for inner in _top_level(tokens, last + 1, closing)
             if tokens[inner].kind is TokenKind.IDENT and inner + 1 < closing
-            and tokens[inner + 1].text == ":" and tokens[inner - 1].text in ("{", ","))
+            and tokens[inner + 1].text == ":" and (
+                tokens[inner - 1].text in ("{", ",")  # ``name:``, or an optional ``?name:``
+                or (tokens[inner - 1].text == "?" and tokens[inner - 2].text in ("{", ","))))
         name = "".join(t.text for t in tokens[index:last + 1])
         found.append(TypedLiteral(name, token.start, tokens[last].end, fields))
     return tuple(found)

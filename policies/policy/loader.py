@@ -654,11 +654,14 @@ def _jsonpatch_field_errors(written: str, compiled: CompiledExpression) -> list[
         stack.extend(node.children)
         if node.kind != "map":
             continue
-        for key, value in zip(node.children[::2], node.children[1::2], strict=True):
+        for entry, (key, value) in enumerate(zip(node.children[::2], node.children[1::2],
+                                                 strict=True)):
             name, colon = keys.get(positions.get(key.id, -1), ("", -1))
             if colon < 0:
                 continue
             provided = types.get(value.id, "dyn")
+            if entry in node.optional and provided.startswith("optional_type("):
+                provided = provided[len("optional_type("):-1]  # ``?op: optional.of('add')``
             if name not in (*_JSONPATCH_STRINGS, "value"):
                 found.append((colon, f"expected type of field '{name}' is '' but provided type "
                                      f"is '{provided}'"))

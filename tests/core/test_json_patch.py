@@ -228,3 +228,16 @@ def test_a_null_string_map_entry_is_stored_as_an_empty_string() -> None:
         {"op": "add", "path": "/metadata/labels/empty", "value": None},
         {"op": "add", "path": "/metadata/annotations"}]), native=True)
     assert result["metadata"]["labels"]["empty"] == "" and "annotations" not in result["metadata"]
+
+
+def test_an_optional_field_of_a_jsonpatch_literal_loads(tmp_path):
+    """``JSONPatch{?op: optional.of('add'), ...}`` (a fresh-context trial's find: refused with
+    ``undeclared reference to 'op'``; kube-apiserver stores it) is typed by the optional's
+    value."""
+    document = literal_documents()[0]
+    document["spec"]["mutations"][0]["jsonPatch"]["expression"] = (
+        "[JSONPatch{?op: optional.of('add'), path: '/metadata/labels/x', value: 'v'}]")
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    policies, errors = load_policies([str(path)], CelEnvironment())
+    assert errors == [] and len(policies.policies) == 0  # no binding: loaded, not enforced
