@@ -119,6 +119,16 @@ def _policy_problems(spec: Mapping[str, Any], policy: str) -> list[tuple[str, st
     if isinstance(param_kind, Mapping):
         problems += [(f"spec.paramKind.{key}", "Required value")
                      for key in ("apiVersion", "kind") if not param_kind.get(key)]
+    for index, mutation in _items(spec, "mutations"):
+        # validateMutation: the other patch type's field must be absent (k8s.io/kubernetes
+        # pkg/apis/admissionregistration/validation, the value written as it writes it)
+        kind = mutation.get("patchType")
+        other = {"JSONPatch": "applyConfiguration", "ApplyConfiguration": "jsonPatch"}.get(
+            kind if isinstance(kind, str) else "")
+        if other is not None and mutation.get(other) is not None:
+            problems.append((f"spec.mutations[{index}].{other}",
+                             f'Invalid value: "{{{other}}}": must not be specified when '
+                             f"patchType is {kind}"))
     return problems
 
 

@@ -118,6 +118,10 @@ REFUSALS = {  # policy name -> what kube-apiserver 1.37.2 answered (path, messag
                             "'Exists' or 'DoesNotExist'")],
     "mc-name-long": [("spec.matchConditions[0].name", f'Invalid value: "{"a" * 70}": name part '
                       "must be no more than 63 bytes")],
+    # a fresh-context trial's find: gpuguard ran the JSONPatch and ignored the other field
+    "mutation-both-patches": [("spec.mutations[0].applyConfiguration",
+                               'Invalid value: "{applyConfiguration}": must not be specified '
+                               "when patchType is JSONPatch")],
 }
 REFUSED = TESTS / "data" / "api-refusals" / "names-and-selectors.yaml"
 
