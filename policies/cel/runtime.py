@@ -916,8 +916,8 @@ class CelEnvironment:
             ],
         )
 
-    def compile(self, expression: str, *, field_path: str,
-                written: str | None = None) -> CompiledExpression:
+    def compile(self, expression: str, *, field_path: str, written: str | None = None,
+                typed_aggregates: bool = True) -> CompiledExpression:
         """Parse and type-check ``expression``.
 
         ``written`` is the expression as its author wrote it (``expression`` itself, or the text
@@ -926,7 +926,9 @@ class CelEnvironment:
         literals that do not compile, mixed-type list and map literals; and
         :mod:`policies.cel.instantiation`: duration/timestamp literals, constant conversions that
         fail when cel-go builds the program). ``None`` for text gpuguard generates (inlined
-        params are mixed-type literals by nature): no such checks.
+        params are mixed-type literals by nature): no such checks. ``typed_aggregates``: also
+        compare the checked types of aggregate elements, not only literals (Kubernetes' rule;
+        off for GPUPolicy expressions, whose operation maps mix a string op with any value).
 
         Raises:
             CelCompileError: syntax or type errors, with line/column of each (of ``written`` for
@@ -948,7 +950,7 @@ class CelEnvironment:
         same = compiled_text == written
         if written is not None and (refused_later := instantiation.refusals(
                 tree, checked_expr.positions(serialized) if same else {}, written,
-                checked_expr.types(serialized) if same else None)):
+                checked_expr.types(serialized) if same and typed_aggregates else None)):
             raise CelCompileError(field_path, written, [
                 CompileIssue(*_line_column(written, r.offset), r.message) if r.offset is not None
                 else CompileIssue(0, 0, r.message) for r in refused_later])

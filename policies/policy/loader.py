@@ -132,7 +132,8 @@ class _Builder:
         self.expressions.append((path, expression))
         try:
             compiled = self.environment.compile(
-                expression, field_path=path, written=expression if written is None else written)
+                expression, field_path=path, written=expression if written is None else written,
+                typed_aggregates=self.document.body.get("kind") in _NATIVE_POLICIES)
         except CelCompileError as exc:
             for issue in exc.issues:
                 where = f"expression line {issue.line}, column {issue.column}" if issue.line > 0 \
