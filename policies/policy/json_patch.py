@@ -171,10 +171,17 @@ def _path(operation: Mapping[str, Any], field: str = "path") -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _op_add(root: Any, operation: Mapping[str, Any]) -> Any:
+def _required(operation: Mapping[str, Any], undecoded: str) -> str:
+    """The operation's ``path``; ``undecoded``: the library's text when it has none (it
+    differs by op)."""
     path = _path(operation)
     if path is None:
-        raise PatchError(f"add operation failed to decode path: {_MISSING}")
+        raise PatchError(undecoded)
+    return path
+
+
+def _op_add(root: Any, operation: Mapping[str, Any]) -> Any:
+    path = _required(operation, f"add operation failed to decode path: {_MISSING}")
     found = _parent(root, path)
     if found is None:
         raise PatchError(f'add operation does not apply: doc is missing path: "{path}": '
@@ -187,9 +194,7 @@ def _op_add(root: Any, operation: Mapping[str, Any]) -> Any:
 
 
 def _op_remove(root: Any, operation: Mapping[str, Any]) -> Any:
-    path = _path(operation)
-    if path is None:
-        raise PatchError(f"remove operation failed to decode path: {_MISSING}")
+    path = _required(operation, f"remove operation failed to decode path: {_MISSING}")
     found = _parent(root, path)
     if found is None:
         raise PatchError(f'remove operation does not apply: doc is missing path: "{path}": '
@@ -202,10 +207,8 @@ def _op_remove(root: Any, operation: Mapping[str, Any]) -> Any:
 
 
 def _op_replace(root: Any, operation: Mapping[str, Any]) -> Any:
-    path = _path(operation)
-    if path is None:
-        raise PatchError(f"replace operation failed to decode path: operation missing path "
-                         f"field: {_MISSING}")
+    path = _required(operation, "replace operation failed to decode path: operation missing "
+                                f"path field: {_MISSING}")
     if path == "":
         value = operation.get("value")
         if not isinstance(value, dict | list):
@@ -245,9 +248,7 @@ def _destination(root: Any, operation: Mapping[str, Any], kind: str,
                  undecoded: str) -> tuple[Any, str, str]:
     """The container and key of a move's or copy's ``path``, and the path itself
     (``undecoded``: the library's text when there is none, which differs by op)."""
-    path = _path(operation)
-    if path is None:
-        raise PatchError(undecoded)
+    path = _required(operation, undecoded)
     found = _parent(root, path)
     if found is None:
         raise PatchError(f"{kind} operation does not apply: doc is missing destination path: "
@@ -288,10 +289,8 @@ def _op_copy(root: Any, operation: Mapping[str, Any]) -> Any:
 
 
 def _op_test(root: Any, operation: Mapping[str, Any]) -> Any:
-    path = _path(operation)
-    if path is None:
-        raise PatchError(f"test operation failed to decode path: operation missing path "
-                         f"field: {_MISSING}")
+    path = _required(operation, "test operation failed to decode path: operation missing "
+                                f"path field: {_MISSING}")
     failed = PatchTestFailed(f"testing value {path} failed: test failed")
     if path == "":
         if "value" in operation and _equal(root, operation["value"]):
