@@ -95,12 +95,13 @@ def _parse_cached(value: str | int | float) -> Fraction:
 
 def _parse(value: object) -> Fraction:
     if isinstance(value, bool) or value is None:
-        raise QuantityError(f"expected a quantity such as 1, '2' or '500m', got {value!r}")
+        raise QuantityError(f"expected a quantity such as 1, '2' or '500m', got "
+                            f"{described(value)}")
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise QuantityError(f"expected a finite quantity, got {value!r}")
+            raise QuantityError(f"expected a finite quantity, got {described(value)}")
         return Fraction(repr(value))
     if not isinstance(value, str):
         raise QuantityError(

@@ -198,3 +198,12 @@ def test_ordinary_anchors_and_aliases_still_load(capsys):
     capsys.readouterr()
     assert main(["audit", "-f", anchored, "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["errors"] == []
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (True, "got the boolean true"), (None, "got null"), (float("inf"), "got the number .inf")])
+def test_a_quantity_of_the_wrong_kind_is_named_in_yaml_words(value, words):
+    """A new user's trial: a denial said ``... got True`` / ``got None`` (Python reprs)."""
+    with pytest.raises(QuantityError) as raised:
+        parse_quantity(value)
+    assert str(raised.value).endswith(words)
