@@ -117,9 +117,10 @@ def parse_int(text: str) -> int:
         ConversionError: not such a number, or outside int64.
     """
     body = text[1:] if text[:1] in ("+", "-") else text
-    if not _DECIMAL_DIGITS.fullmatch(body):
-        raise _refused("string", "int")
-    value = -int(body) if text[:1] == "-" else int(body)
+    if not _DECIMAL_DIGITS.fullmatch(body) or len(body.lstrip("0")) > 19:
+        raise _refused("string", "int")  # (more than 19 digits: out of range, and past int())
+    digits = body.lstrip("0") or "0"
+    value = -int(digits) if text[:1] == "-" else int(digits)
     if not INT64_MIN <= value <= INT64_MAX:
         raise _refused("string", "int")
     return value
@@ -131,9 +132,10 @@ def parse_uint(text: str) -> int:
     Raises:
         ConversionError: not such a number, or over 2^64-1.
     """
-    if not _DECIMAL_DIGITS.fullmatch(text) or int(text) > UINT64_MAX:
+    if not _DECIMAL_DIGITS.fullmatch(text) or len(text.lstrip("0")) > 20 \
+            or int(text.lstrip("0") or "0") > UINT64_MAX:
         raise _refused("string", "uint")
-    return int(text)
+    return int(text.lstrip("0") or "0")
 
 
 _SPECIAL_FLOAT = re.compile(r"[+-]?(?:inf|infinity)|nan", re.ASCII | re.IGNORECASE)
@@ -258,7 +260,9 @@ def parse_duration(text: str) -> int:
         if (not whole and not fraction) or unit not in _UNITS:
             raise refused
         scale = _UNITS[unit]
-        value = int(whole or "0")
+        if len(whole.lstrip("0")) > 19:  # leadingInt's overflow (and past int()'s digit limit)
+            raise refused
+        value = int(whole.lstrip("0") or "0")
         if value > 2**63 // scale:
             raise refused
         value *= scale

@@ -124,3 +124,17 @@ def test_aggregate_literals_of_mixed_checked_types_are_refused(expression, issue
 ])
 def test_aggregates_the_rule_leaves_alone(expression) -> None:
     assert _issues(expression) is None
+
+
+@pytest.mark.parametrize(("function", "text"), [
+    ("int", "1" * 5000), ("uint", "1" * 5000), ("duration", "1" * 5000 + "s"),
+    ("int", "0" * 5000 + "1")])
+def test_a_5000_digit_string_is_refused_not_a_crash(function, text) -> None:
+    """Go's parsers stop at the 64-bit range; Python's int() refuses 4,300 digits with a
+    ValueError that crashed the load (found reviewing this change)."""
+    if text.startswith("0"):  # leading zeros do not count
+        assert conversions.convert(function, conversions.Constant("string", text)).value == 1
+        return
+    with pytest.raises(conversions.ConversionError):
+        conversions.convert(function, conversions.Constant("string", text))
+    assert _issues(f"{function}('{text}') == {function}('1')") is not None
