@@ -68,9 +68,11 @@ from policies.policy.apply import apply_configuration, typed_value, untyped
 from policies.policy.matching import (
     applicability,
     effective_operation,
+    judges_unmodelled,
     rules_name_free,
     rules_select,
     selects_by_rules_alone,
+    unmodelled_kind,
 )
 from policies.policy.model import Policy, PolicySet, Rule
 from policies.policy.mutation import (
@@ -402,11 +404,14 @@ class Engine:
         self.compiled = compile_policies(policies.policies, environment, mode)
         self._combined = CombinedPrograms(environment) if mode == EvaluationMode.FAST else None
         # Per compiled policy: whether its resource rules can be decided from the request's
-        # shape alone (no resourceNames), and whether they then decide applicability whole (no
-        # selector, namespace list, subject or exception): what the selection cache relies on.
+        # shape alone (no resourceNames), whether they then decide applicability whole (no
+        # selector, namespace list, subject or exception), and whether they also judge kinds
+        # the workload registry does not model (then, for such a kind, the object decides):
+        # what the selection cache relies on.
         self._shape_only = tuple(
             (shape_only := rules_name_free(c.policy.match),
-             shape_only and selects_by_rules_alone(c.policy.match) and not c.policy.exceptions)
+             shape_only and selects_by_rules_alone(c.policy.match) and not c.policy.exceptions,
+             judges_unmodelled(c.policy.match))
             for c in self.compiled)
         self._selections: dict[tuple[Any, ...], tuple[tuple[CompiledPolicy, bool], ...]] = {}
         # The results of a fused pass in which every validation passed: the same objects each
@@ -772,19 +777,25 @@ class Engine:
     def _selection(self, review: ReviewInput,
                    point: EvaluationPoint) -> tuple[tuple[CompiledPolicy, bool], ...]:
         """The policies that may apply to a request of this shape (group, version, resource,
-        subresource, operation), in order, each with whether its resource rules decided that
-        whole; computed once per shape (:func:`policies.policy.matching.rules_select`). Safe
-        to share between threads: entries are only ever set whole, or all cleared."""
+        subresource, operation, kind), in order, each with whether its resource rules decided
+        that whole; computed once per shape (:func:`policies.policy.matching.rules_select`).
+        A policy whose rules depend on more than the shape for this request — resourceNames,
+        or a kind the workload registry does not model under a rule that judges such kinds by
+        their object — is always kept, undecided: its match is read from the request itself.
+        Safe to share between threads: entries are only ever set whole, or all cleared."""
         operation = effective_operation(review, point)
         resource = review.resource
         key = (resource.group, resource.version, resource.resource, review.subresource,
-               operation)
+               operation, review.kind[2])
         selection = self._selections.get(key)
         if selection is None:
+            open_kind = unmodelled_kind(review)
             selection = tuple(
-                (compiled, decided) for compiled, (shape_only, decided)
+                (compiled, decided and not (unmodelled and open_kind))
+                for compiled, (shape_only, decided, unmodelled)
                 in zip(self.compiled, self._shape_only, strict=True)
-                if not shape_only or rules_select(compiled.policy.match, review, operation))
+                if not shape_only or (unmodelled and open_kind)
+                or rules_select(compiled.policy.match, review, operation))
             if len(self._selections) >= SELECTION_CACHE_LIMIT:
                 self._selections.clear()
             self._selections[key] = selection

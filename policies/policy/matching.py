@@ -64,13 +64,21 @@ def rule_matches(rule: ResourceRule, review: ReviewInput, operation: str) -> boo
     return rule.unmodelled_workloads and _unmodelled_workload(review)
 
 
+def unmodelled_kind(review: ReviewInput) -> bool:
+    """Whether the request is for a kind the workload registry does not model (no
+    subresource, not a kind that carries resource lists without making pods): then a rule with
+    ``unmodelled_workloads`` decides by the object (:func:`_unmodelled_workload`), not by the
+    request's shape. Depends on the group, resource, subresource and kind alone."""
+    resource = review.resource
+    return not review.subresource and by_resource(resource.group, resource.resource) is None \
+        and review.kind[2] not in _NOT_WORKLOADS
+
+
 def _unmodelled_workload(review: ReviewInput) -> bool:
     """Whether the request is for a kind the workload registry does not model, whose object a
     structural search finds pod templates, PodSpecs or resource blocks in (a GPUPolicy that
     leaves ``match.resources`` out judges it, so its GPUs pass no policy unseen)."""
-    resource = review.resource
-    if review.subresource or by_resource(resource.group, resource.resource) is not None \
-            or review.kind[2] in _NOT_WORKLOADS or not isinstance(review.subject, Mapping):
+    if not unmodelled_kind(review) or not isinstance(review.subject, Mapping):
         return False
     workload = find_workload(review.subject)
     return workload is not None and workload.generic
@@ -121,6 +129,15 @@ def rules_name_free(match: Match) -> bool:
     :func:`rules_select` does not depend on the request's object name."""
     return not any(rule.resource_names for rule in
                    (*match.rules, *match.narrowing_rules, *match.exclude_rules))
+
+
+def judges_unmodelled(match: Match) -> bool:
+    """Whether a resource rule of ``match`` also covers workloads of kinds the registry does
+    not model (a GPUPolicy that leaves ``match.resources`` out): for such a kind
+    (:func:`unmodelled_kind`) :func:`rules_select` depends on the object, not on the request's
+    shape."""
+    return any(rule.unmodelled_workloads for rule in
+               (*match.rules, *match.narrowing_rules, *match.exclude_rules))
 
 
 def selects_by_rules_alone(match: Match) -> bool:

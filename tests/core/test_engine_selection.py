@@ -187,3 +187,31 @@ def test_a_request_no_policy_is_written_for_is_allowed_untouched_without_gpu_fac
     explained = engine.evaluate(review, explain=True)
     assert {(r.policy, r.outcome) for r in explained.results} == {
         ("pods-only", "skip"), ("who", "skip")}
+
+
+def test_a_kind_the_registry_does_not_model_is_matched_by_its_object_not_by_its_shape():
+    """A GPUPolicy that leaves ``match.resources`` out judges custom kinds whose object holds a
+    pod template: the first Trainer of a shape has none (no policy applies), the next one of the
+    same shape does, and must be judged — the cached selection once left it out, allowing a
+    GPU Trainer unseen once a template-less one had been seen first (admission and audit)."""
+    from policies.vocabulary import EvaluationPoint
+
+    engine = engine_for(gpu_policy("defaults", VALIDATION))
+
+    def trainer(name: str, spec: dict) -> dict:
+        return {"uid": name, "operation": "CREATE", "namespace": "ml", "name": name,
+                "kind": {"group": "example.com", "version": "v1", "kind": "Trainer"},
+                "resource": {"group": "example.com", "version": "v1", "resource": "trainers"},
+                "object": {"apiVersion": "example.com/v1", "kind": "Trainer",
+                           "metadata": {"name": name, "namespace": "ml"}, "spec": spec}}
+
+    plain = from_request(trainer("plain", {"replicas": 1}), now=NOW)
+    gpus = from_request(trainer("gpus", {"template": {"spec": {"containers": [
+        {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}),
+        now=NOW)
+    for point in (EvaluationPoint.ADMISSION, EvaluationPoint.AUDIT):
+        assert engine.evaluate(plain, point=point).results == ()
+        failed = [(r.policy, r.message) for r in engine.evaluate(gpus, point=point).results
+                  if r.outcome == "fail"]
+        assert failed == [("defaults", "at most 1 GPU")], point
+        assert engine.evaluate(plain, point=point).results == ()
