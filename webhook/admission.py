@@ -75,7 +75,13 @@ from policies.authorization import Decision as AuthorizerDecision
 from policies.authorization import Verdict as AuthorizerVerdict
 from policies.cel.runtime import checked_json
 from policies.engine.evaluation import EvaluationExpired, RuleOutcome, Verdict
-from policies.facts.review import ReviewError, ReviewInput, from_request
+from policies.facts.review import (
+    RequestShape,
+    ReviewError,
+    ReviewInput,
+    from_request,
+    request_shape,
+)
 from policies.policy.matching import applicability
 from policies.policy.model import Policy
 from policies.policy.quota import Quota
@@ -149,7 +155,8 @@ class Decision:
         denied_by: names of the policies that denied.
         policy_outcomes: ``(policy, deny|warn|audit|mutate|error|exempt)`` pairs.
         fallback: ``deadline`` or ``exception`` when failurePolicy decided; else None.
-        review: the parsed request (None when not evaluated).
+        review: the parsed request (None when not evaluated, or when no policy is written
+            for requests of its shape: see :meth:`Admitter.admit`).
         policy_set: the policy set that decided (its ``identity`` goes into the decision log
             line); None only when no set was loaded.
     """
@@ -187,17 +194,34 @@ def policy_outcomes(verdict: Verdict) -> tuple[tuple[str, str], ...]:
     return tuple(seen)
 
 
-def review_of(request: Mapping[str, Any], namespace_object: Mapping[str, Any] | None,
-              now: datetime.datetime, runtime_classes: frozenset[str] | None) -> ReviewInput:
-    """The engine's view of ``request`` with its namespace object and the cluster's
-    RuntimeClass names (None: not known); the same in this process and an evaluation process.
+def shape_of(request: Mapping[str, Any]) -> RequestShape:
+    """The request's :class:`~policies.facts.review.RequestShape`, after every check the
+    engine's view of it needs (:func:`policies.facts.review.request_shape`).
 
     Raises:
         WireError: 400 when the AdmissionRequest cannot be evaluated (bad ``operation``,
             ``object`` not an object, ...); the message names the field.
     """
     try:
-        review = from_request(request, namespace_object=namespace_object, now=now)
+        return request_shape(request)
+    except ReviewError as exc:
+        raise bad_request(str(exc)) from None
+
+
+def review_of(request: Mapping[str, Any], namespace_object: Mapping[str, Any] | None,
+              now: datetime.datetime, runtime_classes: frozenset[str] | None,
+              shape: RequestShape | None = None) -> ReviewInput:
+    """The engine's view of ``request`` with its namespace object and the cluster's
+    RuntimeClass names (None: not known); the same in this process and an evaluation process.
+    ``shape``: :func:`shape_of` this request, when the caller has it.
+
+    Raises:
+        WireError: 400 when the AdmissionRequest cannot be evaluated (bad ``operation``,
+            ``object`` not an object, ...); the message names the field.
+    """
+    try:
+        review = from_request(request, namespace_object=namespace_object, now=now,
+                              shape=shape if shape is not None else request_shape(request))
     except ReviewError as exc:
         raise bad_request(str(exc)) from None
     if review.kind[2] == "Namespace" and namespace_object is not None:
@@ -334,8 +358,9 @@ class Admitter:
         self._inline_authorizer = authorizer is None or callable(
             getattr(authorizer, "cached", None))
 
-    def review_input(self, envelope: Envelope) -> ReviewInput:
-        """The engine's view of the request, with its namespace object.
+    def review_input(self, envelope: Envelope, shape: RequestShape | None = None) -> ReviewInput:
+        """The engine's view of the request, with its namespace object (``shape``: its
+        :func:`shape_of`, when known).
 
         Raises:
             WireError: 400 when the AdmissionRequest cannot be evaluated (bad ``operation``,
@@ -344,7 +369,7 @@ class Admitter:
         request = envelope.request
         namespace = namespace_of(request)
         return review_of(request, self.namespaces.get(namespace) if namespace else None,
-                         self.clock(), self.runtime_classes_now())
+                         self.clock(), self.runtime_classes_now(), shape)
 
     def runtime_classes_now(self) -> frozenset[str] | None:
         """The cluster's RuntimeClass names now, None while not known."""
@@ -374,6 +399,11 @@ class Admitter:
                     waited_s: float = 0.0, abandoned: Abandoned | None = None) -> Decision:
         """Decide one request for ``endpoint`` (``validate`` or ``mutate``).
 
+        A request of a shape (resource, subresource, operation, kind) no policy of the set is
+        written for — known from an earlier request of that shape — is allowed as the engine
+        would allow it, after the request's checks, without building its review (unless a
+        GPUQuota step or a recorder needs it).
+
         ``waited_s``: seconds the request already spent before this call (a large body's wait
         for a decode turn, its read and decode), taken off its deadline. ``abandoned``: called,
         on the event loop, with each thread-pool evaluation still running when the deadline
@@ -386,11 +416,18 @@ class Admitter:
         subresource = envelope.request.get("subResource")
         if isinstance(subresource, str) and subresource in NOT_EVALUATED_SUBRESOURCES:
             return Decision(allowed=True, decision=NOT_EVALUATED, policy_set=self.store.current)
-        review = self.review_input(envelope)
+        shape = shape_of(envelope.request)
         snapshot = self.store.current
         if snapshot is None:
             detail = "; ".join(self.store.last_errors) or "still loading"
             raise WireError(503, "ServiceUnavailable", f"no policy set is loaded: {detail}")
+        mutate = endpoint == Endpoint.MUTATE
+        if snapshot.engine.written_for_none(shape) and self.recorder is None and \
+                (mutate or self.quota is None or not snapshot.engine.policies.quotas):
+            # What the engine answers a request no policy is written for (allowed, untouched,
+            # no result), without the review it would not read.
+            return _make_decision(allowed=True, decision=ALLOWED, policy_set=snapshot)
+        review = self.review_input(envelope, shape)
         # The decoder checked the body's JSON for CEL: the engine need not walk the objects
         # again (see policies.cel.runtime.checked_json; the objects are never edited). Entered
         # by hand rather than a ``with`` over a helper coroutine: this runs on every request.
@@ -399,7 +436,6 @@ class Admitter:
         if checked is not None:
             checked.__enter__()
         try:
-            mutate = endpoint == Endpoint.MUTATE
             now = self.timer.now()
             deadline_at = now - waited_s + self.settings.deadline_s
             limit = self.settings.inline_max_bytes

@@ -13,9 +13,10 @@ JSON is read and written by orjson where it gives the same result as the standar
 (several times faster, which counts on every request); the standard library decides everything
 else, so what is accepted, how it is decoded and every error message stay as they were: a body
 orjson refuses is decoded again by the standard library (which then accepts lone surrogate escapes
-and ``1e400`` as before, or words the error), a body with a run of 19 or more digits skips orjson
-(it reads integers beyond 64 bits as floats), and output orjson cannot write as ASCII is written
-by the standard library.
+and ``1e400`` as before, or words the error), a body with a run of 19 or more digits is decoded
+by the standard library unless orjson writes its value back as the body with every int within
+53 bits (orjson reads integers beyond 64 bits as floats), and output orjson cannot write as ASCII
+is written by the standard library.
 
 Must not evaluate policies, read the AdmissionRequest's content beyond the envelope, or do I/O.
 """
@@ -257,9 +258,10 @@ def decode_checked(body: bytes, *, max_depth: int) -> tuple[Any, bool]:
 
     Checked (True) when orjson decoded it and ``max_depth`` is within the CEL runtime's
     :data:`~policies.cel.runtime.MAX_NESTING`: orjson refuses lone surrogate escapes and
-    numbers beyond a double (``1e400``), gives str keys, and the body has no run of 19 digits
-    (so every int is within int64) — with the depth check here, everything
-    :func:`policies.cel.runtime.to_cel_data` would walk the value for. Bodies the standard
+    numbers beyond a double (``1e400``), gives str keys, and every int is within int64
+    (within 53 bits as orjson writes the value back, or the body has no run of 19 digits) —
+    with the depth check here, everything :func:`policies.cel.runtime.to_cel_data` would walk
+    the value for. Bodies the standard
     library decodes are not checked.
 
     Raises:
@@ -267,14 +269,19 @@ def decode_checked(body: bytes, *, max_depth: int) -> tuple[Any, bool]:
     """
     if not body.strip():
         raise bad_request("the request body is empty: expected an AdmissionReview")
-    if _LONG_DIGITS not in body.translate(_DIGITS):
-        try:
-            value = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # the standard library decides and words it (see module docstring)
-        else:
-            _check_depth(value, body, max_depth)
-            if not _reencodes_as(value, body):  # whitespace, escapes, floats: look closer
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass  # the standard library decides and words it (see module docstring)
+    else:
+        _check_depth(value, body, max_depth)
+        same, small_ints = _reencodes_as(value, body)
+        if same and small_ints:
+            return value, max_depth <= MAX_NESTING
+        # An int past 53 bits, or a body orjson does not write back: a run of 19 digits may
+        # be an int orjson read as a float, or one past int64 (the standard library's).
+        if _LONG_DIGITS not in body.translate(_DIGITS):
+            if not same:  # whitespace inside strings, escapes, floats: look closer
                 _refuse_duplicate_keys(body.decode("utf-8"), value)
             return value, max_depth <= MAX_NESTING
     value = _check_depth(_decode_standard(body, max_depth), body, max_depth)
@@ -282,23 +289,32 @@ def decode_checked(body: bytes, *, max_depth: int) -> tuple[Any, bool]:
     return value, False
 
 
-def _reencodes_as(value: Any, body: bytes) -> bool:
-    r"""Whether orjson writes ``value`` back as ``body``, whitespace aside.
+def _reencodes_as(value: Any, body: bytes) -> tuple[bool, bool]:
+    r"""Whether orjson writes ``value`` back as ``body``, whitespace aside, and whether every
+    int in ``value`` is within 53 bits.
 
-    Then ``body`` has no duplicate key: a JSON object written from a dict names each key once,
-    and deleting whitespace (inside strings too) from both keeps every structural byte —
-    quotes, brackets, colons, commas; whitespace never escapes a quote — so equal results have
-    the same objects with the same number of members. This is the case of kube-apiserver's
-    compact JSON and of indented JSON, and costs one C encoding and a few C passes over the
-    bytes (microseconds for a pod); anything else (``\\u`` escapes, other number spellings)
-    goes to :func:`_refuse_duplicate_keys`.
+    Written back the same, ``body`` has no duplicate key: a JSON object written from a dict
+    names each key once, and deleting whitespace (inside strings too) from both keeps every
+    structural byte — quotes, brackets, colons, commas; whitespace never escapes a quote — so
+    equal results have the same objects with the same number of members. Nor did orjson read
+    an int as a float (it does past 64 bits): the float would be written with a ``.`` or an
+    exponent. With ints within 53 bits as well (``OPT_STRICT_INTEGER``), every int is within
+    int64, so the body needs no search for long digit runs. This is the case of
+    kube-apiserver's compact JSON (one C encoding and a byte compare) and of indented JSON (a
+    few C passes over the bytes more); anything else (``\\u`` escapes, other number
+    spellings) goes to :func:`_refuse_duplicate_keys`.
     """
+    small_ints = True
     try:
-        encoded = orjson.dumps(value)
+        encoded = orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER)
     except orjson.JSONEncodeError:
-        return False
+        small_ints = False
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            return False, False
     return encoded == body or encoded.translate(None, _WHITESPACE) == \
-        body.translate(None, _WHITESPACE)
+        body.translate(None, _WHITESPACE), small_ints
 
 
 def _refuse_duplicate_keys(text: str, value: Any) -> None:

@@ -62,7 +62,7 @@ from policies.engine.messages import (
 )
 from policies.facts.dra import DraIndex
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
-from policies.facts.review import ReviewInput
+from policies.facts.review import RequestShape, ReviewInput
 from policies.facts.workloads import WorkloadFacts, workload_facts
 from policies.policy.apply import apply_configuration, typed_value, untyped
 from policies.policy.matching import (
@@ -774,6 +774,15 @@ class Engine:
                                    reason.message))
         return result
 
+    def written_for_none(self, shape: RequestShape) -> bool:
+        """Whether no policy is written for admission requests of ``shape``: their resource
+        rules select none of this engine's policies, as an earlier request of the same shape
+        showed (the selection :meth:`evaluate` caches). False while not known: the first
+        request of a shape is evaluated, and makes it known. :meth:`evaluate` of such a
+        request allows it untouched, with no result: a caller may answer that itself without
+        building the :class:`ReviewInput`."""
+        return self._selections.get(shape.key) == ()
+
     def _selection(self, review: ReviewInput,
                    point: EvaluationPoint) -> tuple[tuple[CompiledPolicy, bool], ...]:
         """The policies that may apply to a request of this shape (group, version, resource,
@@ -785,6 +794,7 @@ class Engine:
         Safe to share between threads: entries are only ever set whole, or all cleared."""
         operation = effective_operation(review, point)
         resource = review.resource
+        # RequestShape.key's order: written_for_none reads these entries by it.
         key = (resource.group, resource.version, resource.resource, review.subresource,
                operation, review.kind[2])
         selection = self._selections.get(key)

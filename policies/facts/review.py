@@ -242,20 +242,41 @@ def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def from_request(
-    request: Any,
-    *,
-    namespace_object: Mapping[str, Any] | None = None,
-    now: datetime.datetime | None = None,
-) -> ReviewInput:
-    """Parse an AdmissionRequest (the ``request`` of an AdmissionReview).
+@dataclass(frozen=True)
+class RequestShape:
+    """What a policy's resource rules are matched against, read from an AdmissionRequest by
+    :func:`request_shape`: the resource (``resource``, or the plural of the object's kind when
+    the request has none), the subresource (``""`` when none), the operation and the object's
+    ``(group, version, kind)``."""
 
-    Tolerates what real API servers and hand-written fixtures send: missing ``resource`` (taken
-    from the object's kind), ``kind`` without a group, null ``oldObject`` / ``options``.
+    resource: GroupVersionResource
+    subresource: str
+    operation: str
+    kind: tuple[str, str, str]
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        """``(group, version, resource, subresource, operation, kind)``: the same for every
+        request of this shape."""
+        resource = self.resource
+        return (resource.group, resource.version, resource.resource, self.subresource,
+                self.operation, self.kind[2])
+
+
+_make_shape = maker(RequestShape)
+
+
+def request_shape(request: Any) -> RequestShape:
+    """Check an AdmissionRequest (the ``request`` of an AdmissionReview) as
+    :func:`from_request` does, and read its :class:`RequestShape` — without building the
+    review, for a caller that may not need one (the webhook, when no policy is written for
+    requests of this shape).
 
     Raises:
-        ReviewError: ``request`` is not an object, ``operation`` is unknown, or ``object`` /
-            ``oldObject`` is present but not an object.
+        ReviewError: ``request`` is not an object, ``operation`` is unknown, ``object`` /
+            ``oldObject`` is present but not an object (or null on CREATE / UPDATE), ``kind``
+            is not an object, ``userInfo`` or one of its fields is not of its type, or
+            ``namespace`` is not a string.
     """
     if not _is_object(request):
         raise ReviewError("request: expected an AdmissionRequest object")
@@ -263,18 +284,17 @@ def from_request(
     if operation not in OPERATIONS:
         raise ReviewError(f"request.operation: expected one of {', '.join(OPERATIONS)}, got "
                           f"{operation!r}")
-    objects = {}
-    for key in ("object", "oldObject"):
-        value = request.get(key)
+    current = request.get("object")
+    old = request.get("oldObject")
+    for key, value in (("object", current), ("oldObject", old)):
         if value is not None and not _is_object(value):
             raise ReviewError(f"request.{key}: expected an object or null, got "
                               f"{described(value)}")
-        objects[key] = value
-    if objects["object"] is None and operation in ("CREATE", "UPDATE"):
+    if current is None and operation in ("CREATE", "UPDATE"):
         raise ReviewError(f"request.object: a {operation} carries the object, got null")
-    subject = objects["object"] if objects["object"] is not None else objects["oldObject"]
+    subject = current if current is not None else old
     kind = _gvk(request.get("kind") or {}, "request.kind")
-    if not kind[2] and _is_object(subject):
+    if not kind[2] and subject is not None:
         kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
     resource_value = request.get("resource")
     if _is_object(resource_value) and resource_value.get("resource"):
@@ -284,27 +304,56 @@ def from_request(
     else:
         resource = _resource(kind[0], kind[1], plural_of(kind[2]))
     info = request.get("userInfo")
-    if info is None:
-        info = {}
-    elif not _is_object(info):
-        raise ReviewError(f"request.userInfo: expected an object, got {described(info)}")
-    for key, expected in (("username", str), ("uid", str), ("groups", list)):
-        if info.get(key) is not None and not isinstance(info[key], expected):
-            raise ReviewError(f"request.userInfo.{key}: expected {type_words(expected)}, got "
-                              f"{described(info[key])}")
-    groups = info.get("groups") or []
-    user = _make_user(
-        username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
-        groups=tuple(map(str, groups)), extra=mapping_at(info, "extra"),
-    )
-    metadata = mapping_at(subject, "metadata") if _is_object(subject) else {}
-    namespace = request.get("namespace") or metadata.get("namespace")
+    if info is not None:
+        if not _is_object(info):
+            raise ReviewError(f"request.userInfo: expected an object, got {described(info)}")
+        for key, expected in (("username", str), ("uid", str), ("groups", list)):
+            if info.get(key) is not None and not isinstance(info[key], expected):
+                raise ReviewError(f"request.userInfo.{key}: expected {type_words(expected)}, "
+                                  f"got {described(info[key])}")
+    namespace = request.get("namespace") or _metadata(subject).get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise ReviewError(f"request.namespace: expected a string, got {described(namespace)}")
+    return _make_shape(resource=resource, subresource=str(request.get("subResource") or ""),
+                       operation=str(operation), kind=kind)
+
+
+def _metadata(subject: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return mapping_at(subject, "metadata") if subject is not None else {}
+
+
+def from_request(
+    request: Any,
+    *,
+    namespace_object: Mapping[str, Any] | None = None,
+    now: datetime.datetime | None = None,
+    shape: RequestShape | None = None,
+) -> ReviewInput:
+    """Parse an AdmissionRequest (the ``request`` of an AdmissionReview).
+
+    Tolerates what real API servers and hand-written fixtures send: missing ``resource`` (taken
+    from the object's kind), ``kind`` without a group, null ``oldObject`` / ``options``.
+    ``shape``: :func:`request_shape` of this very request, when the caller has it already (its
+    checks are not made again).
+
+    Raises:
+        ReviewError: as :func:`request_shape` says.
+    """
+    if shape is None:
+        shape = request_shape(request)
+    current = request.get("object")
+    old = request.get("oldObject")
+    info = request.get("userInfo") or {}
+    user = _make_user(
+        username=str(info.get("username") or ""), uid=str(info.get("uid") or ""),
+        groups=tuple(map(str, info.get("groups") or ())), extra=mapping_at(info, "extra"),
+    )
+    metadata = _metadata(current if current is not None else old)
+    namespace = request.get("namespace") or metadata.get("namespace")
     return _make_review(
-        operation=str(operation), object=objects["object"], old_object=objects["oldObject"],
-        resource=resource, subresource=str(request.get("subResource") or ""), kind=kind,
-        namespace=str(namespace) if namespace else None,
+        operation=shape.operation, object=current, old_object=old, resource=shape.resource,
+        subresource=shape.subresource, kind=shape.kind,
+        namespace=namespace or None,
         name=str(request.get("name") or metadata.get("name") or ""), user=user,
         dry_run=request.get("dryRun") is True, request=request,
         namespace_object=namespace_object, now=now or _EPOCH,

@@ -532,6 +532,9 @@ def test_a_deep_branch_behind_wide_levels_is_too_deep():
     '{"u": "\\u00e9\\ud83d\\ude00\\u0000 \\" \\\\", "\\u00e9k": "v", "a": 1, "b": 2}',
     '{"l": [true, false, null, [], {}, ""], "m": {"n": {"o": [1, [2, [3]]]}}}',
     '[' * 100 + ']' * 100,
+    # Compact, as kube-apiserver writes it (orjson writes it back byte for byte): past 53 bits,
+    # within int64.
+    '{"i":12345678901234567,"j":-9007199254740993,"k":[9007199254740992]}',
 ])
 def test_checked_bodies_are_json_the_cel_runtime_takes_as_it_is(text):
     from policies.cel.runtime import to_cel_data
@@ -550,11 +553,19 @@ def test_checked_bodies_are_json_the_cel_runtime_takes_as_it_is(text):
     ('{"i": 9223372036854775808}', 100),  # past int64 (19 digits: never orjson)
     ('{"i": 1000000000000000000}', 100),  # 19 digits within int64: the standard library too
     ('{"a": 1}', 101),  # the limit is past what the CEL runtime takes
+    # Compact bodies orjson would write back as they are, or nearly: past int64 but within
+    # uint64 (orjson reads an int), past uint64 (orjson reads a float, written back as one),
+    # 19 digits within int64.
+    ('{"i":9223372036854775808}', 100),
+    ('{"i":18446744073709551616,"j":[1]}', 100),
+    ('{"i":-9223372036854775809}', 100),
+    ('{"i":1000000000000000000}', 100),
 ])
 def test_bodies_the_cel_runtime_would_walk_are_not_checked(text, max_depth):
     value, checked = wire.decode_checked(text.encode(), max_depth=max_depth)
     assert not checked
     assert value == json.loads(text)  # decoded as the standard library decodes it
+    assert json.dumps(value) == json.dumps(json.loads(text))  # ints stay ints
 
 
 def test_envelopes_say_whether_their_body_was_checked():
