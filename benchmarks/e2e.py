@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,14 +75,21 @@ class Run:
     seconds: float
     latencies: list[float]
     errors: dict[str, int]
+    handled: dict[str, list[float]] = field(default_factory=dict)
+    """gpuguard's own handling time (ms) per endpoint, from its decision log (webhook runs)."""
 
     @property
     def throughput(self) -> float:
         return len(self.latencies) / self.seconds
 
     def percentile(self, p: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
+        return percentile(self.latencies, p)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The ``p``-th percentile of ``values`` (nearest rank; 0 for none)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
 
 
 async def load(cluster: ControlPlane, duration: float, concurrency: int,
@@ -129,7 +136,7 @@ async def load(cluster: ControlPlane, duration: float, concurrency: int,
 def delete_pods(cluster: ControlPlane) -> None:
     """Remove the run's pods: one deletecollection (grace period 0: no kubelet to wait for),
     then wait until the namespace lists none."""
-    server = ApiServer(cluster)
+    server = ApiServer(cluster, timeout_s=600)  # thousands of pods: minutes on 2 cores
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     deleted = server.request("DELETE", path + "?gracePeriodSeconds=0", None, None)
     assert deleted.allowed, deleted.body
@@ -143,13 +150,34 @@ def admin(cluster: ControlPlane, *args: str, stdin: str | None = None) -> None:
 
 
 def measure(cluster: ControlPlane, duration: float, concurrency: int,
-            rate: float | None) -> Run:
-    """A warm-up at saturation (not counted), then the run; pods deleted after each."""
+            rate: float | None, log: Path | None = None) -> Run:
+    """A warm-up at saturation (not counted), then the run; pods deleted after each.
+
+    ``log``: gpuguard's decision log; the run's own lines (from the end of the warm-up) give
+    gpuguard's handling time per endpoint (:attr:`Run.handled`)."""
     asyncio.run(load(cluster, 3, concurrency, None))
     delete_pods(cluster)
+    offset = log.stat().st_size if log is not None else 0
     run = asyncio.run(load(cluster, duration, concurrency, rate))
+    if log is not None:
+        run.handled = handling_ms(log, offset)
     delete_pods(cluster)
     return run
+
+
+def handling_ms(log: Path, offset: int) -> dict[str, list[float]]:
+    """``latency_ms`` of each decision line from ``offset`` on, by endpoint: gpuguard's own
+    time per review, from its arrival to its answer (webhook/app.py's decision log)."""
+    found: dict[str, list[float]] = {}
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        for line in handle:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and "latency_ms" in entry:
+                    found.setdefault(str(entry.get("endpoint")), []).append(
+                        float(entry["latency_ms"]))
+    return found
 
 
 @contextlib.contextmanager
@@ -216,23 +244,34 @@ def main() -> int:
         (fifty / "synthetic.yaml").write_text(synthetic_policies(50 - len(library)),
                                               encoding="utf-8")
         logs = iter(range(100))
+        current_log: list[Path | None] = [None]
+
+        def served(policies: Path | None) -> contextlib.AbstractContextManager[None]:
+            log = current_log[0] = work / f"serve-{next(logs)}.log"
+            return webhook(cluster, certs, log, policies)
+
+        def unserved(manager: contextlib.AbstractContextManager[None]
+                     ) -> contextlib.AbstractContextManager[None]:
+            current_log[0] = None
+            return manager
+
         configurations: dict[str, Callable[[int], contextlib.AbstractContextManager[None]]] = {
-            "(a) no admission": lambda _: contextlib.nullcontext(),
-            "(b) library as in-tree VAP/MAP": lambda g: in_tree(cluster, g),
-            "(c) gpuguard webhook, library": lambda _: webhook(
-                cluster, certs, work / f"serve-{next(logs)}.log", None),
-            "(d) gpuguard webhook, 50 policies": lambda _: webhook(
-                cluster, certs, work / f"serve-{next(logs)}.log", fifty),
+            "(a) no admission": lambda _: unserved(contextlib.nullcontext()),
+            "(b) library as in-tree VAP/MAP": lambda g: unserved(in_tree(cluster, g)),
+            "(c) gpuguard webhook, library": lambda _: served(None),
+            "(d) gpuguard webhook, 50 policies": lambda _: served(fifty),
         }
         for n, (name, configure) in enumerate(configurations.items()):
             with configure(n):
-                saturated[name] = measure(cluster, args.duration, args.concurrency, None)
+                saturated[name] = measure(cluster, args.duration, args.concurrency, None,
+                                          current_log[0])
             print(f"{name}: {saturated[name].throughput:.0f} pods/s at saturation, not "
                   f"created: {saturated[name].errors}", flush=True)
         rate = args.rate or max(1.0, round(min(r.throughput for r in saturated.values()) / 2))
         for n, (name, configure) in enumerate(configurations.items()):
             with configure(len(configurations) + n):
-                fixed[name] = measure(cluster, args.duration, args.concurrency, rate)
+                fixed[name] = measure(cluster, args.duration, args.concurrency, rate,
+                                      current_log[0])
             print(f"{name}: {fixed[name].throughput:.0f} pods/s at {rate:.0f}/s, not created: "
                   f"{fixed[name].errors}", flush=True)
     finally:
@@ -259,6 +298,14 @@ def print_table(saturated: dict[str, Run], fixed: dict[str, Run], duration: floa
                 cells += [f"{run.percentile(p):.1f}",
                           f"{run.percentile(p) / reference.percentile(p):.2f}"]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nadded p50 at the fixed rate (ms over (a)), and gpuguard's own handling time per "
+          "review from its decision log (p50 / p99 ms, arrival to answer):")
+    for name, fix in fixed.items():
+        line = f"- {name}: +{fix.percentile(50) - base_fixed.percentile(50):.1f} ms"
+        for endpoint, values in sorted(fix.handled.items()):
+            line += (f"; /{endpoint} {percentile(values, 50):.2f} / {percentile(values, 99):.2f}"
+                     f" ms ({len(values)} reviews)")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ the end, for scripts and closing notes):
   the CEL programs, and the rest (matching, results, glue: the whole minus the phases);
 - ``validate_no_policy_instructions``: the same request when no policy applies (a set holding
   only a ConfigMap policy; an empty set is refused, it would allow everything);
+- ``validate_library_compact_instructions``, ``validate_no_policy_compact_instructions``: the
+  two requests above with the review written as kube-apiserver writes it, compact JSON (the
+  example file is indented for people to read; the duplicate-key check compares whitespace
+  aside, a few C passes over the bytes the compact body does not need);
 - ``validate_synthetic_<N>_instructions`` for N = 0, 10, 50, 200 of the project's synthetic
   one-rule policies (``benchmarks/webhook.py``), plus the ConfigMap policy in each set (so N = 0
   is the no-policy request), and the per-policy cost from a least-squares fit over N >= 10 (0 is
@@ -505,6 +509,7 @@ async def admission_child(parts: Parts, iterations: int, series: Sequence[int],
     :meth:`Parts.instrument`), then is measured.
     """
     body = BODY.read_bytes()
+    compact = compact_body(body)
     library = Admission(None)
     try:
         await library.validate(body)
@@ -513,6 +518,10 @@ async def admission_child(parts: Parts, iterations: int, series: Sequence[int],
         decision, answer = await parts.measure_async(
             "validate_library_instructions", lambda: library.validate(body), iterations)
         library.check(body, decision, answer, allowed=False, matching=None)
+        decision, answer = await parts.measure_async(
+            "validate_library_compact_instructions", lambda: library.validate(compact),
+            iterations)
+        library.check(compact, decision, answer, allowed=False, matching=None)
         parts.notes["library_policies"] = len(library.store.current.names)
         parts.notes["library_denied_by"] = list(decision.denied_by)
         envelope = library.envelope(body)
@@ -557,8 +566,21 @@ async def admission_child(parts: Parts, iterations: int, series: Sequence[int],
                 rounds)
             parts.instrument(False)
             admission.check(body, decision, answer, allowed=True, matching=count)
+            if count == 0:
+                parts.instrument(True)
+                decision, answer = await parts.measure_async(
+                    "validate_synthetic_0_compact_instructions",
+                    lambda a=admission: a.validate(compact), iterations)
+                parts.instrument(False)
+                admission.check(compact, decision, answer, allowed=True, matching=0)
         finally:
             admission.close()
+
+
+def compact_body(body: bytes) -> bytes:
+    """``body`` as kube-apiserver writes an AdmissionReview: compact JSON (Go's
+    ``json.Marshal``: no whitespace, keys as given)."""
+    return json.dumps(json.loads(body), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def audit_snapshots(directory: Path, sizes: Sequence[int],
@@ -765,6 +787,9 @@ def derive(figures: dict[str, float], notes: dict[str, Any],
             ("validate_library_instructions",
              f"whole /validate, built-in library ({notes['library_policies']} policies, denied)",
              whole),
+            ("validate_library_compact_instructions",
+             "  the same review as kube-apiserver writes it (compact JSON)",
+             figures["validate_library_compact_instructions"]),
         ]
     for count in series:
         name = f"validate_synthetic_{count}_instructions"
@@ -775,6 +800,10 @@ def derive(figures: dict[str, float], notes: dict[str, Any],
     if "validate_synthetic_0_instructions" in figures:
         rows.append(("validate_no_policy_instructions", "/validate, no policy applies "
                      "(= synthetic 0)", figures["validate_synthetic_0_instructions"]))
+    if "validate_synthetic_0_compact_instructions" in figures:
+        rows.append(("validate_no_policy_compact_instructions",
+                     "  the same review as kube-apiserver writes it (compact JSON)",
+                     figures["validate_synthetic_0_compact_instructions"]))
     points = [(c, figures[f"validate_synthetic_{c}_instructions"]) for c in series
               if c > 0 and f"validate_synthetic_{c}_instructions" in figures]
     if len(points) >= 2:

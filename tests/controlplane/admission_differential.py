@@ -365,10 +365,13 @@ _WARNING = re.compile(r'^\d{3} \S+ "((?:[^"\\]|\\.)*)"')
 
 class ApiServer:
     """Raw HTTPS requests to the control plane as an impersonated user (one connection per
-    thread), so the test sees status, body, warnings and the audit ID exactly."""
+    thread), so the test sees status, body, warnings and the audit ID exactly. ``timeout_s``:
+    how long one answer may take (a deletecollection of thousands of pods takes longer than
+    the default)."""
 
-    def __init__(self, control_plane: ControlPlane) -> None:
+    def __init__(self, control_plane: ControlPlane, timeout_s: float = 30.0) -> None:
         self.control_plane = control_plane
+        self.timeout_s = timeout_s
         parsed = urllib.parse.urlsplit(control_plane.server)
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 443
         self.context = control_plane.ssl_context()
@@ -378,7 +381,7 @@ class ApiServer:
         connection = getattr(self.local, "connection", None)
         if connection is None:
             connection = http.client.HTTPSConnection(self.host, self.port, context=self.context,
-                                                     timeout=30)
+                                                     timeout=self.timeout_s)
             self.local.connection = connection
         return connection
 

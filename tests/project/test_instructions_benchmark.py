@@ -38,12 +38,13 @@ def test_admission_steps_run_and_decide_as_the_webhook(bench, tmp_path):
     asyncio.run(bench.admission_child(parts, 1, (0, 10), tmp_path))
     figures = [entry["figure"] for entry in parts.plan]
     assert figures == [
-        "_call", "_await", "validate_library_instructions", "wire_instructions",
+        "_call", "_await", "validate_library_instructions",
+        "validate_library_compact_instructions", "wire_instructions",
         "null_path_instructions", "review_input_instructions", "gpu_facts_instructions",
         "cel_recheck_instructions", "cel_request_activation_instructions",
         "cel_runtime_activation_instructions", "cel_fresh_instructions",
         "cel_programs_instructions", "validate_synthetic_0_instructions",
-        "validate_synthetic_10_instructions"]
+        "validate_synthetic_0_compact_instructions", "validate_synthetic_10_instructions"]
     # Three marks per measurement (close what came before, empty part, measured part).
     assert parts.marks == 3 * len(figures)
     # The example pod asks for a GPU without a limit: the library's equal-limits policy denies.
@@ -54,6 +55,17 @@ def test_admission_steps_run_and_decide_as_the_webhook(bench, tmp_path):
     calls = parts.notes["phase_calls"]
     assert all(count >= 1 for name, count in calls.items() if name != "programs")
     assert (calls["programs"], parts.notes["programs_not_replayed"]) == (0, 1)
+
+
+def test_the_compact_body_is_the_same_review_without_whitespace(bench):
+    body = bench.BODY.read_bytes()
+    compact = bench.compact_body(body)
+    assert json.loads(compact) == json.loads(body)
+    # Byte for byte what orjson writes back: the wire's duplicate-key check needs no
+    # whitespace pass for it, as for kube-apiserver's own compact JSON.
+    import orjson
+
+    assert compact == orjson.dumps(orjson.loads(body)) and len(compact) < len(body)
 
 
 def test_the_measured_verdicts(bench):
@@ -144,12 +156,14 @@ def test_fit_and_derived_rows(bench):
     intercept, slope, r2 = bench.fit([(10, 1100.0), (50, 1500.0), (200, 3000.0)])
     assert (round(intercept), round(slope), r2) == (1000, 10, 1.0)
     figures = {"validate_synthetic_0_instructions": 300.0,
+               "validate_synthetic_0_compact_instructions": 250.0,
                "validate_synthetic_10_instructions": 1100.0,
                "validate_synthetic_50_instructions": 1500.0,
                "audit_0_instructions": 1_000_000.0, "audit_1_instructions": 1_500_000.0}
     rows = {name: value for name, _, value in bench.derive(
         figures, {"audit_pods": [100, 600], "audit_nodes": 5}, (0, 10, 50))}
     assert rows["validate_no_policy_instructions"] == 300.0
+    assert rows["validate_no_policy_compact_instructions"] == 250.0
     assert round(rows["policy_slope_instructions"]) == 10
     assert rows["audit_instructions_per_pod"] == 1000.0
     assert rows["audit_fixed_instructions"] == 900_000.0
