@@ -357,6 +357,8 @@ class Admitter:
         # there is none (every check an errored decision).
         self._inline_authorizer = authorizer is None or callable(
             getattr(authorizer, "cached", None))
+        # The answer to a request no policy of the current set is written for (see admit).
+        self._unwritten: Decision | None = None
 
     def review_input(self, envelope: Envelope, shape: RequestShape | None = None) -> ReviewInput:
         """The engine's view of the request, with its namespace object (``shape``: its
@@ -425,8 +427,12 @@ class Admitter:
         if snapshot.engine.written_for_none(shape) and self.recorder is None and \
                 (mutate or self.quota is None or not snapshot.engine.policies.quotas):
             # What the engine answers a request no policy is written for (allowed, untouched,
-            # no result), without the review it would not read.
-            return _make_decision(allowed=True, decision=ALLOWED, policy_set=snapshot)
+            # no result), without the review it would not read; one frozen answer per set.
+            unwritten = self._unwritten
+            if unwritten is None or unwritten.policy_set is not snapshot:
+                unwritten = self._unwritten = _make_decision(
+                    allowed=True, decision=ALLOWED, policy_set=snapshot)
+            return unwritten
         review = self.review_input(envelope, shape)
         # The decoder checked the body's JSON for CEL: the engine need not walk the objects
         # again (see policies.cel.runtime.checked_json; the objects are never edited). Entered

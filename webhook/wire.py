@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from policies.cel.runtime import MAX_NESTING
+from policies.records import maker
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 KIND = "AdmissionReview"
@@ -107,6 +108,9 @@ class Envelope:
     request: Mapping[str, Any]
     size: int = 0
     checked: bool = False
+
+
+_make_envelope = maker(Envelope)  # one per request: the frozen __init__ cost ~10 k instructions
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -446,7 +450,8 @@ def parse_envelope(value: Any, size: int = 0, checked: bool = False) -> Envelope
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise bad_request(f"request.uid: expected a non-empty string, got {_shown(uid)}")
-    return Envelope(api_version, uid, request, size, checked)
+    return _make_envelope(api_version=api_version, uid=uid, request=request, size=size,
+                          checked=checked)
 
 
 def decode_envelope(body: bytes, *, max_depth: int) -> Envelope:
