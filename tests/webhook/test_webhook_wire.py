@@ -721,7 +721,11 @@ async def test_checked_bodies_are_decided_as_unchecked_ones(path, monkeypatch):
      b'{"privileged":true,"privileged":false}}]}}}}',
      "request.object.spec.containers[0].securityContext.privileged"),
     (b'{"x": {"a b": 1, "a\\u0020b": 2}}', 'x["a b"]'),  # an escape spelling the same key
-], ids=["top", "nested", "escaped"])
+    # Indented, as people write it: without and with whitespace inside strings (the check
+    # compares the body whitespace aside).
+    (b'{\n  "a": {\n    "k": 1,\n    "k": 2\n  }\n}', "a.k"),
+    (b'{\n  "a": "x y",\n  "b": {"c d": "e f",\n        "c d": "g"}\n}', 'b["c d"]'),
+], ids=["top", "nested", "escaped", "indented", "indented-spaces-in-strings"])
 def test_a_duplicate_key_is_a_400_naming_its_path(body, path):
     with pytest.raises(wire.WireError) as caught:
         wire.decode_json(body, max_depth=100)
@@ -733,3 +737,6 @@ def test_the_same_key_in_different_objects_is_not_a_duplicate():
     body = b'{\n  "a": {"name": 1},\n  "b": [{"name": 2}, {"name": 3}]\n}'
     assert wire.decode_json(body, max_depth=100) == {"a": {"name": 1},
                                                       "b": [{"name": 2}, {"name": 3}]}
+    spaced = b'{\n  "a b": {"name": "x y"},\n  "b": [{"name": " "}, {"name": "\\t"}]\n}'
+    assert wire.decode_json(spaced, max_depth=100) == {
+        "a b": {"name": "x y"}, "b": [{"name": " "}, {"name": "\t"}]}
