@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -159,6 +160,36 @@ def _unit(resource: str, kind: ResourceKind, facts: NodeFacts,
                      settings=settings)[0]
 
 
+def _shared_strings(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` with its label keys and values, and the resource names of its allocatable and
+    capacity, interned (a shallow copy; the input is not changed).
+
+    What the audit keeps of a node — its labels, its facts, its resource maps — outlives the
+    decoded object; most of those strings are the same on every node of a pool
+    (``nvidia.com/gpu.present: "true"``, the product, ``nvidia.com/gpu``), and each node's copy
+    is a string object of its own: at 5,000 nodes 119,000 duplicate strings (6.8 MiB)."""
+    metadata = node.get("metadata")
+    status = node.get("status")
+    if not isinstance(metadata, Mapping) or not isinstance(status, Mapping):
+        return node
+    copy = dict(node)
+    labels = metadata.get("labels")
+    if isinstance(labels, Mapping):
+        copy["metadata"] = {**metadata, "labels": {
+            _intern(k): _intern(v) for k, v in labels.items()}}
+    shared = dict(status)
+    for key in ("allocatable", "capacity"):
+        resources = status.get(key)
+        if isinstance(resources, Mapping):
+            shared[key] = {_intern(k): v for k, v in resources.items()}
+    copy["status"] = shared
+    return copy
+
+
+def _intern(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
     conditions = status.get("conditions")
     for condition in conditions if isinstance(conditions, list) else ():
@@ -172,6 +203,7 @@ def _readiness(status: Mapping[str, Any]) -> tuple[bool | None, str | None]:
 
 def node_capacity(node: Mapping[str, Any], settings: GPUSettings) -> NodeCapacity:
     """Read one Node object (as ``kubectl get node -o yaml`` prints it); never raises."""
+    node = _shared_strings(node)
     facts = node_facts(node, settings)
     metadata = as_mapping(node.get("metadata"))
     status = as_mapping(node.get("status"))

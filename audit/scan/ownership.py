@@ -15,6 +15,7 @@ Must not read files, evaluate policies or compute GPU facts.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,8 +74,8 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
     name = metadata.get("name") or metadata.get("generateName")
     if not isinstance(name, str) or not name:
         return None
-    return ObjectKey(namespace_of(metadata), group_of(obj.get("apiVersion")),
-                     str(obj.get("kind") or ""), name)
+    return ObjectKey(_shared(namespace_of(metadata)), sys.intern(group_of(obj.get("apiVersion"))),
+                     sys.intern(str(obj.get("kind") or "")), name)
 
 
 def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:
@@ -100,8 +101,14 @@ def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | 
         chosen = chosen or reference
     if chosen is None:
         return None
-    return ObjectKey(namespace, group_of(chosen.get("apiVersion")), chosen["kind"],
-                     chosen["name"])
+    return ObjectKey(_shared(namespace), sys.intern(group_of(chosen.get("apiVersion"))),
+                     sys.intern(chosen["kind"]), chosen["name"])
+
+
+def _shared(namespace: str | None) -> str | None:
+    """The namespace interned: keys outlive the decoded objects (the audit keeps one per
+    controller), and a snapshot has few namespaces but a string object per object naming one."""
+    return sys.intern(namespace) if type(namespace) is str else namespace
 
 
 class Ownership:
