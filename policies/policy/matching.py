@@ -75,13 +75,15 @@ def unmodelled_kind(review: ReviewInput) -> bool:
 
 
 def _unmodelled_workload(review: ReviewInput) -> bool:
-    """Whether the request is for a kind the workload registry does not model, whose object a
-    structural search finds pod templates, PodSpecs or resource blocks in (a GPUPolicy that
-    leaves ``match.resources`` out judges it, so its GPUs pass no policy unseen)."""
+    """Whether the request is for a resource the workload registry does not model, whose object
+    holds pod templates, PodSpecs or resource blocks (a GPUPolicy that leaves
+    ``match.resources`` out judges it, so its GPUs pass no policy unseen) — found by a
+    structural search, or where the reader of a built-in kind of the same name looks: a custom
+    resource of kind ``Deployment`` or ``Pod`` in its own group and plural is read as one, and
+    judged (it escaped every policy when only the search's finds counted)."""
     if not unmodelled_kind(review) or not isinstance(review.subject, Mapping):
         return False
-    workload = find_workload(review.subject)
-    return workload is not None and workload.generic
+    return find_workload(review.subject) is not None
 
 
 # Kinds that carry resource lists without making pods: never judged as workloads.

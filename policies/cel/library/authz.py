@@ -25,6 +25,7 @@ with cached answers only, see ``webhook/admission.py``).
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
@@ -136,7 +137,20 @@ def bound(session: Session, request_resource: Mapping[str, str] | None = None
 # 40 k and 24 k instructions, orjson's 4 k and 7 k, and a check chain
 # (group.resource.namespace.name.check.allowed) runs six of each.
 def _dump(state: Mapping[str, Any]) -> str:
-    return orjson.dumps(state, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        return orjson.dumps(state, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:
+        # Text orjson refuses (a lone surrogate from a request's name or namespace, which the
+        # standard library decoded): escaped by the standard library, so the check still runs
+        # and the CEL data check names the field. Deterministic: the same state, the same text.
+        return json.dumps(state, sort_keys=True, separators=(",", ":"))
+
+
+def _load(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # a lone surrogate escape, written by _dump's fallback
+        return json.loads(text)
 
 
 def _state(value: object, key: str, what: str) -> dict[str, Any]:
@@ -144,7 +158,7 @@ def _state(value: object, key: str, what: str) -> dict[str, Any]:
     if not ((type(value) is dict or isinstance(value, Mapping))
             and isinstance(value.get(key), str)):
         raise TypeError(f"no such overload: expected {what}")
-    state = orjson.loads(value[key])
+    state = _load(value[key])
     assert isinstance(state, dict)
     return state
 
