@@ -230,10 +230,25 @@ _QUOTE_HINT = " (YAML reads an unquoted number or true/false as that type: quote
 
 
 def _gvk(value: Any, where: str) -> tuple[str, str, str]:
+    _gvk_fields(value, where, ("group", "version", "kind"))
+    return (value.get("group") or "", value.get("version") or "", value.get("kind") or "")
+
+
+def _gvk_fields(value: Any, where: str, names: tuple[str, str, str]) -> None:
+    """Refuse a ``kind`` / ``resource`` that is not an object of strings (null fields are
+    empty), as the API server's types are.
+
+    Raises:
+        ReviewError: naming the field and what it holds.
+    """
     if not _is_object(value):
-        raise ReviewError(f"{where}: expected an object with group, version and kind")
-    return (str(value.get("group") or ""), str(value.get("version") or ""),
-            str(value.get("kind") or ""))
+        raise ReviewError(f"{where}: expected an object with {', '.join(names[:2])} and "
+                          f"{names[2]}, got {described(value)}")
+    for name in names:
+        field_value = value.get(name)
+        if field_value is not None and not isinstance(field_value, str):
+            raise ReviewError(f"{where}.{name}: expected a string, got "
+                              f"{described(field_value)}")
 
 
 def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
@@ -293,16 +308,21 @@ def request_shape(request: Any) -> RequestShape:
     if current is None and operation in ("CREATE", "UPDATE"):
         raise ReviewError(f"request.object: a {operation} carries the object, got null")
     subject = current if current is not None else old
-    kind = _gvk(request.get("kind") or {}, "request.kind")
+    kind_value = request.get("kind")
+    kind = _gvk(kind_value if kind_value is not None else {}, "request.kind")
     if not kind[2] and subject is not None:
         kind = (*_split_api_version(str(subject.get("apiVersion", ""))), str(subject.get("kind")))
     resource_value = request.get("resource")
-    if _is_object(resource_value) and resource_value.get("resource"):
-        resource = _resource(str(resource_value.get("group") or ""),
-                             str(resource_value.get("version") or ""),
-                             str(resource_value["resource"]))
+    if resource_value is not None:
+        _gvk_fields(resource_value, "request.resource", ("group", "version", "resource"))
+    if resource_value and resource_value.get("resource"):
+        resource = _resource(resource_value.get("group") or "",
+                             resource_value.get("version") or "", resource_value["resource"])
     else:
         resource = _resource(kind[0], kind[1], plural_of(kind[2]))
+    subresource = request.get("subResource")
+    if subresource is not None and not isinstance(subresource, str):
+        raise ReviewError(f"request.subResource: expected a string, got {described(subresource)}")
     info = request.get("userInfo")
     if info is not None:
         if not _is_object(info):
@@ -318,7 +338,7 @@ def request_shape(request: Any) -> RequestShape:
         namespace = metadata.get("namespace") if _is_object(metadata) else None
     if namespace is not None and not isinstance(namespace, str):
         raise ReviewError(f"request.namespace: expected a string, got {described(namespace)}")
-    return RequestShape(resource, str(request.get("subResource") or ""), operation, kind)
+    return RequestShape(resource, subresource or "", operation, kind)
 
 
 _USER_FIELDS = (("username", str), ("uid", str), ("groups", list))

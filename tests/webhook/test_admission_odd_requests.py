@@ -9,6 +9,8 @@ crash on (issue 20's trial, 2026-12-04).
   decodes it; orjson refuses it) made the authorizer's state encoding raise: the evaluation fell
   to the failurePolicy fallback with a TypeError; it is now a per-policy error naming the field,
   as for ``request.uid``.
+- ``subResource: 5``, ``resource.resource: 5``, ``kind: []`` were read as text or as no kind;
+  each is now a 400 naming the field, as other fields of the wrong type are.
 """
 
 from __future__ import annotations
@@ -83,3 +85,25 @@ def test_a_lone_surrogate_in_the_request_names_the_field(admitter, field):
     decision = _admit(admitter, base.replace(value, f'"{field}":"\\ud800"', 1).encode())
     assert not decision.allowed and decision.fallback is None
     assert f"request.{field}: text with a lone UTF-16 surrogate" in decision.message
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"subResource": 5}, "request.subResource: expected a string, got the number 5"),
+    ({"resource": {"group": "", "version": "v1", "resource": 5}},
+     "request.resource.resource: expected a string, got the number 5"),
+    ({"resource": "pods"}, "request.resource: expected an object with group, version and "
+                           "resource, got"),
+    ({"kind": []}, "request.kind: expected an object with group, version and kind, got"),
+    ({"kind": 0}, "request.kind: expected an object with group, version and kind, got"),
+    ({"kind": {"group": "", "version": "v1", "kind": ["Pod"]}},
+     "request.kind.kind: expected a string"),
+])
+def test_kind_resource_and_subresource_of_the_wrong_type_are_a_400(admitter, fields, expected):
+    from webhook.wire import WireError
+
+    review = json.loads((ROOT / "examples" / "admission" / "gpu-pod-review.json").read_text())
+    review["request"].update(fields)
+    with pytest.raises(WireError) as caught:
+        _admit(admitter, json.dumps(review).encode())
+    assert caught.value.status == 400 and caught.value.message.startswith(expected), \
+        caught.value.message
