@@ -9,25 +9,17 @@ own decision lines (from the offset the warm-up ended at), grouped by endpoint, 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 
-from tests.paths import ROOT
+from tests.benchmark_scripts import load
 from webhook.logs import JsonFormatter
 
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
-    path = ROOT / "benchmarks" / "e2e.py"
-    spec = importlib.util.spec_from_file_location("e2e_benchmark", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load("e2e")
 
 
 def _decision(formatter: JsonFormatter, endpoint: str, latency_ms: float) -> str:

@@ -9,9 +9,7 @@ give the request's own values — and that its arithmetic on callgrind parts is 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from types import ModuleType
 
 import pytest
@@ -19,18 +17,12 @@ import pytest
 import policies.engine.evaluation
 import policies.facts.workloads
 from policies.cel import runtime as cel
-from tests.paths import ROOT
+from tests.benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = ROOT / "benchmarks" / "instructions.py"
-    spec = importlib.util.spec_from_file_location("instructions_benchmark", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load("instructions")
 
 
 def test_admission_steps_run_and_decide_as_the_webhook(bench, tmp_path):
