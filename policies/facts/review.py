@@ -278,7 +278,6 @@ class RequestShape(NamedTuple):
                 self.operation, self.kind[2])
 
 
-
 def request_shape(request: Any) -> RequestShape:
     """Check an AdmissionRequest (the ``request`` of an AdmissionReview) as
     :func:`from_request` does, and read its :class:`RequestShape` — without building the
@@ -288,8 +287,8 @@ def request_shape(request: Any) -> RequestShape:
     Raises:
         ReviewError: ``request`` is not an object, ``operation`` is unknown, ``object`` /
             ``oldObject`` is present but not an object (or null on CREATE / UPDATE), ``kind``
-            is not an object, ``userInfo`` or one of its fields is not of its type, or
-            ``namespace`` is not a string.
+            or ``resource`` is not an object of strings, ``subResource`` or ``namespace`` is
+            not a string, or ``userInfo`` or one of its fields is not of its type.
     """
     if not _is_object(request):
         raise ReviewError("request: expected an AdmissionRequest object")
@@ -299,11 +298,10 @@ def request_shape(request: Any) -> RequestShape:
                           f"{operation!r}")
     current = request.get("object")
     old = request.get("oldObject")
-    # type() first: what JSON gives; the Mapping ABC check only for the rest (it is slower).
-    if current is not None and type(current) is not dict and not _is_object(current):
+    if current is not None and not _is_object(current):
         raise ReviewError(f"request.object: expected an object or null, got "
                           f"{described(current)}")
-    if old is not None and type(old) is not dict and not _is_object(old):
+    if old is not None and not _is_object(old):
         raise ReviewError(f"request.oldObject: expected an object or null, got {described(old)}")
     if current is None and operation in ("CREATE", "UPDATE"):
         raise ReviewError(f"request.object: a {operation} carries the object, got null")
