@@ -191,7 +191,7 @@ def in_tree(cluster: ControlPlane, generation: int) -> Iterator[None]:
     admin(cluster, "create", "-f", "-", stdin=probe_text)
     probe.wait_active()
     try:
-        yield
+        yield None  # no gpuguard: no decision log
     finally:
         for path in files:
             admin(cluster, "delete", "-f", str(path), "--wait=true")
@@ -201,15 +201,16 @@ def in_tree(cluster: ControlPlane, generation: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def webhook(cluster: ControlPlane, certs: Path, log: Path, policies: Path | None
-            ) -> Iterator[None]:
-    """Configurations (c) and (d): ``gpuguard serve`` registered by deploy/base/webhooks.yaml."""
+            ) -> Iterator[Path]:
+    """Configurations (c) and (d): ``gpuguard serve`` registered by deploy/base/webhooks.yaml;
+    yields its decision log."""
     server = GpuguardServer(certs, log, kubeconfig=cluster.kubeconfig,
                             args=["--policies", str(policies)] if policies else [])
     try:
         server.wait_ready()
         register_webhooks(cluster, server, log.parent)
         wait_webhook_active(cluster, server, NAMESPACE)
-        yield
+        yield log
     finally:
         unregister_webhooks(cluster)
         server.stop()
@@ -244,34 +245,25 @@ def main() -> int:
         (fifty / "synthetic.yaml").write_text(synthetic_policies(50 - len(library)),
                                               encoding="utf-8")
         logs = iter(range(100))
-        current_log: list[Path | None] = [None]
-
-        def served(policies: Path | None) -> contextlib.AbstractContextManager[None]:
-            log = current_log[0] = work / f"serve-{next(logs)}.log"
-            return webhook(cluster, certs, log, policies)
-
-        def unserved(manager: contextlib.AbstractContextManager[None]
-                     ) -> contextlib.AbstractContextManager[None]:
-            current_log[0] = None
-            return manager
-
-        configurations: dict[str, Callable[[int], contextlib.AbstractContextManager[None]]] = {
-            "(a) no admission": lambda _: unserved(contextlib.nullcontext()),
-            "(b) library as in-tree VAP/MAP": lambda g: unserved(in_tree(cluster, g)),
-            "(c) gpuguard webhook, library": lambda _: served(None),
-            "(d) gpuguard webhook, 50 policies": lambda _: served(fifty),
+        # Each configuration yields gpuguard's decision log, or None when gpuguard is not in it.
+        configurations: dict[str, Callable[[int], contextlib.AbstractContextManager[Path | None]]
+                             ] = {
+            "(a) no admission": lambda _: contextlib.nullcontext(None),
+            "(b) library as in-tree VAP/MAP": lambda g: in_tree(cluster, g),
+            "(c) gpuguard webhook, library": lambda _: webhook(
+                cluster, certs, work / f"serve-{next(logs)}.log", None),
+            "(d) gpuguard webhook, 50 policies": lambda _: webhook(
+                cluster, certs, work / f"serve-{next(logs)}.log", fifty),
         }
         for n, (name, configure) in enumerate(configurations.items()):
-            with configure(n):
-                saturated[name] = measure(cluster, args.duration, args.concurrency, None,
-                                          current_log[0])
+            with configure(n) as log:
+                saturated[name] = measure(cluster, args.duration, args.concurrency, None, log)
             print(f"{name}: {saturated[name].throughput:.0f} pods/s at saturation, not "
                   f"created: {saturated[name].errors}", flush=True)
         rate = args.rate or max(1.0, round(min(r.throughput for r in saturated.values()) / 2))
         for n, (name, configure) in enumerate(configurations.items()):
-            with configure(len(configurations) + n):
-                fixed[name] = measure(cluster, args.duration, args.concurrency, rate,
-                                      current_log[0])
+            with configure(len(configurations) + n) as log:
+                fixed[name] = measure(cluster, args.duration, args.concurrency, rate, log)
             print(f"{name}: {fixed[name].throughput:.0f} pods/s at {rate:.0f}/s, not created: "
                   f"{fixed[name].errors}", flush=True)
     finally:

@@ -220,8 +220,7 @@ def review_of(request: Mapping[str, Any], namespace_object: Mapping[str, Any] | 
             ``object`` not an object, ...); the message names the field.
     """
     try:
-        review = from_request(request, namespace_object=namespace_object, now=now,
-                              shape=shape if shape is not None else request_shape(request))
+        review = from_request(request, namespace_object=namespace_object, now=now, shape=shape)
     except ReviewError as exc:
         raise bad_request(str(exc)) from None
     if review.kind[2] == "Namespace" and namespace_object is not None:

@@ -62,7 +62,7 @@ from policies.engine.messages import (
 )
 from policies.facts.dra import DraIndex
 from policies.facts.resource_names import DEFAULT_SETTINGS, GPUSettings
-from policies.facts.review import RequestShape, ReviewInput
+from policies.facts.review import RequestShape, ReviewInput, shape_key
 from policies.facts.workloads import WorkloadFacts, workload_facts
 from policies.policy.apply import apply_configuration, typed_value, untyped
 from policies.policy.matching import (
@@ -793,10 +793,7 @@ class Engine:
         their object — is always kept, undecided: its match is read from the request itself.
         Safe to share between threads: entries are only ever set whole, or all cleared."""
         operation = effective_operation(review, point)
-        resource = review.resource
-        # RequestShape.key's order: written_for_none reads these entries by it.
-        key = (resource.group, resource.version, resource.resource, review.subresource,
-               operation, review.kind[2])
+        key = shape_key(review.resource, review.subresource, operation, review.kind)
         selection = self._selections.get(key)
         if selection is None:
             open_kind = unmodelled_kind(review)

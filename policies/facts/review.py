@@ -271,11 +271,16 @@ class RequestShape(NamedTuple):
 
     @property
     def key(self) -> tuple[str, str, str, str, str, str]:
-        """``(group, version, resource, subresource, operation, kind)``: the same for every
-        request of this shape."""
-        resource = self.resource
-        return (resource.group, resource.version, resource.resource, self.subresource,
-                self.operation, self.kind[2])
+        """:func:`shape_key` of this shape: the same for every request of it."""
+        return shape_key(self.resource, self.subresource, self.operation, self.kind)
+
+
+def shape_key(resource: GroupVersionResource, subresource: str, operation: str,
+              kind: tuple[str, str, str]) -> tuple[str, str, str, str, str, str]:
+    """``(group, version, resource, subresource, operation, kind)``: what a policy's resource
+    rules are matched against, as one hashable key (the engine's per-shape selection)."""
+    return (resource.group, resource.version, resource.resource, subresource, operation,
+            kind[2])
 
 
 def request_shape(request: Any) -> RequestShape:
