@@ -36,13 +36,36 @@ def ref(key: ObjectKey) -> dict[str, Any]:
     return {"kind": key.kind, "group": key.group, "namespace": key.namespace, "name": key.name}
 
 
-def finding_dict(finding: Finding, team: str | None) -> dict[str, Any]:
-    """One entry of ``findings``."""
+class _Refs:
+    """One ``ref`` dict per object key and one ``actions`` list per tuple, shared by every
+    entry that names them: a 1M-pod audit has ~240k findings over ~100k workloads, and a dict
+    per mention was a third of the report's memory. Renderers and writers only read the report
+    (the YAML writer writes a shared dict out again, no alias)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[ObjectKey, dict[str, Any]] = {}
+        self._actions: dict[tuple[str, ...], list[str]] = {}
+
+    def ref(self, key: ObjectKey) -> dict[str, Any]:
+        found = self._refs.get(key)
+        if found is None:
+            found = self._refs[key] = ref(key)
+        return found
+
+    def actions(self, actions: tuple[str, ...]) -> list[str]:
+        found = self._actions.get(actions)
+        if found is None:
+            found = self._actions[actions] = list(actions)
+        return found
+
+
+def _finding_dict(finding: Finding, team: str | None, refs: _Refs) -> dict[str, Any]:
+    """One entry of ``findings`` (``refs``: the shared dicts of one report)."""
     return {
         "severity": finding.severity, "policy": finding.policy, "rule": finding.rule,
         "path": finding.path, "outcome": finding.outcome, "message": finding.message,
-        "actions": list(finding.actions), "workload": ref(finding.workload),
-        "evaluated": ref(finding.evaluated), "team": team,
+        "actions": refs.actions(finding.actions), "workload": refs.ref(finding.workload),
+        "evaluated": refs.ref(finding.evaluated), "team": team,
     }
 
 
@@ -79,14 +102,15 @@ def assemble(result: ScanResult) -> dict[str, Any]:
     Returns:
         The JSON-ready report: plain dicts, lists, strings, numbers, booleans and None.
     """
-    workloads = _workloads(result)
+    refs = _Refs()
+    workloads = _workloads(result, refs)
     compliance = result.compliance
     team_of = result.team_of
     findings = sorted(
-        (finding_dict(f, team_of(f.workload.namespace)) for f in compliance.findings),
+        (_finding_dict(f, team_of(f.workload.namespace), refs) for f in compliance.findings),
         key=lambda f: (_severity_rank(f["severity"]), namespace_order(f["workload"]["namespace"]),
                        f["workload"]["kind"], f["workload"]["name"], f["policy"], f["rule"]))
-    exceptions = [{"policy": e.policy, "workload": ref(e.workload),
+    exceptions = [{"policy": e.policy, "workload": refs.ref(e.workload),
                    "team": team_of(e.workload.namespace), "reason": e.reason}
                   for e in compliance.exemptions]
     by_policy = [{"policy": policy, **{s: counts.get(s, 0) for s in SEVERITIES},
@@ -136,7 +160,7 @@ def assemble(result: ScanResult) -> dict[str, Any]:
     return report
 
 
-def _workloads(result: ScanResult) -> dict[ObjectKey, dict[str, Any]]:
+def _workloads(result: ScanResult, refs: _Refs) -> dict[ObjectKey, dict[str, Any]]:
     """Every workload (root owner) the scan saw: its pods, allocation and finding counts."""
     workloads: dict[ObjectKey, dict[str, Any]] = {}
     root = result.workload_of
@@ -171,7 +195,7 @@ def _workloads(result: ScanResult) -> dict[ObjectKey, dict[str, Any]]:
         entry["allocated_unknown_pods"] += usage.unknown_pods
         entry["resources"].update(usage.resources)
     for key, evaluated in result.compliance.evaluated.items():
-        workload(key)["evaluated"] = ref(evaluated)
+        workload(key)["evaluated"] = refs.ref(evaluated)
     for finding in result.compliance.findings:
         workload(finding.workload)["findings"][finding.severity] += 1
     return workloads
