@@ -27,7 +27,7 @@ import json
 import multiprocessing
 import sys
 import zlib
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +43,12 @@ from policies.vocabulary import EvaluationPoint, ValidationAction
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
 _BATCH = 16
+#: Batches a policy worker evaluates before the pool replaces it (a fork: cheap). The CEL
+#: runtime (cel-expr-python 0.1.3) never frees the arguments and result of a call to a function
+#: written in Python (~750 bytes a call; the library's authorizer chain makes 8 a workload), so
+#: a worker's memory grows with what it evaluates; replacing it every 4,000 workloads bounds
+#: that at ~25 MiB (docs/benchmarks.md, "memory").
+_BATCHES_PER_WORKER = 250
 
 ResultTuple = tuple[str, str, str, str, str, tuple[str, ...]]  # policy, rule, path, outcome, ...
 Patch = tuple[dict[str, Any], ...]  # RFC 6902 operations
@@ -253,13 +259,14 @@ class Compliance:
         self._done: set[ObjectKey] = set()
         self._results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]] = {}
         self._batch: list[tuple[Any, Any, bytes, Any]] = []
-        self._async: list[Any] = []
+        self._async: deque[Any] = deque()
         self._pool: Any = None
         if engine is not None and settings.jobs > 0 and \
                 "fork" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("fork")
             self._pool = context.Pool(settings.jobs, initializer=_init_worker,
-                                      initargs=(engine, settings))
+                                      initargs=(engine, settings),
+                                      maxtasksperchild=_BATCHES_PER_WORKER)
 
     def namespace(self, name: str, obj: Mapping[str, Any]) -> None:
         """A Namespace of the snapshot: roots waiting for it are evaluated."""
@@ -323,9 +330,18 @@ class Compliance:
         if self._batch:
             self._async.append(self._pool.apply_async(_evaluate_batch, (self._batch,)))
             self._batch = []
+        # Fold in the batches already back, in order: their raw rows (passes included) would
+        # otherwise wait for finish() in the pool's result objects, one per workload.
+        while self._async and self._async[0].ready():
+            self._absorb(self._async.popleft().get())
+
+    def _absorb(self, evaluated: list[tuple[Any, Any, Any, Any]]) -> None:
+        for root, subject, rows, patch in evaluated:
+            self._results[_key(root)] = (_key(subject), _keep(rows), patch)
 
     def finish(self) -> ComplianceResult:
-        """Evaluate every workload not evaluated yet and collect the findings."""
+        """Evaluate every workload not evaluated yet and collect the findings (once: the kept
+        results are handed over, not kept twice)."""
         for name in list(self._waiting):
             for key, blob in self._waiting.pop(name):
                 self._submit(key, key, blob)
@@ -347,14 +363,14 @@ class Compliance:
         if self._pool is not None:
             self._flush()
             try:
-                for pending in self._async:
-                    for root, evaluated, results, patch in pending.get():
-                        self._results[_key(root)] = (_key(evaluated), _keep(results), patch)
+                while self._async:
+                    self._absorb(self._async.popleft().get())
             finally:
                 self._pool.close()
                 self._pool.join()
                 self._pool = None
-        return _collect(self._results)
+        results, self._results = self._results, {}
+        return _collect(results)
 
     def close(self) -> None:
         """Stop the worker processes (when the scan is abandoned)."""

@@ -332,6 +332,23 @@ def test_every_jobs_count_gives_the_whole_same_report(policies, capsys):
     assert reports["3"] == reports["0"]
 
 
+def test_replaced_policy_workers_lose_no_result(monkeypatch, capsys):
+    """Workers are replaced after a number of batches (the CEL runtime never frees what a
+    Python function call passes it); here after every batch of one workload, so each result
+    comes from a different process, and results are folded in while others are still out:
+    the report is the in-process one."""
+    from audit.scan import compliance
+
+    code, in_process = run_audit(capsys, "-f", str(EXAMPLE), "--jobs", "0")
+    monkeypatch.setattr(compliance, "_BATCH", 1)
+    monkeypatch.setattr(compliance, "_BATCHES_PER_WORKER", 1)
+    replaced_code, replaced = run_audit(capsys, "-f", str(EXAMPLE), "--jobs", "2")
+    in_process.pop("generated")
+    replaced.pop("generated")
+    assert in_process["summary"]["evaluated_workloads"] > 20
+    assert (replaced_code, replaced) == (code, in_process)
+
+
 def test_default_jobs_is_every_cpu_the_audit_may_use(monkeypatch):
     """Without --jobs, one policy worker per CPU this process may run on (its affinity, not the
     machine's count: a container limited to 2 of 64 cores gets 2); none on one CPU."""
