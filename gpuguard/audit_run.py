@@ -518,13 +518,19 @@ def _audit(args: argparse.Namespace, settings: AuditSettings, loaded: policy_set
         inventory=inventory.section() if inventory is not None else None,
         warnings=[*(inventory.warnings() if inventory else []), *notes,
                   *([scope.note()] if scope is not None else [])])
+    objects = scanner.objects
+    # The scan result and then the report are each the whole hand-over: what the scanner kept
+    # beyond its result (the per-pod table, owner links, per-node sums) is freed before the
+    # report is built, and the result before the report is written (docs/benchmarks.md).
+    del scanner
     report = assemble(result)
+    del result
     counts = report["summary"]
     if not (counts["nodes"] or counts["pods"] or counts["finished_pods"] or counts["workloads"]
             or report["errors"]):
         # Objects were read, none of them one the audit reports on, and no error says why: a
         # report would be empty and look clean. (With input errors, the report carries them.)
-        return _refuse([nothing_auditable(args.filename or [], scanner.objects,
+        return _refuse([nothing_auditable(args.filename or [], objects,
                                           report["ignored"])],
                        "nothing in the input is auditable")
     for line in report["errors"]:
