@@ -78,11 +78,33 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
                      sys.intern(str(obj.get("kind") or "")), name)
 
 
+def _names_a_pod(reference: Mapping[str, Any]) -> bool:
+    """Whether an owner reference names a core Pod."""
+    return reference.get("kind") == "Pod" and group_of(reference.get("apiVersion")) == ""
+
+
+def _is_pod(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Pod" and group_of(obj.get("apiVersion")) == ""
+
+
+def pod_owners(obj: Mapping[str, Any]) -> list[str]:
+    """The names of the Pods a Pod's ``ownerReferences`` name (not followed, see
+    :func:`controller_of`), for the warning that says so; [] for any other object."""
+    metadata = obj.get("metadata")
+    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    if not isinstance(references, list) or not _is_pod(obj):
+        return []
+    return [str(r.get("name")) for r in references if isinstance(r, Mapping) and _names_a_pod(r)]
+
+
 def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:
     """The key of the object's controller (``ownerReferences``), or None when it has none.
 
     Owner references name objects in the dependent's namespace (or cluster-scoped ones, which
-    never own namespaced workloads in practice).
+    never own namespaced workloads in practice). A Pod's reference to a Pod is not followed:
+    no controller makes pods own pods (a LeaderWorkerSet's leader pod owns its workers'
+    StatefulSet, which owns their pods), and a pod naming a harmless pod as its controller would
+    otherwise be judged by that pod's spec; it is its own workload, audited by its own spec.
     """
     metadata = obj.get("metadata")
     references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
@@ -93,7 +115,8 @@ def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | 
         if not isinstance(reference, Mapping):
             continue
         kind, name = reference.get("kind"), reference.get("name")
-        if not (isinstance(kind, str) and isinstance(name, str) and name):
+        if not (isinstance(kind, str) and isinstance(name, str) and name) or \
+                (_names_a_pod(reference) and _is_pod(obj)):
             continue
         if reference.get("controller") is True:
             chosen = reference

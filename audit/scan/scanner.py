@@ -21,7 +21,7 @@ from typing import Any
 
 from audit.scan.compliance import Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
-from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of
+from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, pod_owners
 from audit.scan.placement import Placement
 from audit.scan.pods import PodReader, PodUsage
 from audit.scan.result import PolicySetInfo, ScanResult
@@ -92,6 +92,8 @@ class Scanner:
         # objects of kinds the workload registry does not model, in which a structural search
         # found pod templates, PodSpecs or resource blocks: "kind not modelled", per kind
         self.not_modelled: dict[str, list[str]] = {}
+        # pods whose ownerReferences name a Pod (not followed: audited as their own workload)
+        self.pod_owned: list[str] = []
         self.objects = 0
         self.ignored: dict[str, int] = {}
         self.progress = progress
@@ -102,6 +104,13 @@ class Scanner:
         # objects given more than once, by kind: what the warnings name (Pods: the first copy
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
+
+    def _pod_owned(self, body: Mapping[str, Any], key: ObjectKey) -> None:
+        owners = pod_owners(body)
+        if owners:
+            where = f"{key.namespace}/{key.name}" if key.namespace else key.name
+            self.pod_owned.append(f"{printable(where)} → "
+                                  + ", ".join(printable(name) for name in owners))
 
     def _dra_object(self, body: Mapping[str, Any]) -> None:
         """One ``resource.k8s.io`` object of :data:`~policies.facts.dra.DRA_KINDS`: a DeviceClass
@@ -226,6 +235,7 @@ class Scanner:
         if usage is None:  # unreachable: a nameless pod is an input error above
             self.ignored["Pod without name"] = self.ignored.get("Pod without name", 0) + 1
             return
+        self._pod_owned(body, usage.key)
         owner = self.ownership.record_pod(usage.key.namespace, usage.key.name, usage.owner)
         if owner is False:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
@@ -370,6 +380,13 @@ class Scanner:
             self.warnings.append(
                 f"{printable(kind)}: kind not modelled by gpuguard; {len(objects)} object(s) "
                 f"judged from what a structural search found ({shown})")
+        if self.pod_owned:
+            shown = "; ".join(self.pod_owned[:5]) + (
+                f"; and {len(self.pod_owned) - 5} more" if len(self.pod_owned) > 5 else "")
+            self.warnings.append(
+                f"{len(self.pod_owned)} Pod(s) name a Pod in ownerReferences ({shown}): no "
+                "controller makes pods own pods, so each is audited as its own workload, by its "
+                "own spec")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
