@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from audit.scan.pod_table import PodTable
 from policies.facts.identity import namespace_of
 
 
@@ -140,18 +141,18 @@ class Ownership:
     ``record(key, owner)`` is called for every workload object in the input that can own pods or
     be owned, :meth:`record_pod` for every Pod; :meth:`root` then follows the links.
 
-    Pods are most of a snapshot (a million in a large cluster) and own nothing in practice, so
-    they are not kept as keys: a pod is remembered as the 64-bit hash of its (namespace, name)
-    mapped to its controller's key, one shared key object per controller — about 100 bytes a pod
-    instead of ~470 (two keys and their strings). The same entry tells a pod read twice (the
-    first copy counts); two pods whose hashes collide would be taken for one, as before this
-    table existed (the duplicate check was always a set of these hashes).
+    Pods are most of a snapshot (a million in a large cluster) and own few objects (a
+    LeaderWorkerSet's leader pod owns a StatefulSet), so they are not kept as keys: a pod is
+    remembered in a :class:`~audit.scan.pod_table.PodTable` as the 64-bit hash of its
+    (namespace, name) with its controller's key, one shared key object per controller — 24 bytes
+    a pod instead of ~470 (two keys and their strings). The same entry tells a pod read twice
+    (the first copy counts); two pods whose hashes collide would be taken for one, as before
+    this table existed (the duplicate check was always a set of these hashes).
     """
 
     def __init__(self) -> None:
         self._owner: dict[ObjectKey, ObjectKey | None] = {}
-        self._pods: dict[int, ObjectKey | None] = {}  # hash((namespace, name)) -> controller
-        self._keys: dict[ObjectKey, ObjectKey] = {}  # one key object per controller (memory)
+        self._pods = PodTable()  # hash((namespace, name)) -> controller
 
     def record(self, key: ObjectKey, owner: ObjectKey | None) -> None:
         """``key`` is in the input; its controller is ``owner`` (None: it is top-level)."""
@@ -162,18 +163,12 @@ class Ownership:
         """A Pod of the input, owned by ``owner``: returns False when a pod of this namespace
         and name was recorded already (the input holds it twice), else the shared key object
         equal to ``owner`` (None when it has none) — callers keep that one, not their own."""
-        identity = hash((namespace, name))
-        if identity in self._pods:
-            return False
-        if owner is not None:
-            owner = self._keys.setdefault(owner, owner)
-        self._pods[identity] = owner
-        return owner
+        return self._pods.add(hash((namespace, name)), owner)
 
     def _owner_of(self, key: ObjectKey) -> ObjectKey | None:
         owner = self._owner.get(key)
         if owner is None and key.kind == "Pod" and not key.group:
-            owner = self._pods.get(hash((key.namespace, key.name)))
+            owner = self._pods.owner(hash((key.namespace, key.name)))
         return owner
 
     def present(self, key: ObjectKey) -> bool:
