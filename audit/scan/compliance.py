@@ -54,7 +54,7 @@ ResultTuple = tuple[str, str, str, str, str, tuple[str, ...]]  # policy, rule, p
 Patch = tuple[dict[str, Any], ...]  # RFC 6902 operations
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One failed (or erroring, or mutating) rule on one workload.
 
@@ -73,7 +73,7 @@ class Finding:
     severity: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Exemption:
     """A policy exception that applied to a workload (``reason`` includes its expiry)."""
 
@@ -155,8 +155,10 @@ def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any,
 Kept = tuple[tuple[tuple[str, int], ...], tuple[ResultTuple, ...]]
 
 
-def _keep(rows: tuple[ResultTuple, ...]) -> Kept:
-    """The compact form of one workload's rule results (see ``Kept``)."""
+def _keep(rows: tuple[ResultTuple, ...], shared: dict[Any, Any]) -> Kept:
+    """The compact form of one workload's rule results (see ``Kept``); ``shared`` holds one
+    tuple per distinct pass count and action list of the scan (most workloads pass the same
+    rules: ~450 bytes a workload, 27 MiB at 1M pods, before they were shared)."""
     passes: dict[str, int] = {}
     others = []
     intern = sys.intern
@@ -165,10 +167,12 @@ def _keep(rows: tuple[ResultTuple, ...]) -> Kept:
             policy = intern(policy)
             passes[policy] = passes.get(policy, 0) + 1
         else:
+            acts = tuple(intern(a) for a in actions)
             others.append((intern(policy), intern(rule), intern(path), intern(outcome),
                            intern(message) if len(message) < 200 else message,
-                           tuple(intern(a) for a in actions)))
-    return tuple(passes.items()), tuple(others)
+                           shared.setdefault(acts, acts)))
+    passed = tuple(passes.items())
+    return shared.setdefault(passed, passed), tuple(others)
 
 
 def _key(values: tuple[Any, ...]) -> ObjectKey:
@@ -258,6 +262,7 @@ class Compliance:
         self._pod_samples: dict[ObjectKey, tuple[ObjectKey, bytes]] = {}
         self._done: set[ObjectKey] = set()
         self._results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]] = {}
+        self._shared: dict[Any, Any] = {}  # one tuple per distinct pass counts / actions
         self._batch: list[tuple[Any, Any, bytes, Any]] = []
         self._async: deque[Any] = deque()
         self._pool: Any = None
@@ -313,14 +318,14 @@ class Compliance:
             assert self._engine is not None
             if self._memo is None:
                 rows, patch = _evaluate(self._engine, self._settings, blob, namespace)
-                self._results[root] = (evaluated, _keep(rows), patch)
+                self._results[root] = (evaluated, _keep(rows, self._shared), patch)
                 return
             token = EvaluationMemo.token(blob, namespace, self._day)
             found = self._memo.get(token)
             if found is None:
                 found = _evaluate(self._engine, self._settings, blob, namespace)
                 self._memo.put(token, found)
-            self._results[root] = (evaluated, _keep(found[0]), found[1])
+            self._results[root] = (evaluated, _keep(found[0], self._shared), found[1])
             return
         self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
         if len(self._batch) >= _BATCH:
@@ -337,7 +342,7 @@ class Compliance:
 
     def _absorb(self, evaluated: list[tuple[Any, Any, Any, Any]]) -> None:
         for root, subject, rows, patch in evaluated:
-            self._results[_key(root)] = (_key(subject), _keep(rows), patch)
+            self._results[_key(root)] = (_key(subject), _keep(rows, self._shared), patch)
 
     def finish(self) -> ComplianceResult:
         """Evaluate every workload not evaluated yet and collect the findings (once: the kept
@@ -398,13 +403,17 @@ class ComplianceResult:
     patches: Mapping[ObjectKey, Patch] = field(default_factory=dict)
 
 
-def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, Kept, Patch]]) -> ComplianceResult:
+def _collect(results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]]) -> ComplianceResult:
+    """The findings of the kept results, which it empties as it goes (each workload's kept
+    rows are freed once its findings exist, so the two are never both whole in memory)."""
     findings = []
     exemptions = []
     by_policy: dict[str, Counter[str]] = defaultdict(Counter)
     passes: Counter[ObjectKey] = Counter()
+    evaluated_for = {root: ev for root, (ev, _, _) in results.items()}
+    patches = {root: patch for root, (_, _, patch) in results.items() if patch}
     for root in sorted(results):
-        evaluated, (passed, rows), _ = results[root]
+        evaluated, (passed, rows), _ = results.pop(root)
         for policy, count in passed:
             by_policy[policy]["pass"] += count
             passes[root] += count
@@ -419,7 +428,5 @@ def _collect(results: Mapping[ObjectKey, tuple[ObjectKey, Kept, Patch]]) -> Comp
             by_policy[policy][severity] += 1
             findings.append(Finding(root, evaluated, policy, rule, path, outcome, message,
                                     actions, severity))
-    return ComplianceResult(tuple(findings), tuple(exemptions),
-                            {root: ev for root, (ev, _, _) in results.items()}, dict(passes),
-                            {p: dict(c) for p, c in sorted(by_policy.items())},
-                            {root: patch for root, (_, _, patch) in results.items() if patch})
+    return ComplianceResult(tuple(findings), tuple(exemptions), evaluated_for, dict(passes),
+                            {p: dict(c) for p, c in sorted(by_policy.items())}, patches)
