@@ -9,7 +9,9 @@ table (:mod:`audit.report.cost`). The shape is documented field by field in
 fields may be added).
 
 Must not read input, evaluate policies, render, or import :mod:`audit.scan.scanner` (the scan
-result is the whole hand-over; an import-linter contract).
+result is the whole hand-over; an import-linter contract). Equal small dicts and lists of the
+report are one object shared by the entries naming them (memory, :class:`_Refs`): readers must
+copy before they change one.
 """
 
 from __future__ import annotations
@@ -37,14 +39,22 @@ def ref(key: ObjectKey) -> dict[str, Any]:
 
 
 class _Refs:
-    """One ``ref`` dict per object key and one ``actions`` list per tuple, shared by every
-    entry that names them: a 1M-pod audit has ~240k findings over ~100k workloads, and a dict
-    per mention made 580,176 of them (51 MiB). Renderers and writers only read the report (the
-    YAML writer writes a shared dict out again, no alias)."""
+    """One ``ref`` dict per object key, one ``actions`` list per tuple and one small dict per
+    distinct value (a workload's pod counts, findings by severity, ...), shared by every entry
+    that names them: a 1M-pod audit has ~240k findings over ~100k workloads, and a dict per
+    mention made 580,176 ref dicts alone (51 MiB). Renderers and writers only read the report
+    (the YAML writer writes a shared dict out again, no alias)."""
 
     def __init__(self) -> None:
         self._refs: dict[ObjectKey, dict[str, Any]] = {}
         self._actions: dict[tuple[str, ...], list[str]] = {}
+        self._values: dict[tuple[tuple[str, type, Any], ...], dict[str, Any]] = {}
+
+    def same(self, value: dict[str, Any]) -> dict[str, Any]:
+        """``value`` (a flat dict of hashable values), or one given before with the same keys
+        and values of the same types (``1`` and ``1.0`` are equal but print differently)."""
+        key = tuple((k, type(v), v) for k, v in value.items())
+        return self._values.setdefault(key, value)
 
     def ref(self, key: ObjectKey) -> dict[str, Any]:
         found = self._refs.get(key)
@@ -141,7 +151,7 @@ def assemble(result: ScanResult) -> dict[str, Any]:
         "mig": placement.mig,
         "pending": placement.pending,
         "utilization": result.utilization,
-        "workloads": _workload_list(result, workloads),
+        "workloads": _workload_list(result, workloads, refs),
         "findings": findings,
         "exceptions": exceptions,
         "policies": by_policy,
@@ -288,8 +298,9 @@ def _teams(result: ScanResult,
 
 
 def _workload_list(result: ScanResult,
-                   workloads: dict[ObjectKey, _Workload]) -> list[dict[str, Any]]:
+                   workloads: dict[ObjectKey, _Workload], refs: _Refs) -> list[dict[str, Any]]:
     """The ``workloads`` section: workloads asking for GPUs or with findings, by key."""
+    same = refs.same
     workload_list = []
     for key in sorted(workloads):
         entry = workloads[key]
@@ -297,18 +308,18 @@ def _workload_list(result: ScanResult,
             continue
         workload_list.append({
             **ref(key), "team": entry.team, "in_snapshot": entry.present, "gpu": entry.gpu,
-            "pods": {"running": entry.running, "pending": entry.pending_pods,
-                     "finished": entry.finished},
-            "gpu_pods": {"running": entry.gpu_running, "pending": entry.gpu_pending},
-            "gpu_equivalents": {"allocated": as_float(entry.allocated),
-                                "pending": as_float(entry.pending),
-                                "unknown_pods": entry.allocated_unknown_pods
-                                + entry.pending_unknown_pods},
-            "resources": dict(sorted((entry.resources or {}).items())),
+            "pods": same({"running": entry.running, "pending": entry.pending_pods,
+                          "finished": entry.finished}),
+            "gpu_pods": same({"running": entry.gpu_running, "pending": entry.gpu_pending}),
+            "gpu_equivalents": same({"allocated": as_float(entry.allocated),
+                                     "pending": as_float(entry.pending),
+                                     "unknown_pods": entry.allocated_unknown_pods
+                                     + entry.pending_unknown_pods}),
+            "resources": same(dict(sorted((entry.resources or {}).items()))),
             "evaluated": entry.evaluated,
             "passed_rules": result.compliance.passes.get(key, 0),
-            "findings": {s: entry.findings.get(s, 0) if entry.findings else 0
-                         for s in SEVERITIES},
+            "findings": same({s: entry.findings.get(s, 0) if entry.findings else 0
+                              for s in SEVERITIES}),
         })
     return workload_list
 
