@@ -95,7 +95,8 @@ def pod_owners(obj: Mapping[str, Any]) -> list[str]:
     references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
     if not isinstance(references, list) or not _is_pod(obj):
         return []
-    return [str(r.get("name")) for r in references if isinstance(r, Mapping) and _names_a_pod(r)]
+    return [r["name"] for r in references
+            if isinstance(r, Mapping) and _names_a_pod(r) and isinstance(r.get("name"), str)]
 
 
 def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:

@@ -235,7 +235,6 @@ class Scanner:
         if usage is None:  # unreachable: a nameless pod is an input error above
             self.ignored["Pod without name"] = self.ignored.get("Pod without name", 0) + 1
             return
-        self._pod_owned(body, usage.key)
         owner = self.ownership.record_pod(usage.key.namespace, usage.key.name, usage.owner)
         if owner is False:
             self.duplicate_pods += 1  # the same snapshot given twice: count each pod once
@@ -243,6 +242,7 @@ class Scanner:
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
+        self._pod_owned(body, usage.key)
         self._facts_problems(usage, location)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
