@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ from gpuguard.audit_run import cluster_items, connect_cluster, settings_from_arg
 from gpuguard.exit_codes import EXIT_ENVIRONMENT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from gpuguard.input_paths import PathCoverage
 from gpuguard.namespace_scope import NamespaceScope, namespaces_of
-from gpuguard.output_formats import write
+from gpuguard.output_formats import json_text, write
 from gpuguard.terminal import table_console
 from policies.facts.resource_names import GPUSettings
 from policies.sources import printable
@@ -152,7 +151,7 @@ def _compare(args: argparse.Namespace, settings: AuditSettings, current: policy_
 
 def _print(diff: dict[str, Any], output: str) -> None:
     if output == "json":
-        sys.stdout.write(json.dumps(diff, indent=2) + "\n")
+        sys.stdout.write(json_text(diff) + "\n")
     elif output == "yaml":
         write(diff, "yaml", sys.stdout)
     elif output == "markdown":

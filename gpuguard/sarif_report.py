@@ -18,9 +18,10 @@ suite that could not be read are also the invocation's error notifications.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from gpuguard.output_formats import json_text
 
 if TYPE_CHECKING:  # the suite runner is imported by test only (check and audit do not need it)
     from policies.suites import SuiteResult
@@ -76,7 +77,7 @@ def sarif_log(evaluated: Iterable[tuple[str, int | None, Mapping[str, Any]]],
                           for problem in problems]}],
                   "results": results}],
     }
-    return json.dumps(log, indent=2) + "\n"
+    return json_text(log) + "\n"
 
 
 def audit_entries(report: Mapping[str, Any]) -> list[tuple[str, int | None, dict[str, Any]]]:
