@@ -301,6 +301,11 @@ class Compliance:
             else:
                 self._waiting[key.namespace].append((key, _pack(obj)))
             return
+        if owner.kind == "Pod" and not owner.group and not (key.kind == "Pod" and not key.group):
+            # Whether a pod may own this object is known once the whole input is read (a
+            # LeaderWorkerSet's leader pod owns its workers' StatefulSet; see Ownership)
+            self._stored[key] = _pack(obj)
+            return
         if self._ownership.root(owner) in self._done:
             return  # its workload is in the snapshot and already evaluated
         if key.kind == "Pod" and not key.group:

@@ -1,10 +1,16 @@
 """Who owns what: object keys, controller references, and rolling pods up to their workload.
 
-Owns the identity of a workload as the audit reports it. A pod owned by a controller
-(``metadata.ownerReferences``, the reference with ``controller: true``, else the first) belongs
-to that controller; a controller that is itself owned belongs to its owner, and so on while the
-owner is in the input — so a pod whose ReplicaSet is in the input rolls up to the Deployment, a Job
-to its CronJob, a LeaderWorkerSet's StatefulSets to the LeaderWorkerSet. When an owner is not in
+Owns the identity of a workload as the audit reports it. A pod owned by a controller (the
+``metadata.ownerReferences`` entry with ``controller: true``, as Kubernetes' ``GetControllerOf``
+reads it: other references are for garbage collection only, and anyone who may create a pod may
+write them) belongs to that controller; a controller that is itself owned belongs to its owner,
+and so on while the owner is in the input — so a pod whose ReplicaSet is in the input rolls up to
+the Deployment, a Job to its CronJob, a LeaderWorkerSet's StatefulSets to the LeaderWorkerSet.
+A reference to a built-in kind is followed only where that kind's controller creates the
+dependent's kind, so that an object cannot be judged by a harmless owner's spec: not a Pod's to a
+Pod, not a Deployment's to a Job; a StatefulSet's to a Pod only when the pod is a
+LeaderWorkerSet's leader and the StatefulSet its workers' (the one case where a pod owns a
+workload). When an owner is not in
 the input the chain stops at the reference (the workload is then named by it, e.g. a ReplicaSet
 whose Deployment was not captured). Objects are keyed by namespace, API group, kind and name, so a
 Volcano ``Job`` is not a ``batch`` Job.
@@ -79,55 +85,84 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
                      sys.intern(str(obj.get("kind") or "")), name)
 
 
-def _names_a_pod(reference: Mapping[str, Any]) -> bool:
-    """Whether an owner reference names a core Pod."""
-    return reference.get("kind") == "Pod" and group_of(reference.get("apiVersion")) == ""
+# What Kubernetes' own controllers create, by (group, kind) of the controller: a reference from
+# anything else to one of these kinds is not a controller's (anyone who may create an object may
+# write it). A Node is the controller of its static pods' mirror pods. Custom resources' operators
+# may create anything: their references are followed.
+_BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
+_CREATES: dict[tuple[str, str], frozenset[tuple[str, str]]] = {
+    ("apps", "Deployment"): frozenset({("apps", "ReplicaSet")}),
+    ("apps", "ReplicaSet"): frozenset({("", "Pod")}),
+    ("apps", "StatefulSet"): frozenset({("", "Pod")}),
+    ("apps", "DaemonSet"): frozenset({("", "Pod")}),
+    ("batch", "Job"): frozenset({("", "Pod")}),
+    ("batch", "CronJob"): frozenset({("batch", "Job")}),
+    ("", "ReplicationController"): frozenset({("", "Pod")}),
+    ("", "Node"): frozenset({("", "Pod")}),
+    # a LeaderWorkerSet's leader pod owns its workers' StatefulSet: Ownership decides it,
+    # once the whole input is read
+    ("", "Pod"): frozenset({("apps", "StatefulSet")}),
+}
 
 
-def _is_pod(obj: Mapping[str, Any]) -> bool:
-    return obj.get("kind") == "Pod" and group_of(obj.get("apiVersion")) == ""
+def refused_controller(obj: Mapping[str, Any]) -> str | None:
+    """``Kind name`` of the object's controller reference when :func:`controller_of` does not
+    follow it (a built-in kind that never creates this kind, e.g. a Pod's reference to a Pod or a
+    Deployment's to a Job), for the warning that says so; None when it is followed or absent."""
+    reference = _controller_reference(obj)
+    if reference is None or _creates(reference, obj):
+        return None
+    return f"{reference['kind']} {reference['name']}"
 
 
-def pod_owners(obj: Mapping[str, Any]) -> list[str]:
-    """The names of the Pods a Pod's ``ownerReferences`` name (not followed, see
-    :func:`controller_of`), for the warning that says so; [] for any other object."""
+def _creates(reference: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+    # every kind: Pod is a pod, whatever its apiVersion says (as the scanner reads it)
+    owner_kind, kind = reference["kind"], obj.get("kind")
+    owner_group = "" if owner_kind == "Pod" else group_of(reference.get("apiVersion"))
+    if owner_group not in _BUILT_IN_GROUPS:
+        return True
+    made = _CREATES.get((owner_group, owner_kind), frozenset())
+    return ("" if kind == "Pod" else group_of(obj.get("apiVersion")), kind) in made
+
+
+def _controller_reference(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``ownerReferences`` entry with ``controller: true`` and a kind and name, or None
+    (Kubernetes' ``metav1.GetControllerOf``; the API server allows one such entry)."""
     metadata = obj.get("metadata")
-    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
-    if not isinstance(references, list) or not _is_pod(obj):
-        return []
-    return [r["name"] for r in references
-            if isinstance(r, Mapping) and _names_a_pod(r) and isinstance(r.get("name"), str)]
+    references = metadata.get("ownerReferences") if type(metadata) is dict or \
+        isinstance(metadata, Mapping) else None
+    if not references or not isinstance(references, list):
+        return None
+    for reference in references:
+        if (type(reference) is dict or isinstance(reference, Mapping)) and \
+                reference.get("controller") is True:
+            kind, name = reference.get("kind"), reference.get("name")
+            if isinstance(kind, str) and kind and isinstance(name, str) and name:
+                return reference
+            return None
+    return None
 
 
 def controller_of(obj: Mapping[str, Any], namespace: str | None) -> ObjectKey | None:
-    """The key of the object's controller (``ownerReferences``), or None when it has none.
+    """The key of the object's controller (its ``ownerReferences`` entry with ``controller:
+    true``), or None when it has none or the reference cannot be a controller's.
 
     Owner references name objects in the dependent's namespace (or cluster-scoped ones, which
-    never own namespaced workloads in practice). A Pod's reference to a Pod is not followed:
-    no controller makes pods own pods (a LeaderWorkerSet's leader pod owns its workers'
-    StatefulSet, which owns their pods), and a pod naming a harmless pod as its controller would
-    otherwise be judged by that pod's spec; it is its own workload, audited by its own spec.
+    never own namespaced workloads in practice). A reference without ``controller: true`` is not
+    a controller (it only ties the object's deletion to its owner's). A reference naming a
+    built-in kind is followed only where that kind's controller creates this kind (a
+    Deployment's ReplicaSets, a ReplicaSet's Pods, a CronJob's Jobs, ...; see
+    :func:`refused_controller`): a pod naming a harmless pod, or a Deployment naming a harmless
+    Job, would otherwise be judged by that owner's spec; it is its own workload, audited by its
+    own. (A StatefulSet's reference to a Pod is kept here: a LeaderWorkerSet's leader pod owns
+    its workers' StatefulSet; :class:`Ownership` follows it only for such a pod.)
     """
-    metadata = obj.get("metadata")
-    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
-    if not references or not isinstance(references, list):
+    reference = _controller_reference(obj)
+    if reference is None or not _creates(reference, obj):
         return None
-    chosen = None
-    for reference in references:
-        if not isinstance(reference, Mapping):
-            continue
-        kind, name = reference.get("kind"), reference.get("name")
-        if not (isinstance(kind, str) and isinstance(name, str) and name) or \
-                (_names_a_pod(reference) and _is_pod(obj)):
-            continue
-        if reference.get("controller") is True:
-            chosen = reference
-            break
-        chosen = chosen or reference
-    if chosen is None:
-        return None
-    return ObjectKey(_shared(namespace), sys.intern(group_of(chosen.get("apiVersion"))),
-                     sys.intern(chosen["kind"]), chosen["name"])
+    kind = reference["kind"]
+    group = "" if kind == "Pod" else sys.intern(group_of(reference.get("apiVersion")))
+    return ObjectKey(_shared(namespace), group, sys.intern(kind), reference["name"])
 
 
 def _shared(namespace: str | None) -> str | None:
@@ -168,9 +203,37 @@ class Ownership:
 
     def _owner_of(self, key: ObjectKey) -> ObjectKey | None:
         owner = self._owner.get(key)
-        if owner is None and key.kind == "Pod" and not key.group:
-            owner = self._pods.owner(hash((key.namespace, key.name)))
+        if owner is None:
+            if key.kind == "Pod" and not key.group:
+                owner = self._pods.owner(hash((key.namespace, key.name)))
+        elif owner.kind == "Pod" and not owner.group and not self._leader_owns(key, owner):
+            return None  # an object naming a Pod as its controller: its own workload
         return owner
+
+    def _leader_owns(self, key: ObjectKey, pod: ObjectKey) -> bool:
+        """Whether ``pod`` may own ``key``: only a LeaderWorkerSet's leader pod owns an object,
+        its workers' StatefulSet, which the LeaderWorkerSet controller names as the pod
+        (``<lws>-<group>``), and the pod's own controllers lead to a LeaderWorkerSet of the
+        input. Anything else naming a Pod as its controller would be judged by that pod's
+        spec, not its own."""
+        if key.kind != "StatefulSet" or key.group != "apps" or key.name != pod.name:
+            return False
+        current = self._pods.owner(hash((pod.namespace, pod.name)))
+        seen: set[ObjectKey] = set()
+        while current is not None and current not in seen:
+            if current.kind == "LeaderWorkerSet" and current in self._owner:
+                return True
+            seen.add(current)
+            current = self._owner.get(current)  # the recorded links, this rule aside
+        return False
+
+    def pod_owned(self) -> list[tuple[ObjectKey, ObjectKey]]:
+        """``(object, pod)`` for each object of the input (not a Pod) whose controller is a Pod
+        it is not rolled up to (see :meth:`_leader_owns`), in input order, for the warning that
+        says so."""
+        return [(key, owner) for key, owner in self._owner.items()
+                if owner is not None and owner.kind == "Pod" and not owner.group
+                and not self._leader_owns(key, owner)]
 
     def present(self, key: ObjectKey) -> bool:
         """Whether the object is in the input."""

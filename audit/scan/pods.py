@@ -11,10 +11,10 @@ Owns turning a Pod object into a small :class:`PodUsage` that placement can aggr
   missing request, plus ``spec.overhead``;
 - tolerations, ``nodeSelector`` and required node affinity, for the pending-pod analysis.
 
-The spec-derived part is cached: by content, and — cheaper — by controller revision for pods of a
-ReplicaSet (``pod-template-hash``), StatefulSet (``controller-revision-hash``) or Job, whose pods
-are stamped from one immutable template; so 100k pods cost far fewer fact computations. Must not
-look at nodes or other pods.
+The spec-derived part is cached by content (the fields it depends on), so the replicas of one
+template cost one fact computation; never by controller and revision label (``pod-template-hash``),
+which any pod may claim: a pod's GPUs are always the ones its own spec asks for. Must not look at
+nodes or other pods.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ from policies.json_fields import as_mapping
 RUNNING, PENDING, FINISHED = "running", "pending", "finished"
 _KAI_KEYS = (KAI_FRACTION, KAI_MEMORY, KAI_DEVICES, KAI_CONTAINER)
 _CACHE_LIMIT = 20_000
-# Controllers whose pods all come from one immutable template per revision (API group -> kinds).
-_ONE_TEMPLATE = {"apps": ("ReplicaSet", "StatefulSet"), "batch": ("Job",)}
 
 Toleration = tuple[str, str, str, str]  # (key, operator, value, effect)
 Expression = tuple[str, str, tuple[str, ...]]  # (key, operator, values)
@@ -222,7 +220,6 @@ class PodReader:
         self._claims = claim_templates if claim_templates is not None else {}
         self._dra = dra
         self._cache: dict[str, TemplateUsage] = {}
-        self._by_revision: dict[tuple[ObjectKey, str], TemplateUsage] = {}
         self.computed = 0  # spec analyses actually run (the rest came from the cache)
 
     def template(self, spec: Mapping[str, Any], metadata: Mapping[str, Any],
@@ -273,18 +270,9 @@ class PodReader:
         spec = as_mapping(pod.get("spec"))
         status = as_mapping(pod.get("status"))
         owner = controller_of(pod, namespace)
-        revision_key = None
-        if owner is not None and owner.kind in _ONE_TEMPLATE.get(owner.group, ()):
-            labels = as_mapping(metadata.get("labels"))
-            revision_key = (owner, str(labels.get("pod-template-hash")
-                                       or labels.get("controller-revision-hash") or ""))
-        template = self._by_revision.get(revision_key) if revision_key else None
-        if template is None:
-            template = self.template(spec, metadata, namespace)
-            if revision_key is not None:
-                if len(self._by_revision) >= _CACHE_LIMIT:
-                    self._by_revision.clear()
-                self._by_revision[revision_key] = template
+        # By content, never by the controller and its revision label: a pod can name any
+        # controller and any pod-template-hash, and its GPUs are the ones it asks for.
+        template = self.template(spec, metadata, namespace)
         phase = status.get("phase")
         node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
         if phase in ("Succeeded", "Failed"):

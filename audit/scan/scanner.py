@@ -21,7 +21,7 @@ from typing import Any
 
 from audit.scan.compliance import Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
-from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, pod_owners
+from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, refused_controller
 from audit.scan.placement import Placement
 from audit.scan.pods import PodReader, PodUsage
 from audit.scan.result import PolicySetInfo, ScanResult
@@ -92,8 +92,9 @@ class Scanner:
         # objects of kinds the workload registry does not model, in which a structural search
         # found pod templates, PodSpecs or resource blocks: "kind not modelled", per kind
         self.not_modelled: dict[str, list[str]] = {}
-        # pods whose ownerReferences name a Pod (not followed: audited as their own workload)
-        self.pod_owned: list[str] = []
+        # objects whose controller reference is not followed (a Pod's to a Pod, a Deployment's
+        # to a Job, ...: audited as their own workload), "Kind ns/name → Kind name"
+        self.refused_owners: list[str] = []
         self.objects = 0
         self.ignored: dict[str, int] = {}
         self.progress = progress
@@ -105,12 +106,10 @@ class Scanner:
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
 
-    def _pod_owned(self, body: Mapping[str, Any], key: ObjectKey) -> None:
-        owners = pod_owners(body)
-        if owners:
-            where = f"{key.namespace}/{key.name}" if key.namespace else key.name
-            self.pod_owned.append(f"{printable(where)} → "
-                                  + ", ".join(printable(name) for name in owners))
+    def _refused_owner(self, body: Mapping[str, Any], key: ObjectKey) -> None:
+        refused = refused_controller(body)
+        if refused is not None:
+            self.refused_owners.append(_owned_by(key, refused))
 
     def _dra_object(self, body: Mapping[str, Any]) -> None:
         """One ``resource.k8s.io`` object of :data:`~policies.facts.dra.DRA_KINDS`: a DeviceClass
@@ -242,7 +241,7 @@ class Scanner:
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
-        self._pod_owned(body, usage.key)
+        self._refused_owner(body, usage.key)
         self._facts_problems(usage, location)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
@@ -276,6 +275,7 @@ class Scanner:
             return
         owner = controller_of(body, key.namespace)
         self.ownership.record(key, owner)
+        self._refused_owner(body, key)
         if workload is None:
             self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
             return
@@ -380,13 +380,17 @@ class Scanner:
             self.warnings.append(
                 f"{printable(kind)}: kind not modelled by gpuguard; {len(objects)} object(s) "
                 f"judged from what a structural search found ({shown})")
-        if self.pod_owned:
-            shown = "; ".join(self.pod_owned[:5]) + (
-                f"; and {len(self.pod_owned) - 5} more" if len(self.pod_owned) > 5 else "")
+        refused = self.refused_owners + [_owned_by(key, f"Pod {pod.name}")
+                                         for key, pod in self.ownership.pod_owned()]
+        if refused:
+            shown = "; ".join(refused[:5]) + (
+                f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
             self.warnings.append(
-                f"{len(self.pod_owned)} Pod(s) name a Pod in ownerReferences ({shown}): no "
-                "controller makes pods own pods, so each is audited as its own workload, by its "
-                "own spec")
+                f"{len(refused)} object(s) name as their controller a kind that does not create "
+                f"them ({shown}): Kubernetes' controllers make Deployments' ReplicaSets, "
+                "CronJobs' Jobs and ReplicaSets', StatefulSets', DaemonSets' and Jobs' Pods, and "
+                "only a LeaderWorkerSet's leader pod owns a workload (its workers' StatefulSet, "
+                "named as the pod); so each is audited as its own workload, by its own spec")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
@@ -449,6 +453,12 @@ def _rooted(problem: str, spec_path: str) -> str:
         if problem.startswith(root) and problem[len(root):len(root) + 1] in (".", ":", "["):
             return place + problem[len(root):]
     return problem
+
+
+def _owned_by(key: ObjectKey, owner: str) -> str:
+    """``Kind ns/name → Kind name`` for the warning on controllers that are not followed."""
+    where = f"{key.namespace}/{key.name}" if key.namespace else key.name
+    return f"{key.kind} {printable(where)} → {printable(owner)}"
 
 
 def _well_typed_pod(pod: Mapping[str, Any]) -> bool:

@@ -161,7 +161,8 @@ def test_ownership_rolls_up_while_owners_are_present():
 def test_pods_kept_as_entries_still_roll_up_and_tell_duplicates():
     """Pods are recorded as a hash -> controller entry, not as keys: a pod read twice is told
     (the first copy counts), its controller key is one shared object, and an object owned by a
-    pod still rolls up through the pod to the pod's workload."""
+    pod rolls up through it only as a LeaderWorkerSet's workers' StatefulSet does (anything
+    else naming a pod as its controller is its own workload)."""
     from audit.scan.ownership import ObjectKey, Ownership
 
     ownership = Ownership()
@@ -179,8 +180,21 @@ def test_pods_kept_as_entries_still_roll_up_and_tell_duplicates():
     assert ownership.root(pod) == deployment
     owned_by_pod = ObjectKey("ml", "example.com", "Sidecar", "s")
     ownership.record(owned_by_pod, pod)
-    assert ownership.root(owned_by_pod) == deployment
-    assert ownership.chain(owned_by_pod) == [owned_by_pod, pod, replicaset, deployment]
+    assert ownership.root(owned_by_pod) == owned_by_pod
+    assert ownership.pod_owned() == [(owned_by_pod, pod)]
+    lws = ObjectKey("ml", "leaderworkerset.x-k8s.io", "LeaderWorkerSet", "vllm")
+    leaders = ObjectKey("ml", "apps", "StatefulSet", "vllm")
+    workers = ObjectKey("ml", "apps", "StatefulSet", "vllm-0")
+    leader = ObjectKey("ml", "", "Pod", "vllm-0")
+    ownership.record(lws, None)
+    ownership.record(leaders, lws)
+    ownership.record_pod("ml", "vllm-0", leaders)
+    ownership.record(workers, leader)
+    assert ownership.chain(workers) == [workers, leader, leaders, lws]
+    misnamed = ObjectKey("ml", "apps", "StatefulSet", "other")
+    ownership.record(misnamed, leader)  # not the name the LeaderWorkerSet controller gives
+    assert ownership.root(misnamed) == misnamed
+    assert ownership.pod_owned() == [(owned_by_pod, pod), (misnamed, leader)]
     bare = ObjectKey("ml", "", "Pod", "debug")
     assert ownership.record_pod("ml", "debug", None) is None
     assert ownership.root(bare) == bare

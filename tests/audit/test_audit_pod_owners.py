@@ -1,12 +1,17 @@
-"""An ownerReference to a Pod is not followed (a fresh-context trial, 2026-12-04): a privileged
-GPU pod naming a harmless pod as its controller was rolled up to it, never evaluated, and the
-report looked clean. No controller makes pods own pods (a LeaderWorkerSet's leader pod owns a
-StatefulSet, which the example cluster's vllm pods roll up through); such a pod is its own
-workload."""
+"""A controller reference is followed only where a controller could have written it (two
+fresh-context trials, 2026-12-04): a privileged GPU pod naming a harmless pod as its controller
+was rolled up to it, never evaluated, and the report looked clean; then a StatefulSet naming a
+harmless pod, a Deployment naming a Job, and a pod naming a ReplicaSet in a reference without
+``controller: true`` (its GPUs taken from the ReplicaSet's first pod by a cache keyed on the
+pod-template-hash label) did the same. Such objects are their own workloads, judged and counted
+by their own spec. A LeaderWorkerSet's leader pod still owns its workers' StatefulSet (the
+example cluster's vllm pods roll up through one: its report is unchanged)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from gpuguard.cli import main
 
@@ -56,9 +61,10 @@ def test_a_pod_naming_a_pod_as_its_controller_is_judged_by_its_own_spec(tmp_path
     assert code == 1
     assert {(w["name"], w["pods"]["running"]) for w in report["workloads"]} == \
         {("evil", 1), ("benign", 1)}
-    assert ("1 Pod(s) name a Pod in ownerReferences (team-a/evil → benign): no controller "
-            "makes pods own pods, so each is audited as its own workload, by its own spec"
-            ) in report["warnings"]
+    assert any(w.startswith("1 object(s) name as their controller a kind that does not create "
+                            "them (Pod team-a/evil → Pod benign): ")
+               and w.endswith("so each is audited as its own workload, by its own spec")
+               for w in report["warnings"])
 
 
 def test_pods_naming_each_other_are_two_workloads(tmp_path, capsys):
@@ -69,5 +75,148 @@ def test_pods_naming_each_other_are_two_workloads(tmp_path, capsys):
     assert sorted(w["name"] for w in report["workloads"]) == ["benign", "evil"]
     assert sorted(f["evaluated"]["name"] for f in report["findings"]
                   if f["policy"] == "no-privileged-gpu") == ["evil"]
-    assert any(w.startswith("2 Pod(s) name a Pod in ownerReferences") for w in
-               report["warnings"])
+    # benign's reference is no controller's (no controller: true): neither is followed
+    assert any(w.startswith("1 object(s) name as their controller a kind that does not create "
+                            "them (Pod team-a/evil → Pod benign)") for w in report["warnings"])
+
+
+EVIL_TEMPLATE = """\
+    metadata: {labels: {app: x}}
+    spec:
+      containers:
+      - name: c
+        image: cuda
+        securityContext: {privileged: true}
+        resources: {limits: {nvidia.com/gpu: 4}}
+"""
+
+BENIGN_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: benign, namespace: team-a}
+spec:
+  nodeName: n1
+  containers: [{name: c, image: cuda}]
+status: {phase: Running}
+"""
+
+
+def _privileged(report: dict) -> set[tuple[str, str]]:
+    return {(f["workload"]["kind"], f["workload"]["name"]) for f in report["findings"]
+            if f["policy"] == "no-privileged-gpu"}
+
+
+def _gpus(report: dict) -> dict[str, float]:
+    return {w["name"]: w["gpu_equivalents"]["allocated"] + w["gpu_equivalents"]["pending"]
+            for w in report["workloads"]}
+
+
+def test_a_statefulset_naming_a_pod_as_its_controller_is_its_own_workload(tmp_path, capsys):
+    text = BENIGN_POD + """\
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: evil
+  namespace: team-a
+  ownerReferences: [{apiVersion: v1, kind: Pod, name: benign, uid: u1, controller: true}]
+spec:
+  replicas: 1
+  template:
+""" + EVIL_TEMPLATE + """\
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: evil-0
+  namespace: team-a
+  ownerReferences: [{apiVersion: apps/v1, kind: StatefulSet, name: evil, uid: u2,
+                     controller: true}]
+spec:
+  nodeName: n1
+  containers:
+  - {name: c, image: cuda, securityContext: {privileged: true},
+     resources: {limits: {nvidia.com/gpu: 4}}}
+status: {phase: Running}
+"""
+    code, report = _audit(tmp_path, capsys, text)
+    assert ("StatefulSet", "evil") in _privileged(report) and code == 1
+    assert _gpus(report)["evil"] == 4.0
+    assert any("(StatefulSet team-a/evil → Pod benign)" in w for w in report["warnings"])
+
+
+def test_a_deployment_naming_a_job_as_its_controller_is_its_own_workload(tmp_path, capsys):
+    text = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: benign, namespace: team-a}
+spec:
+  template:
+    spec: {restartPolicy: Never, containers: [{name: c, image: cuda}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: evil
+  namespace: team-a
+  ownerReferences: [{apiVersion: batch/v1, kind: Job, name: benign, uid: u1, controller: true}]
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: x}}
+  template:
+""" + EVIL_TEMPLATE
+    code, report = _audit(tmp_path, capsys, text)
+    assert ("Deployment", "evil") in _privileged(report) and code == 1
+    assert any("(Deployment team-a/evil → Job benign)" in w for w in report["warnings"])
+
+
+@pytest.mark.parametrize("controller", [False, True])
+def test_a_pod_claiming_a_replicaset_is_counted_and_judged_by_its_own_spec(
+        tmp_path, capsys, controller):
+    """Only ``controller: true`` is a controller; and a pod that claims one (and its
+    pod-template-hash) still has its own GPUs counted, not the first replica's."""
+    text = """\
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: rs, namespace: team-a}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x, pod-template-hash: h1}}
+    spec: {containers: [{name: c, image: cuda}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: rs-real
+  namespace: team-a
+  labels: {app: x, pod-template-hash: h1}
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: u1, controller: true}]
+spec:
+  nodeName: n1
+  containers: [{name: c, image: cuda}]
+status: {phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: evil
+  namespace: team-a
+  labels: {app: x, pod-template-hash: h1}
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: u1,
+                     controller: CONTROLLER}]
+spec:
+  nodeName: n1
+  containers:
+  - {name: c, image: cuda, securityContext: {privileged: true},
+     resources: {limits: {nvidia.com/gpu: 4}}}
+status: {phase: Running}
+""".replace("CONTROLLER", "true" if controller else "false")
+    _, report = _audit(tmp_path, capsys, text)
+    assert sum(_gpus(report).values()) == 4.0  # the pods' own: evil's 4, the replica's none
+    if not controller:  # no controller: its own workload, judged by its own spec
+        assert ("Pod", "evil") in _privileged(report)
+        assert _gpus(report)["evil"] == 4.0
+    else:  # a replica of rs as far as the audit can tell: its GPUs are rs's
+        assert _gpus(report)["rs"] == 4.0
