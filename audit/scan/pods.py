@@ -19,6 +19,7 @@ nodes or other pods.
 
 from __future__ import annotations
 
+import marshal
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,9 +187,12 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...] | None:
 
 
 def _fingerprint(spec: Mapping[str, Any], metadata: Mapping[str, Any], namespace: str | None,
-                 ) -> str:
-    """A cache key over every field :class:`TemplateUsage` depends on (``repr`` of plain data is
-    exact and cheaper than JSON)."""
+                 ) -> bytes | str:
+    """A cache key over every field :class:`TemplateUsage` depends on: the fields' ``marshal``
+    (format 2: no back-references, so equal values give equal bytes whatever objects they
+    share), exact — it tells ``1``, ``1.0`` and ``True`` apart, as the facts do — and 18 k
+    instructions for a 2 KB pod where ``repr`` took 57 k; ``repr`` (also exact) for what marshal
+    refuses (a YAML date, a str subclass)."""
     annotations = as_mapping(metadata.get("annotations"))
     parts: list[Any] = [namespace if spec.get("resourceClaims") else None,
                         tuple(annotations.get(k) for k in _KAI_KEYS)]
@@ -199,7 +203,10 @@ def _fingerprint(spec: Mapping[str, Any], metadata: Mapping[str, Any], namespace
                           container.get("restartPolicy")))
     parts.append(tuple(spec.get(key) for key in ("nodeSelector", "affinity", "tolerations",
                                                  "resourceClaims", "overhead")))
-    return repr(parts)
+    try:
+        return marshal.dumps(parts, 2)
+    except ValueError:
+        return repr(parts)
 
 
 class PodReader:
@@ -219,7 +226,7 @@ class PodReader:
         self._settings = settings
         self._claims = claim_templates if claim_templates is not None else {}
         self._dra = dra
-        self._cache: dict[str, TemplateUsage] = {}
+        self._cache: dict[bytes | str, TemplateUsage] = {}
         self.computed = 0  # spec analyses actually run (the rest came from the cache)
 
     def template(self, spec: Mapping[str, Any], metadata: Mapping[str, Any],
