@@ -4,7 +4,10 @@ Owns choosing which object stands for each workload and turning the engine's ver
 findings. A workload is the root of an ownership chain (:mod:`audit.scan.ownership`); it is
 evaluated once, on the most complete object the snapshot has for it: the root object itself (a
 Deployment, a CronJob, a RayCluster), else the controller nearest to it (a ReplicaSet whose
-Deployment was not captured), else one of its pods. Bare pods are their own workload. The Namespace
+Deployment was not captured), else its pods — one of each variant (:func:`pod_variant`: what a
+controller stamps on each replica, its name, node, ordinal, token volume, set aside), up to
+:data:`VARIANTS_PER_WORKLOAD`, so that a pod claiming the same missing controller as harmless
+replicas is judged by its own spec. Bare pods are their own workload. The Namespace
 object is passed to the engine (namespaceSelector, ``namespaceObject``); a namespace missing from
 the snapshot is a stub with its ``kubernetes.io/metadata.name`` label.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import multiprocessing
 import sys
 import zlib
@@ -42,6 +46,14 @@ from policies.policy.mutation import diff
 from policies.vocabulary import EvaluationPoint, ValidationAction
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
+VARIANTS_PER_WORKLOAD = 32
+"""Pod variants evaluated for a workload whose controllers are not in the input; the pods past it
+are counted (:attr:`ComplianceResult.unsampled`) and named in a warning."""
+# Labels and volumes Kubernetes' controllers give each replica its own value of: a pod's variant
+# sets them aside (StatefulSet ordinals, Indexed Job completion indexes, the service account token).
+_REPLICA_LABELS = frozenset({"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
+                             "batch.kubernetes.io/job-completion-index"})
+_TOKEN_VOLUME = "kube-api-access-"
 _BATCH = 16
 #: Batches a policy worker evaluates before the pool replaces it (a fork: cheap). The CEL
 #: runtime (cel-expr-python 0.1.3) never frees the arguments and result of a call to a function
@@ -112,6 +124,61 @@ def _pack(obj: Mapping[str, Any]) -> bytes:
     return zlib.compress(text.encode(), 1)
 
 
+def pod_variant(obj: Mapping[str, Any]) -> bytes | str:
+    """What tells a pod from its fellow replicas: its labels, annotations and spec without what a
+    controller stamps on each replica — ``nodeName``, ``hostname``, the ordinal and completion
+    index labels, the projected service account token volume (``kube-api-access-<random>``) and
+    its mounts, a StatefulSet claim's ``<template>-<pod name>``. Equal for the replicas of one
+    template, different for a pod written otherwise. ``marshal`` (format 2, exact) of those; their
+    ``repr`` for what marshal refuses (a YAML date)."""
+    metadata = mapping_at(obj, "metadata")
+    name = metadata.get("name")
+    labels = metadata.get("labels")
+    if isinstance(labels, Mapping) and not _REPLICA_LABELS.isdisjoint(labels):
+        labels = {k: v for k, v in labels.items() if k not in _REPLICA_LABELS}
+    spec = mapping_at(obj, "spec")
+    spec = {k: (_replica_volumes(v, name) if k == "volumes" else
+                _replica_containers(v) if k in ("containers", "initContainers") else v)
+            for k, v in spec.items() if k not in ("nodeName", "hostname")}
+    parts = (labels, metadata.get("annotations"), spec)
+    try:
+        return marshal.dumps(parts, 2)
+    except ValueError:
+        return repr(parts)
+
+
+def _replica_volumes(volumes: Any, pod: Any) -> Any:
+    if not isinstance(volumes, list):
+        return volumes
+    kept = []
+    for volume in volumes:
+        if isinstance(volume, Mapping):
+            name = volume.get("name")
+            if isinstance(name, str) and name.startswith(_TOKEN_VOLUME):
+                continue
+            claim = volume.get("persistentVolumeClaim")
+            if isinstance(claim, Mapping) and isinstance(pod, str) and \
+                    str(claim.get("claimName")).endswith("-" + pod):
+                volume = {**volume, "persistentVolumeClaim": {
+                    **claim, "claimName": str(claim["claimName"])[:-len(pod) - 1]}}
+        kept.append(volume)
+    return kept
+
+
+def _replica_containers(containers: Any) -> Any:
+    if not isinstance(containers, list):
+        return containers
+    kept = []
+    for container in containers:
+        mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+        if isinstance(mounts, list):
+            container = {**container, "volumeMounts": [
+                m for m in mounts if not (isinstance(m, Mapping) and isinstance(m.get("name"), str)
+                                          and m["name"].startswith(_TOKEN_VOLUME))]}
+        kept.append(container)
+    return kept
+
+
 # --- evaluation, in this process or in a worker -------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
@@ -143,10 +210,11 @@ def _evaluate(engine: Engine, settings: AuditSettings, blob: bytes,
                   tuple(str(action) for action in r.actions)) for r in verdict.results), patch
 
 
-def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+def _evaluate_batch(batch: list[tuple[Any, Any, bytes, Any, bool]],
+                    ) -> list[tuple[Any, Any, Any, Any, bool]]:
     engine, settings = _WORKER["engine"], _WORKER["settings"]
-    return [(root, evaluated, *_evaluate(engine, settings, blob, namespace))
-            for root, evaluated, blob, namespace in batch]
+    return [(root, evaluated, *_evaluate(engine, settings, blob, namespace), variant)
+            for root, evaluated, blob, namespace, variant in batch]
 
 
 # What is kept per evaluated workload until the end: the counts of its passed rules per policy,
@@ -259,7 +327,11 @@ class Compliance:
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, list[tuple[ObjectKey, bytes]]] = defaultdict(list)
         self._stored: dict[ObjectKey, bytes] = {}
-        self._pod_samples: dict[ObjectKey, tuple[ObjectKey, bytes]] = {}
+        # per owner whose root may be missing: one pod of each variant (pod_variant -> pod, blob)
+        self._pod_samples: dict[ObjectKey, dict[bytes | str, tuple[ObjectKey, bytes]]] = {}
+        self._unsampled: Counter[ObjectKey] = Counter()  # by owner: pods past the variant cap
+        # results of the other variants of a workload: (root, pod evaluated, kept rows)
+        self._variants: list[tuple[ObjectKey, ObjectKey, Kept]] = []
         self._done: set[ObjectKey] = set()
         self._results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]] = {}
         self._shared: dict[Any, Any] = {}  # one tuple per distinct pass counts / actions
@@ -309,32 +381,51 @@ class Compliance:
         if self._ownership.root(owner) in self._done:
             return  # its workload is in the snapshot and already evaluated
         if key.kind == "Pod" and not key.group:
-            if owner not in self._pod_samples:
-                self._pod_samples[owner] = (key, _pack(obj))
+            samples = self._pod_samples.get(owner)
+            if samples is None:
+                self._pod_samples[owner] = {pod_variant(obj): (key, _pack(obj))}
+                return
+            variant = pod_variant(obj)
+            if variant not in samples:
+                if len(samples) < VARIANTS_PER_WORKLOAD:
+                    samples[variant] = (key, _pack(obj))
+                else:
+                    self._unsampled[owner] += 1
             return
         self._stored[key] = _pack(obj)
 
-    def _submit(self, root: ObjectKey, evaluated: ObjectKey, blob: bytes) -> None:
-        if root in self._done:
-            return
-        self._done.add(root)
+    def _submit(self, root: ObjectKey, evaluated: ObjectKey, blob: bytes,
+                variant: bool = False) -> None:
+        """Evaluate ``evaluated`` for the workload ``root``; ``variant``: another pod variant of
+        a workload evaluated already (its findings are added to the workload's)."""
+        if not variant:
+            if root in self._done:
+                return
+            self._done.add(root)
         namespace = self.namespace_object(evaluated.namespace)
         if self._pool is None:
             assert self._engine is not None
             if self._memo is None:
-                rows, patch = _evaluate(self._engine, self._settings, blob, namespace)
-                self._results[root] = (evaluated, _keep(rows, self._shared), patch)
-                return
-            token = EvaluationMemo.token(blob, namespace, self._day)
-            found = self._memo.get(token)
-            if found is None:
                 found = _evaluate(self._engine, self._settings, blob, namespace)
-                self._memo.put(token, found)
-            self._results[root] = (evaluated, _keep(found[0], self._shared), found[1])
+            else:
+                token = EvaluationMemo.token(blob, namespace, self._day)
+                found = self._memo.get(token)
+                if found is None:
+                    found = _evaluate(self._engine, self._settings, blob, namespace)
+                    self._memo.put(token, found)
+            self._store(root, evaluated, found[0], found[1], variant)
             return
-        self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace))
+        self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace, variant))
         if len(self._batch) >= _BATCH:
             self._flush()
+
+    def _store(self, root: ObjectKey, evaluated: ObjectKey, rows: tuple[ResultTuple, ...],
+               patch: Patch, variant: bool) -> None:
+        kept = _keep(rows, self._shared)
+        if variant:  # the workload's patch is its first variant's
+            self._variants.append((root, evaluated, kept))
+        else:
+            self._results[root] = (evaluated, kept, patch)
 
     def _flush(self) -> None:
         if self._batch:
@@ -345,9 +436,9 @@ class Compliance:
         while self._async and self._async[0].ready():
             self._absorb(self._async.popleft().get())
 
-    def _absorb(self, evaluated: list[tuple[Any, Any, Any, Any]]) -> None:
-        for root, subject, rows, patch in evaluated:
-            self._results[_key(root)] = (_key(subject), _keep(rows, self._shared), patch)
+    def _absorb(self, evaluated: list[tuple[Any, Any, Any, Any, bool]]) -> None:
+        for root, subject, rows, patch, variant in evaluated:
+            self._store(_key(root), _key(subject), rows, patch, variant)
 
     def finish(self) -> ComplianceResult:
         """Evaluate every workload not evaluated yet and collect the findings (once: the kept
@@ -361,15 +452,24 @@ class Compliance:
             root = chain[-1]
             if root not in self._done and (root not in best or len(chain) < best[root][0]):
                 best[root] = (len(chain), key, blob)
-        for owner, (pod, blob) in self._pod_samples.items():
+        others: dict[ObjectKey, list[tuple[ObjectKey, bytes]]] = {}
+        unsampled: Counter[ObjectKey] = Counter()
+        for owner, samples in self._pod_samples.items():
             chain = self._ownership.chain(owner)
             root = chain[-1]
             if root not in self._done and root not in best:
+                (pod, blob), *rest = samples.values()
                 best[root] = (len(chain) + 1, pod, blob)
+                others[root] = rest
+                if self._unsampled[owner]:
+                    unsampled[root] += self._unsampled[owner]
         for root, (_, evaluated, blob) in sorted(best.items()):
             self._submit(root, evaluated, blob)
+            for pod, other in others.get(root, ()):
+                self._submit(root, pod, other, variant=True)
         self._stored.clear()
         self._pod_samples.clear()
+        self._unsampled.clear()
         if self._pool is not None:
             self._flush()
             try:
@@ -380,7 +480,8 @@ class Compliance:
                 self._pool.join()
                 self._pool = None
         results, self._results = self._results, {}
-        return _collect(results)
+        variants, self._variants = self._variants, []
+        return _collect(results, variants, unsampled)
 
     def close(self) -> None:
         """Stop the worker processes (when the scan is abandoned)."""
@@ -406,32 +507,56 @@ class ComplianceResult:
     passes: Mapping[ObjectKey, int]
     by_policy: Mapping[str, Mapping[str, int]]
     patches: Mapping[ObjectKey, Patch] = field(default_factory=dict)
+    unsampled: Mapping[ObjectKey, int] = field(default_factory=dict)
+    """Per workload whose controllers are not in the input, its pods past
+    :data:`VARIANTS_PER_WORKLOAD` variants: not evaluated (a warning names them)."""
 
 
-def _collect(results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]]) -> ComplianceResult:
+def _collect(results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]],
+             variants: list[tuple[ObjectKey, ObjectKey, Kept]] | None = None,
+             unsampled: Mapping[ObjectKey, int] | None = None) -> ComplianceResult:
     """The findings of the kept results, which it empties as it goes (each workload's kept
-    rows are freed once its findings exist, so the two are never both whole in memory)."""
+    rows are freed once its findings exist, so the two are never both whole in memory); a
+    workload's other pod variants add their findings after its own, each naming its pod."""
     findings = []
     exemptions = []
     by_policy: dict[str, Counter[str]] = defaultdict(Counter)
     passes: Counter[ObjectKey] = Counter()
     evaluated_for = {root: ev for root, (ev, _, _) in results.items()}
     patches = {root: patch for root, (_, _, patch) in results.items() if patch}
+    more: dict[ObjectKey, list[tuple[ObjectKey, Kept]]] = defaultdict(list)
+    for root, pod, kept in variants or ():
+        more[root].append((pod, kept))
     for root in sorted(results):
-        evaluated, (passed, rows), _ = results.pop(root)
-        for policy, count in passed:
-            by_policy[policy]["pass"] += count
-            passes[root] += count
-        for policy, rule, path, outcome, message, actions in rows:
-            if outcome == RuleOutcome.EXEMPT:
+        first = results.pop(root)
+        exempted: set[tuple[str, str]] = set()  # an exception exempts the workload once
+        for evaluated, (passed, rows) in [first[:2], *more.pop(root, ())]:
+            _add_results(root, evaluated, passed, rows, findings, exemptions, by_policy,
+                         passes, exempted)
+    return ComplianceResult(tuple(findings), tuple(exemptions), evaluated_for, dict(passes),
+                            {p: dict(c) for p, c in sorted(by_policy.items())}, patches,
+                            dict(unsampled or {}))
+
+
+def _add_results(root: ObjectKey, evaluated: ObjectKey, passed: tuple[tuple[str, int], ...],
+                 rows: tuple[ResultTuple, ...], findings: list[Finding],
+                 exemptions: list[Exemption], by_policy: dict[str, Counter[str]],
+                 passes: Counter[ObjectKey], exempted: set[tuple[str, str]]) -> None:
+    """One evaluation's kept results folded into the findings and counts (``exempted``: the
+    workload's exemptions so far, each listed once whatever its pod variants)."""
+    for policy, count in passed:
+        by_policy[policy]["pass"] += count
+        passes[root] += count
+    for policy, rule, path, outcome, message, actions in rows:
+        if outcome == RuleOutcome.EXEMPT:
+            if (policy, message) not in exempted:
+                exempted.add((policy, message))
                 exemptions.append(Exemption(root, policy, message))
                 by_policy[policy]["exempt"] += 1
-                continue
-            severity = severity_of(outcome, actions)
-            if severity is None:
-                continue
-            by_policy[policy][severity] += 1
-            findings.append(Finding(root, evaluated, policy, rule, path, outcome, message,
-                                    actions, severity))
-    return ComplianceResult(tuple(findings), tuple(exemptions), evaluated_for, dict(passes),
-                            {p: dict(c) for p, c in sorted(by_policy.items())}, patches)
+            continue
+        severity = severity_of(outcome, actions)
+        if severity is None:
+            continue
+        by_policy[policy][severity] += 1
+        findings.append(Finding(root, evaluated, policy, rule, path, outcome, message,
+                                actions, severity))

@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from audit.scan.compliance import Compliance, EvaluationMemo
+from audit.scan.compliance import VARIANTS_PER_WORKLOAD, Compliance, EvaluationMemo
 from audit.scan.node_capacity import node_capacity
 from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, refused_controller
 from audit.scan.placement import Placement
@@ -391,6 +391,15 @@ class Scanner:
                 "CronJobs' Jobs and ReplicaSets', StatefulSets', DaemonSets' and Jobs' Pods, and "
                 "only a LeaderWorkerSet's leader pod owns a workload (its workers' StatefulSet, "
                 "named as the pod); so each is audited as its own workload, by its own spec")
+        if compliance.unsampled:
+            unsampled = [f"{key} ({count})" for key, count in sorted(compliance.unsampled.items())]
+            shown = "; ".join(printable(u) for u in unsampled[:5]) + (
+                f"; and {len(unsampled) - 5} more" if len(unsampled) > 5 else "")
+            self.warnings.append(
+                f"{len(unsampled)} workload(s) not in the input have pods in more than "
+                f"{VARIANTS_PER_WORKLOAD} variants ({shown}: pods not evaluated): each "
+                "variant of a workload whose controllers are missing is judged by its own spec, "
+                f"up to {VARIANTS_PER_WORKLOAD}; give the controllers to judge them all")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "

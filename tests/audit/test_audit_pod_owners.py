@@ -220,3 +220,75 @@ status: {phase: Running}
         assert _gpus(report)["evil"] == 4.0
     else:  # a replica of rs as far as the audit can tell: its GPUs are rs's
         assert _gpus(report)["rs"] == 4.0
+
+
+def _replica(name: str, *, privileged: bool = False, gpus: int = 0, ordinal: int = 0,
+             owner: str = "ReplicaSet", image: str = "cuda") -> dict:
+    """A pod as a controller stamps it: its own name, node, ordinal label, token volume and
+    StatefulSet claim, the rest from the template."""
+    container = {"name": "c", "image": image,
+                 "volumeMounts": [{"name": f"kube-api-access-{ordinal:05d}", "mountPath": "/t"},
+                                  {"name": "data", "mountPath": "/data"}]}
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a",
+                     "labels": {"app": "x", "statefulset.kubernetes.io/pod-name": name,
+                                "apps.kubernetes.io/pod-index": str(ordinal)},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": "gone",
+                                          "uid": "u1", "controller": True}]},
+        "spec": {"nodeName": f"n{ordinal}", "hostname": name, "containers": [container],
+                 "volumes": [{"name": f"kube-api-access-{ordinal:05d}", "projected": {}},
+                             {"name": "data", "persistentVolumeClaim": {
+                                 "claimName": f"data-{name}"}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def _audit_pods(tmp_path, capsys, pods: list[dict]) -> dict:
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+    return _audit(tmp_path, capsys, text)[1]
+
+
+def test_a_pod_claiming_a_missing_controller_is_judged_by_its_own_spec(tmp_path, capsys):
+    """Pods whose controller is not in the input were judged by the first one read: a
+    privileged pod claiming the same missing ReplicaSet as a harmless one got no finding."""
+    report = _audit_pods(tmp_path, capsys, [_replica("gone-a", gpus=1),
+                                            _replica("gone-b", privileged=True, gpus=4)])
+    found = {(f["workload"]["kind"], f["workload"]["name"], f["evaluated"]["name"])
+             for f in report["findings"] if f["policy"] == "no-privileged-gpu"}
+    assert found == {("ReplicaSet", "gone", "gone-b")}
+    assert _gpus(report) == {"gone": 5.0}
+
+
+def test_replicas_differing_only_where_a_controller_stamps_them_are_one_variant(
+        tmp_path, capsys):
+    pods = [_replica(f"gone-{i}", privileged=True, gpus=1, ordinal=i, owner="StatefulSet")
+            for i in range(5)]
+    report = _audit_pods(tmp_path, capsys, pods)
+    privileged = [f for f in report["findings"] if f["policy"] == "no-privileged-gpu"]
+    assert [f["evaluated"]["name"] for f in privileged] == ["gone-0"]  # evaluated once
+
+
+def test_variants_past_the_cap_are_named_in_a_warning(tmp_path, capsys):
+    from audit.scan.compliance import VARIANTS_PER_WORKLOAD
+
+    pods = [_replica(f"gone-{i}", image=f"cuda:{i}") for i in range(VARIANTS_PER_WORKLOAD + 2)]
+    report = _audit_pods(tmp_path, capsys, pods)
+    assert any(w.startswith(f"1 workload(s) not in the input have pods in more than "
+                            f"{VARIANTS_PER_WORKLOAD} variants (ReplicaSet/team-a/gone (2): pods "
+                            "not evaluated)") for w in report["warnings"]), report["warnings"]
+
+
+def test_pod_variants_are_judged_in_worker_processes_too(tmp_path, capsys):
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        _replica("gone-a", gpus=1), _replica("gone-b", privileged=True, gpus=4)]}))
+    capsys.readouterr()
+    main(["audit", "-f", str(path), "-o", "json", "--jobs", "2"])
+    report = json.loads(capsys.readouterr().out)
+    assert {f["evaluated"]["name"] for f in report["findings"]
+            if f["policy"] == "no-privileged-gpu"} == {"gone-b"}
