@@ -46,13 +46,21 @@ from policies.policy.mutation import diff
 from policies.vocabulary import EvaluationPoint, ValidationAction
 
 SEVERITIES = ("deny", "warn", "audit", "error", "info")
-VARIANTS_PER_WORKLOAD = 32
+VARIANTS_PER_WORKLOAD = 8
 """Pod variants evaluated for a workload whose controllers are not in the input; the pods past it
 are counted (:attr:`ComplianceResult.unsampled`) and named in a warning."""
-# Labels and volumes Kubernetes' controllers give each replica its own value of: a pod's variant
-# sets them aside (StatefulSet ordinals, Indexed Job completion indexes, the service account token).
+PENDING_VARIANTS = 20_000
+"""Pod variants beyond each owner's first held (compressed, ~1 KB each) until the end of the
+scan, in all: the pods of an owner read before the owner itself are held so, and a snapshot of
+pods only holds them all; past this the pods are counted as unsampled instead."""
+# Labels, annotations and volumes Kubernetes' controllers and network plugins give each replica
+# its own value of: a pod's variant sets them aside (StatefulSet ordinals, Indexed Job completion
+# indexes, the pod's IPs as Calico and Multus record them, the service account token).
 _REPLICA_LABELS = frozenset({"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
                              "batch.kubernetes.io/job-completion-index"})
+_REPLICA_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index", "cni.projectcalico.org/",
+                        "k8s.v1.cni.cncf.io/network-status", "k8s.v1.cni.cncf.io/networks-status",
+                        "controller.kubernetes.io/pod-deletion-cost")
 _TOKEN_VOLUME = "kube-api-access-"
 _BATCH = 16
 #: Batches a policy worker evaluates before the pool replaces it (a fork: cheap). The CEL
@@ -124,27 +132,35 @@ def _pack(obj: Mapping[str, Any]) -> bytes:
     return zlib.compress(text.encode(), 1)
 
 
-def pod_variant(obj: Mapping[str, Any]) -> bytes | str:
-    """What tells a pod from its fellow replicas: its labels, annotations and spec without what a
-    controller stamps on each replica — ``nodeName``, ``hostname``, the ordinal and completion
-    index labels, the projected service account token volume (``kube-api-access-<random>``) and
-    its mounts, a StatefulSet claim's ``<template>-<pod name>``. Equal for the replicas of one
-    template, different for a pod written otherwise. ``marshal`` (format 2, exact) of those; their
-    ``repr`` for what marshal refuses (a YAML date)."""
+def pod_variant(obj: Mapping[str, Any]) -> bytes:
+    """What tells a pod from its fellow replicas, as a 16-byte BLAKE2b digest (kept per variant
+    until the end of the scan: the fields themselves would be ~2 KB): its labels, annotations and
+    spec without what a controller stamps on each replica — ``nodeName``, ``hostname``, the
+    ordinal and completion index labels, the projected service account token volume
+    (``kube-api-access-<random>``) and its mounts, a StatefulSet claim's ``<template>-<pod
+    name>``. Equal for the replicas of one template, different for a pod written otherwise. The
+    digest is of the fields' ``marshal`` (format 2, exact: ``1``, ``1.0`` and ``True`` differ),
+    or their ``repr`` for what marshal refuses (a YAML date)."""
     metadata = mapping_at(obj, "metadata")
     name = metadata.get("name")
     labels = metadata.get("labels")
     if isinstance(labels, Mapping) and not _REPLICA_LABELS.isdisjoint(labels):
         labels = {k: v for k, v in labels.items() if k not in _REPLICA_LABELS}
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, Mapping) and any(
+            str(k).startswith(_REPLICA_ANNOTATIONS) for k in annotations):
+        annotations = {k: v for k, v in annotations.items()
+                       if not str(k).startswith(_REPLICA_ANNOTATIONS)}
     spec = mapping_at(obj, "spec")
     spec = {k: (_replica_volumes(v, name) if k == "volumes" else
                 _replica_containers(v) if k in ("containers", "initContainers") else v)
             for k, v in spec.items() if k not in ("nodeName", "hostname")}
-    parts = (labels, metadata.get("annotations"), spec)
+    parts = (labels, annotations, spec)
     try:
-        return marshal.dumps(parts, 2)
+        data = marshal.dumps(parts, 2)
     except ValueError:
-        return repr(parts)
+        data = repr(parts).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _replica_volumes(volumes: Any, pod: Any) -> Any:
@@ -327,15 +343,18 @@ class Compliance:
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._waiting: dict[str, list[tuple[ObjectKey, bytes]]] = defaultdict(list)
         self._stored: dict[ObjectKey, bytes] = {}
-        # per owner whose root may be missing: one pod of each variant (pod_variant -> pod, blob)
-        self._pod_samples: dict[ObjectKey, dict[bytes | str, tuple[ObjectKey, bytes]]] = {}
+        # per owner whose root may be missing: one pod of each variant, (variant, pod, blob)
+        # while it has one (most owners: a dict each would cost ~12 MiB at a million pods)
+        self._pod_samples: dict[ObjectKey, tuple[bytes, ObjectKey, bytes]
+                                | dict[bytes, tuple[ObjectKey, bytes]]] = {}
         self._unsampled: Counter[ObjectKey] = Counter()  # by owner: pods past the variant cap
+        self._pending = 0  # variants beyond each owner's first held in _pod_samples
         # results of the other variants of a workload: (root, pod evaluated, kept rows)
         self._variants: list[tuple[ObjectKey, ObjectKey, Kept]] = []
         self._done: set[ObjectKey] = set()
         self._results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]] = {}
         self._shared: dict[Any, Any] = {}  # one tuple per distinct pass counts / actions
-        self._batch: list[tuple[Any, Any, bytes, Any]] = []
+        self._batch: list[tuple[Any, Any, bytes, Any, bool]] = []
         self._async: deque[Any] = deque()
         self._pool: Any = None
         if engine is not None and settings.jobs > 0 and \
@@ -383,12 +402,18 @@ class Compliance:
         if key.kind == "Pod" and not key.group:
             samples = self._pod_samples.get(owner)
             if samples is None:
-                self._pod_samples[owner] = {pod_variant(obj): (key, _pack(obj))}
+                self._pod_samples[owner] = (pod_variant(obj), key, _pack(obj))
                 return
             variant = pod_variant(obj)
+            if isinstance(samples, tuple):
+                if variant == samples[0]:
+                    return
+                samples = {samples[0]: (samples[1], samples[2])}
+                self._pod_samples[owner] = samples
             if variant not in samples:
-                if len(samples) < VARIANTS_PER_WORKLOAD:
+                if len(samples) < VARIANTS_PER_WORKLOAD and self._pending < PENDING_VARIANTS:
                     samples[variant] = (key, _pack(obj))
+                    self._pending += 1
                 else:
                     self._unsampled[owner] += 1
             return
@@ -406,14 +431,15 @@ class Compliance:
         if self._pool is None:
             assert self._engine is not None
             if self._memo is None:
-                found = _evaluate(self._engine, self._settings, blob, namespace)
+                rows, patch = _evaluate(self._engine, self._settings, blob, namespace)
             else:
                 token = EvaluationMemo.token(blob, namespace, self._day)
-                found = self._memo.get(token)
-                if found is None:
-                    found = _evaluate(self._engine, self._settings, blob, namespace)
-                    self._memo.put(token, found)
-            self._store(root, evaluated, found[0], found[1], variant)
+                memo = self._memo.get(token)
+                if memo is None:
+                    memo = _evaluate(self._engine, self._settings, blob, namespace)
+                    self._memo.put(token, memo)
+                rows, patch = memo
+            self._store(root, evaluated, rows, patch, variant)
             return
         self._batch.append((_tuple(root), _tuple(evaluated), blob, namespace, variant))
         if len(self._batch) >= _BATCH:
@@ -458,7 +484,9 @@ class Compliance:
             chain = self._ownership.chain(owner)
             root = chain[-1]
             if root not in self._done and root not in best:
-                (pod, blob), *rest = samples.values()
+                held = list(samples.values()) if isinstance(samples, dict) else \
+                    [(samples[1], samples[2])]
+                (pod, blob), *rest = held
                 best[root] = (len(chain) + 1, pod, blob)
                 others[root] = rest
                 if self._unsampled[owner]:
@@ -470,6 +498,7 @@ class Compliance:
         self._stored.clear()
         self._pod_samples.clear()
         self._unsampled.clear()
+        self._pending = 0
         if self._pool is not None:
             self._flush()
             try:
@@ -518,8 +547,8 @@ def _collect(results: dict[ObjectKey, tuple[ObjectKey, Kept, Patch]],
     """The findings of the kept results, which it empties as it goes (each workload's kept
     rows are freed once its findings exist, so the two are never both whole in memory); a
     workload's other pod variants add their findings after its own, each naming its pod."""
-    findings = []
-    exemptions = []
+    findings: list[Finding] = []
+    exemptions: list[Exemption] = []
     by_policy: dict[str, Counter[str]] = defaultdict(Counter)
     passes: Counter[ObjectKey] = Counter()
     evaluated_for = {root: ev for root, (ev, _, _) in results.items()}

@@ -19,7 +19,12 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from audit.scan.compliance import VARIANTS_PER_WORKLOAD, Compliance, EvaluationMemo
+from audit.scan.compliance import (
+    PENDING_VARIANTS,
+    VARIANTS_PER_WORKLOAD,
+    Compliance,
+    EvaluationMemo,
+)
 from audit.scan.node_capacity import node_capacity
 from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, refused_controller
 from audit.scan.placement import Placement
@@ -396,10 +401,10 @@ class Scanner:
             shown = "; ".join(printable(u) for u in unsampled[:5]) + (
                 f"; and {len(unsampled) - 5} more" if len(unsampled) > 5 else "")
             self.warnings.append(
-                f"{len(unsampled)} workload(s) not in the input have pods in more than "
-                f"{VARIANTS_PER_WORKLOAD} variants ({shown}: pods not evaluated): each "
-                "variant of a workload whose controllers are missing is judged by its own spec, "
-                f"up to {VARIANTS_PER_WORKLOAD}; give the controllers to judge them all")
+                f"{len(unsampled)} workload(s) not in the input have pods that were not "
+                f"evaluated ({shown}): each variant of a workload whose controllers are missing "
+                f"is judged by its own spec, up to {VARIANTS_PER_WORKLOAD} a workload and "
+                f"{PENDING_VARIANTS:,} held in all; give the controllers to judge them all")
         if placement.skipped_reservation:
             self.warnings.append(
                 f"{placement.skipped_reservation} pod(s) in the KAI reservation namespace "
