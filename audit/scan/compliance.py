@@ -29,12 +29,15 @@ import hashlib
 import json
 import marshal
 import multiprocessing
+import re
 import sys
 import zlib
 from collections import Counter, defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from audit.scan.ownership import ObjectKey, Ownership
 from audit.settings import AuditSettings
@@ -53,15 +56,19 @@ PENDING_VARIANTS = 20_000
 """Pod variants beyond each owner's first held (compressed, ~1 KB each) until the end of the
 scan, in all: the pods of an owner read before the owner itself are held so, and a snapshot of
 pods only holds them all; past this the pods are counted as unsampled instead."""
-# Labels, annotations and volumes Kubernetes' controllers and network plugins give each replica
-# its own value of: a pod's variant sets them aside (StatefulSet ordinals, Indexed Job completion
-# indexes, the pod's IPs as Calico and Multus record them, the service account token).
+# Fields Kubernetes' controllers and network plugins give each replica its own value of: a pod's
+# variant sets them aside (StatefulSet ordinals, Indexed Job completion indexes, the pod's IPs as
+# Calico and Multus record them).
 _REPLICA_LABELS = frozenset({"statefulset.kubernetes.io/pod-name", "apps.kubernetes.io/pod-index",
                              "batch.kubernetes.io/job-completion-index"})
 _REPLICA_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index", "cni.projectcalico.org/",
                         "k8s.v1.cni.cncf.io/network-status", "k8s.v1.cni.cncf.io/networks-status",
                         "controller.kubernetes.io/pod-deletion-cost")
-_TOKEN_VOLUME = "kube-api-access-"
+_TOKEN_NAME = re.compile(rb"kube-api-access-[a-z0-9]+")
+# orjson refuses, rather than writes as JSON, what JSON would not tell apart from a string or an
+# object (a date, a str subclass, a dataclass): pod_variant then takes marshal's exact bytes
+_EXACT_JSON = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | \
+    orjson.OPT_PASSTHROUGH_DATACLASS
 _BATCH = 16
 #: Batches a policy worker evaluates before the pool replaces it (a fork: cheap). The CEL
 #: runtime (cel-expr-python 0.1.3) never frees the arguments and result of a call to a function
@@ -132,67 +139,62 @@ def _pack(obj: Mapping[str, Any]) -> bytes:
     return zlib.compress(text.encode(), 1)
 
 
-def pod_variant(obj: Mapping[str, Any]) -> bytes:
-    """What tells a pod from its fellow replicas, as a 16-byte BLAKE2b digest (kept per variant
-    until the end of the scan: the fields themselves would be ~2 KB): its labels, annotations and
-    spec without what a controller stamps on each replica — ``nodeName``, ``hostname``, the
-    ordinal and completion index labels, the projected service account token volume
-    (``kube-api-access-<random>``) and its mounts, a StatefulSet claim's ``<template>-<pod
-    name>``. Equal for the replicas of one template, different for a pod written otherwise. The
-    digest is of the fields' ``marshal`` (format 2, exact: ``1``, ``1.0`` and ``True`` differ),
-    or their ``repr`` for what marshal refuses (a YAML date)."""
+def pod_variant(obj: Mapping[str, Any]) -> int:
+    """What tells a pod from its fellow replicas, as the 64-bit hash of its fields (kept per
+    variant until the end of the scan: the fields themselves would be ~2 KB; finding another pod's
+    hash takes ~2^64 tries, keyed or not): its labels, annotations and spec without what a
+    controller stamps on each replica — ``nodeName``, ``hostname``, the ordinal and completion
+    index labels, Calico's and Multus' pod IP annotations, the projected service account token
+    volume's ``kube-api-access-<random>`` name, the pod's own name where a value is it or ends in
+    ``-<name>`` (a StatefulSet claim ``<template>-<pod>``), its node's name where a value is it (a
+    DaemonSet pod's node affinity). Equal for the replicas of one template, different for a pod
+    written otherwise.
+
+    The fields are written by orjson and those parts taken out of its bytes as the exact bytes
+    orjson writes for them (``"key":value`` is unambiguous in JSON: inside a string the quotes
+    are escaped): 49 k instructions a 2 KB pod, where its marshal alone took 33 k. JSON
+    tells ``1``, ``1.0`` and ``true`` apart; where it would not be exact — a ``null``, which NaN
+    also becomes, or a value orjson refuses (a YAML date, a key that is not a string) — the
+    fields' ``marshal`` (format 2) or ``repr`` stands in, unnormalised (such pods are rarer than
+    replicas: at worst each is its own variant)."""
     metadata = mapping_at(obj, "metadata")
-    name = metadata.get("name")
-    labels = metadata.get("labels")
-    if isinstance(labels, Mapping) and not _REPLICA_LABELS.isdisjoint(labels):
-        labels = {k: v for k, v in labels.items() if k not in _REPLICA_LABELS}
-    annotations = metadata.get("annotations")
-    if isinstance(annotations, Mapping) and any(
-            str(k).startswith(_REPLICA_ANNOTATIONS) for k in annotations):
-        annotations = {k: v for k, v in annotations.items()
-                       if not str(k).startswith(_REPLICA_ANNOTATIONS)}
-    spec = mapping_at(obj, "spec")
-    spec = {k: (_replica_volumes(v, name) if k == "volumes" else
-                _replica_containers(v) if k in ("containers", "initContainers") else v)
-            for k, v in spec.items() if k not in ("nodeName", "hostname")}
-    parts = (labels, annotations, spec)
+    parts: Any = {"spec": mapping_at(obj, "spec")}  # the fields present: no null for a missing one
+    for field_name in ("labels", "annotations"):
+        if metadata.get(field_name) is not None:
+            parts[field_name] = metadata[field_name]
     try:
-        data = marshal.dumps(parts, 2)
-    except ValueError:
-        data = repr(parts).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def _replica_volumes(volumes: Any, pod: Any) -> Any:
-    if not isinstance(volumes, list):
-        return volumes
-    kept = []
-    for volume in volumes:
-        if isinstance(volume, Mapping):
-            name = volume.get("name")
-            if isinstance(name, str) and name.startswith(_TOKEN_VOLUME):
-                continue
-            claim = volume.get("persistentVolumeClaim")
-            if isinstance(claim, Mapping) and isinstance(pod, str) and \
-                    str(claim.get("claimName")).endswith("-" + pod):
-                volume = {**volume, "persistentVolumeClaim": {
-                    **claim, "claimName": str(claim["claimName"])[:-len(pod) - 1]}}
-        kept.append(volume)
-    return kept
-
-
-def _replica_containers(containers: Any) -> Any:
-    if not isinstance(containers, list):
-        return containers
-    kept = []
-    for container in containers:
-        mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
-        if isinstance(mounts, list):
-            container = {**container, "volumeMounts": [
-                m for m in mounts if not (isinstance(m, Mapping) and isinstance(m.get("name"), str)
-                                          and m["name"].startswith(_TOKEN_VOLUME))]}
-        kept.append(container)
-    return kept
+        data = orjson.dumps(parts, option=_EXACT_JSON)
+    except orjson.JSONEncodeError:
+        data = b"null"
+    if b"null" in data:
+        try:
+            return hash(marshal.dumps(parts, 2))
+        except ValueError:
+            return hash(repr(parts))
+    # each field is taken out as the exact bytes orjson wrote for it (memmem, not a regex)
+    spec = parts["spec"]
+    node, host = spec.get("nodeName"), spec.get("hostname")
+    stamped = [("nodeName", node)] if node is not None else []
+    if host is not None:
+        stamped.append(("hostname", host))
+    labels = parts.get("labels")
+    if isinstance(labels, Mapping) and not _REPLICA_LABELS.isdisjoint(labels):
+        stamped += [(k, v) for k, v in labels.items() if k in _REPLICA_LABELS]
+    annotations = parts.get("annotations")
+    if isinstance(annotations, Mapping) and annotations:
+        stamped += [(k, v) for k, v in annotations.items()
+                    if str(k).startswith(_REPLICA_ANNOTATIONS)]
+    for key, value in stamped:
+        data = data.replace(orjson.dumps({key: value})[1:-1], b"")
+    if b"kube-api-access-" in data:
+        data = _TOKEN_NAME.sub(b"kube-api-access-", data)
+    name = metadata.get("name")
+    if isinstance(name, str) and name:  # a value that is the pod's name, or ends in -<name>
+        encoded = orjson.dumps(name)
+        data = data.replace(encoded, b'"\x00"').replace(b"-" + encoded[1:], b'-\x00"')
+    if isinstance(node, str) and node:  # its node's name (a DaemonSet pod's node affinity)
+        data = data.replace(orjson.dumps(node), b'"\x01"')
+    return hash(data)
 
 
 # --- evaluation, in this process or in a worker -------------------------------------------------
@@ -345,8 +347,8 @@ class Compliance:
         self._stored: dict[ObjectKey, bytes] = {}
         # per owner whose root may be missing: one pod of each variant, (variant, pod, blob)
         # while it has one (most owners: a dict each would cost ~12 MiB at a million pods)
-        self._pod_samples: dict[ObjectKey, tuple[bytes, ObjectKey, bytes]
-                                | dict[bytes, tuple[ObjectKey, bytes]]] = {}
+        self._pod_samples: dict[ObjectKey, tuple[int, ObjectKey, bytes]
+                                | dict[int, tuple[ObjectKey, bytes]]] = {}
         self._unsampled: Counter[ObjectKey] = Counter()  # by owner: pods past the variant cap
         self._pending = 0  # variants beyond each owner's first held in _pod_samples
         # results of the other variants of a workload: (root, pod evaluated, kept rows)

@@ -9,6 +9,7 @@ example cluster's vllm pods roll up through one: its report is unchanged)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -243,6 +244,9 @@ def _replica(name: str, *, privileged: bool = False, gpus: int = 0, ordinal: int
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": "gone",
                                           "uid": "u1", "controller": True}]},
         "spec": {"nodeName": f"n{ordinal}", "hostname": name, "containers": [container],
+                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                     "nodeSelectorTerms": [{"matchFields": [{
+                         "key": "metadata.name", "operator": "In", "values": [f"n{ordinal}"]}]}]}}},
                  "volumes": [{"name": f"kube-api-access-{ordinal:05d}", "projected": {}},
                              {"name": "data", "persistentVolumeClaim": {
                                  "claimName": f"data-{name}"}}]},
@@ -307,3 +311,28 @@ def test_pod_variants_held_in_all_are_bounded(tmp_path, capsys, monkeypatch):
     pods = [_replica(f"gone-{i}", image=f"cuda:{i}") for i in range(5)]
     report = _audit_pods(tmp_path, capsys, pods)
     assert any("(ReplicaSet/team-a/gone (2))" in w for w in report["warnings"])
+
+
+@pytest.mark.parametrize(("one", "other"), [
+    (True, 1), (1, 1.0), (None, float("nan")), ("2026-01-01", datetime.date(2026, 1, 1)),
+    ("x", "y"),
+], ids=["bool-int", "int-float", "null-nan", "string-date", "strings"])
+def test_pod_variants_tell_apart_what_json_readers_would_not(one, other):
+    from audit.scan.compliance import pod_variant
+
+    def pod(value):
+        replica = _replica("gone-a")
+        replica["spec"]["containers"][0]["securityContext"] = {"privileged": value}
+        return replica
+
+    assert pod_variant(pod(one)) == pod_variant(pod(one))
+    assert pod_variant(pod(one)) != pod_variant(pod(other))
+
+
+def test_a_replicas_own_name_and_token_are_set_aside_but_other_names_are_not():
+    from audit.scan.compliance import pod_variant
+
+    first, second = _replica("gone-0", ordinal=0), _replica("gone-1", ordinal=1)
+    assert pod_variant(first) == pod_variant(second)
+    second["spec"]["containers"][0]["env"] = [{"name": "PEER", "value": "gone-0"}]
+    assert pod_variant(first) != pod_variant(second)
