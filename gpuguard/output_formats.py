@@ -72,6 +72,11 @@ def yaml_documents(documents: Iterable[Mapping[str, Any]]) -> str:
 # What json.dumps' ensure_ascii escapes that orjson writes as it is: DEL and every character past
 # ASCII (orjson already escapes the control characters as json.dumps does).
 _NOT_ASCII = re.compile("[\x7f-\U0010ffff]")
+# Floats below 1e-4 are the one number orjson spells otherwise than Python's repr (0.00001 and
+# 1e-7 for 1e-05 and 1e-07): where the text may hold one, each float outside a string is
+# written as json.dumps writes it (rare: a report's figures are rounded).
+_SMALL_FLOAT = re.compile(r"\de-|0\.0000")
+_NUMBER_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?[eE][-+]?\d+|-?\d+\.\d+')
 CHUNK_CHARS = 1 << 16
 """About how many characters each piece of :func:`json_chunks` holds."""
 
@@ -93,10 +98,10 @@ def json_text(value: Any, *, indent: bool = True) -> str:
     characters are escaped here as json.dumps escapes them (``\u2026``; a character past the
     BMP as a surrogate pair). What orjson does not take (a key that is not a string, an int past
     64 bits, a lone surrogate, nesting past 255 levels) goes to json.dumps, which writes it as
-    before. Two spellings differ from json.dumps': a float below 1e-4 is written in orjson's
-    shortest form (``1e-7``, ``0.00001``; json.dumps: ``1e-07``, ``1e-05``; the same number), and
-    NaN or an infinity, which JSON cannot spell, is ``null`` (json.dumps wrote ``NaN``, which
-    JSON parsers refuse).
+    before. Floats below 1e-4, which orjson spells otherwise (``0.00001``, ``1e-7``), are
+    rewritten as Python's repr spells them (``1e-05``, ``1e-07``). One value differs: NaN or an
+    infinity, which JSON cannot spell, is ``null`` (json.dumps wrote ``NaN``, which JSON parsers
+    refuse).
 
     Raises:
         TypeError: a value neither writes (a set, an object of another class).
@@ -107,7 +112,14 @@ def json_text(value: Any, *, indent: bool = True) -> str:
         return json.dumps(value, indent=2) if indent else json.dumps(value, separators=(",", ":"))
     if not text.isascii() or "\x7f" in text:
         text = _NOT_ASCII.sub(_escaped, text)
+    if _SMALL_FLOAT.search(text):
+        text = _NUMBER_OR_STRING.sub(_python_float, text)
     return text
+
+
+def _python_float(match: re.Match[str]) -> str:
+    token = match.group()
+    return token if token[0] == '"' else repr(float(token))
 
 
 def json_chunks(document: Mapping[str, Any], *, chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:

@@ -64,7 +64,7 @@ _REPLICA_LABELS = frozenset({"statefulset.kubernetes.io/pod-name", "apps.kuberne
 _REPLICA_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index", "cni.projectcalico.org/",
                         "k8s.v1.cni.cncf.io/network-status", "k8s.v1.cni.cncf.io/networks-status",
                         "controller.kubernetes.io/pod-deletion-cost")
-_TOKEN_NAME = re.compile(rb"kube-api-access-[a-z0-9]+")
+_TOKEN_NAME = re.compile(rb'"name":"kube-api-access-[a-z0-9]+"')
 # orjson refuses, rather than writes as JSON, what JSON would not tell apart from a string or an
 # object (a date, a str subclass, a dataclass): pod_variant then takes marshal's exact bytes
 _EXACT_JSON = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | \
@@ -145,10 +145,10 @@ def pod_variant(obj: Mapping[str, Any]) -> int:
     hash takes ~2^64 tries, keyed or not): its labels, annotations and spec without what a
     controller stamps on each replica — ``nodeName``, ``hostname``, the ordinal and completion
     index labels, Calico's and Multus' pod IP annotations, the projected service account token
-    volume's ``kube-api-access-<random>`` name, the pod's own name where a value is it or ends in
-    ``-<name>`` (a StatefulSet claim ``<template>-<pod>``), its node's name where a value is it (a
-    DaemonSet pod's node affinity). Equal for the replicas of one template, different for a pod
-    written otherwise.
+    volume's ``kube-api-access-<random>`` name, the pod's name at the end of a StatefulSet claim
+    (``<template>-<pod>``), its node's name in a DaemonSet pod's ``metadata.name`` node affinity
+    term — only there: a value that merely equals the pod's or node's name is its own content.
+    Equal for the replicas of one template, different for a pod written otherwise.
 
     The fields are written by orjson and those parts taken out of its bytes as the exact bytes
     orjson writes for them (``"key":value`` is unambiguous in JSON: inside a string the quotes
@@ -186,14 +186,22 @@ def pod_variant(obj: Mapping[str, Any]) -> int:
                     if str(k).startswith(_REPLICA_ANNOTATIONS)]
     for key, value in stamped:
         data = data.replace(orjson.dumps({key: value})[1:-1], b"")
-    if b"kube-api-access-" in data:
-        data = _TOKEN_NAME.sub(b"kube-api-access-", data)
+    if b"kube-api-access-" in data:  # the token volume and its mounts, by their name
+        data = _TOKEN_NAME.sub(b'"name":"kube-api-access-"', data)
+    # The pod's own name and its node's only where a controller writes them, as exact bytes (a
+    # value that merely equals the name, "all" in a pod named all, is the pod's own content).
     name = metadata.get("name")
-    if isinstance(name, str) and name:  # a value that is the pod's name, or ends in -<name>
-        encoded = orjson.dumps(name)
-        data = data.replace(encoded, b'"\x00"').replace(b"-" + encoded[1:], b'-\x00"')
-    if isinstance(node, str) and node:  # its node's name (a DaemonSet pod's node affinity)
-        data = data.replace(orjson.dumps(node), b'"\x01"')
+    volumes = spec.get("volumes")
+    if isinstance(name, str) and name and isinstance(volumes, list):
+        for volume in volumes:  # a StatefulSet claim <template>-<pod>
+            claim = volume.get("persistentVolumeClaim") if isinstance(volume, Mapping) else None
+            claim_name = claim.get("claimName") if isinstance(claim, Mapping) else None
+            if isinstance(claim_name, str) and claim_name.endswith("-" + name):
+                data = data.replace(orjson.dumps({"claimName": claim_name})[1:-1],
+                                    orjson.dumps({"claimName": claim_name[:-len(name)]})[1:-1])
+    if isinstance(node, str) and node:  # a DaemonSet pod's node affinity term
+        term = {"key": "metadata.name", "operator": "In", "values": [node]}
+        data = data.replace(orjson.dumps(term), orjson.dumps({**term, "values": [""]}))
     return hash(data)
 
 
@@ -474,14 +482,25 @@ class Compliance:
         for name in list(self._waiting):
             for key, blob in self._waiting.pop(name):
                 self._submit(key, key, blob)
+        # a missing root's nearest controllers, each judged (a Deployment's ReplicaSets: its
+        # old and new templates), the first read standing for it
         best: dict[ObjectKey, tuple[int, ObjectKey, bytes]] = {}
+        others: dict[ObjectKey, list[tuple[ObjectKey, bytes]]] = {}
+        unsampled: Counter[ObjectKey] = Counter()
         for key, blob in self._stored.items():
             chain = self._ownership.chain(key)
             root = chain[-1]
-            if root not in self._done and (root not in best or len(chain) < best[root][0]):
+            if root in self._done:
+                continue
+            if root not in best or len(chain) < best[root][0]:
                 best[root] = (len(chain), key, blob)
-        others: dict[ObjectKey, list[tuple[ObjectKey, bytes]]] = {}
-        unsampled: Counter[ObjectKey] = Counter()
+                others[root] = []
+                unsampled.pop(root, None)
+            elif len(chain) == best[root][0]:
+                if len(others[root]) + 1 < VARIANTS_PER_WORKLOAD:
+                    others[root].append((key, blob))
+                else:
+                    unsampled[root] += 1
         for owner, samples in self._pod_samples.items():
             chain = self._ownership.chain(owner)
             root = chain[-1]

@@ -90,6 +90,7 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey | None:
 # write it). A Node is the controller of its static pods' mirror pods. Custom resources' operators
 # may create anything: their references are followed.
 _BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
+_LWS_GROUP = "leaderworkerset.x-k8s.io"
 _CREATES: dict[tuple[str, str], frozenset[tuple[str, str]]] = {
     ("apps", "Deployment"): frozenset({("apps", "ReplicaSet")}),
     ("apps", "ReplicaSet"): frozenset({("", "Pod")}),
@@ -221,7 +222,8 @@ class Ownership:
         current = self._pods.owner(hash((pod.namespace, pod.name)))
         seen: set[ObjectKey] = set()
         while current is not None and current not in seen:
-            if current.kind == "LeaderWorkerSet" and current in self._owner:
+            if current.kind == "LeaderWorkerSet" and current.group == _LWS_GROUP \
+                    and current in self._owner:
                 return True
             seen.add(current)
             current = self._owner.get(current)  # the recorded links, this rule aside

@@ -195,6 +195,14 @@ def test_pods_kept_as_entries_still_roll_up_and_tell_duplicates():
     ownership.record(misnamed, leader)  # not the name the LeaderWorkerSet controller gives
     assert ownership.root(misnamed) == misnamed
     assert ownership.pod_owned() == [(owned_by_pod, pod), (misnamed, leader)]
+    # a LeaderWorkerSet of another API group is not the one whose leader pods own workers
+    forged = ObjectKey("ml", "evil.io", "LeaderWorkerSet", "x")
+    ownership.record(forged, None)
+    ownership.record(ObjectKey("ml", "apps", "StatefulSet", "x"), forged)
+    ownership.record_pod("ml", "x-0", ObjectKey("ml", "apps", "StatefulSet", "x"))
+    workers_x = ObjectKey("ml", "apps", "StatefulSet", "x-0")
+    ownership.record(workers_x, ObjectKey("ml", "", "Pod", "x-0"))
+    assert ownership.root(workers_x) == workers_x
     bare = ObjectKey("ml", "", "Pod", "debug")
     assert ownership.record_pod("ml", "debug", None) is None
     assert ownership.root(bare) == bare

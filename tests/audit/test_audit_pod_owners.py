@@ -336,3 +336,43 @@ def test_a_replicas_own_name_and_token_are_set_aside_but_other_names_are_not():
     assert pod_variant(first) == pod_variant(second)
     second["spec"]["containers"][0]["env"] = [{"name": "PEER", "value": "gone-0"}]
     assert pod_variant(first) != pod_variant(second)
+
+
+@pytest.mark.parametrize("field", ["capabilities", "node"])
+def test_a_value_equal_to_the_pods_own_name_is_its_content(tmp_path, capsys, field):
+    """A fresh-context trial: pod `aaa` adding capability `aaa` and pod `all` adding `all` were
+    one variant (the pod's name was set aside wherever it appeared), so `all` was not judged."""
+    def pod(name: str, value: str) -> dict:
+        replica = _replica(name, gpus=1)
+        replica["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": [value]}}
+        if field == "node":
+            replica["spec"]["nodeName"] = value
+        return replica
+
+    names = ("aaa", "all") if field == "capabilities" else ("web-a", "web-b")
+    report = _audit_pods(tmp_path, capsys, [pod(names[0], "aaa" if field == "capabilities"
+                                                else "chown"),
+                                            pod(names[1], "all")])
+    assert {f["evaluated"]["name"] for f in report["findings"]
+            if f["policy"] == "no-privileged-gpu"} == {names[1]}
+
+
+def test_every_controller_of_a_missing_root_is_judged(tmp_path, capsys):
+    """A missing Deployment with a harmless old ReplicaSet and a privileged new one: the first
+    read stood for both."""
+    def replicaset(name: str, privileged: bool) -> dict:
+        container = {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+        if privileged:
+            container["securityContext"] = {"privileged": True}
+        return {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": "team-a", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u",
+                     "controller": True}]},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"containers": [container]}}}}
+
+    report = _audit_pods(tmp_path, capsys, [replicaset("web-old", False),
+                                            replicaset("web-new", True)])
+    assert {(f["workload"]["name"], f["evaluated"]["name"]) for f in report["findings"]
+            if f["policy"] == "no-privileged-gpu"} == {("web", "web-new")}

@@ -50,12 +50,18 @@ def test_what_orjson_refuses_is_written_by_json_dumps(document):
     assert json_text(document, indent=False) == json.dumps(document, separators=(",", ":"))
 
 
-def test_the_two_spellings_that_differ_read_as_the_same_numbers():
-    # a float below 1e-4 in orjson's shortest form; NaN (no JSON spelling) as null
-    document = {"small": [1e-7, 1e-05, 2.5e-9], "nan": math.nan, "inf": -math.inf}
-    text = json_text(document)
-    assert json.loads(text) == {"small": [1e-7, 1e-05, 2.5e-9], "nan": None, "inf": None}
-    assert '"small": [\n    1e-7,\n    0.00001,' in text
+def test_small_floats_are_spelled_as_json_dumps_spells_them():
+    # orjson writes 1e-05 as 0.00001 and 1e-07 as 1e-7; the text is json.dumps' (a report's
+    # GPU-equivalents of a 0.00001 KAI fraction, found by a fresh-context trial)
+    document = {"small": [1e-7, 1e-05, 2.5e-9, -1.5317053354907915e-06, 0.0001, 0.00012],
+                "text": "0.00001 and 1e-7 in a string stay", "nested": [{"f": 3e-05}]}
+    assert json_text(document) == json.dumps(document, indent=2)
+    assert json_text(document, indent=False) == json.dumps(document, separators=(",", ":"))
+
+
+def test_nan_which_json_cannot_spell_is_null():
+    text = json_text({"nan": math.nan, "inf": -math.inf})
+    assert json.loads(text) == {"nan": None, "inf": None}
 
 
 def test_values_neither_writes_are_a_type_error():
@@ -97,3 +103,15 @@ def test_the_audit_report_file_is_the_text_json_dumps_wrote(workloads):
     expected = json.dumps(report, indent=2) if workloads <= INDENT_UP_TO else \
         json.dumps(report, separators=(",", ":"))
     assert stream.getvalue() == expected + "\n"
+
+
+def test_floats_of_every_magnitude_are_json_dumps_text():
+    import random
+    import struct
+
+    rng = random.Random(20261204)
+    floats = [rng.random() * 10.0 ** rng.randint(-12, 20) for _ in range(3000)]
+    floats += [struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(3000)]
+    document = {"floats": [f for f in floats if math.isfinite(f)]}
+    assert json_text(document) == json.dumps(document, indent=2)
+    assert json_text(document, indent=False) == json.dumps(document, separators=(",", ":"))
