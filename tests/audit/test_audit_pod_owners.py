@@ -102,6 +102,25 @@ status: {phase: Running}
 """
 
 
+def _privileged_pod(name: str, owner: str, labels: str = "{}") -> str:
+    """A privileged 4-GPU pod of team-a naming ``owner`` (a YAML flow map) in ownerReferences."""
+    return f"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: team-a
+  labels: {labels}
+  ownerReferences: [{owner}]
+spec:
+  nodeName: n1
+  containers:
+  - {{name: c, image: cuda, securityContext: {{privileged: true}},
+     resources: {{limits: {{nvidia.com/gpu: 4}}}}}}
+status: {{phase: Running}}
+"""
+
+
 def _privileged(report: dict) -> set[tuple[str, str]]:
     return {(f["workload"]["kind"], f["workload"]["name"]) for f in report["findings"]
             if f["policy"] == "no-privileged-gpu"}
@@ -126,20 +145,8 @@ spec:
   template:
 """ + EVIL_TEMPLATE + """\
 ---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: evil-0
-  namespace: team-a
-  ownerReferences: [{apiVersion: apps/v1, kind: StatefulSet, name: evil, uid: u2,
-                     controller: true}]
-spec:
-  nodeName: n1
-  containers:
-  - {name: c, image: cuda, securityContext: {privileged: true},
-     resources: {limits: {nvidia.com/gpu: 4}}}
-status: {phase: Running}
-"""
+""" + _privileged_pod("evil-0", "{apiVersion: apps/v1, kind: StatefulSet, name: evil, uid: u2, "
+                                "controller: true}")
     code, report = _audit(tmp_path, capsys, text)
     assert ("StatefulSet", "evil") in _privileged(report) and code == 1
     assert _gpus(report)["evil"] == 4.0
@@ -199,21 +206,9 @@ spec:
   containers: [{name: c, image: cuda}]
 status: {phase: Running}
 ---
-apiVersion: v1
-kind: Pod
-metadata:
-  name: evil
-  namespace: team-a
-  labels: {app: x, pod-template-hash: h1}
-  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: u1,
-                     controller: CONTROLLER}]
-spec:
-  nodeName: n1
-  containers:
-  - {name: c, image: cuda, securityContext: {privileged: true},
-     resources: {limits: {nvidia.com/gpu: 4}}}
-status: {phase: Running}
-""".replace("CONTROLLER", "true" if controller else "false")
+""" + _privileged_pod("evil", "{apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: u1, "
+                              f"controller: {'true' if controller else 'false'}}}",
+                      labels="{app: x, pod-template-hash: h1}")
     _, report = _audit(tmp_path, capsys, text)
     assert sum(_gpus(report).values()) == 4.0  # the pods' own: evil's 4, the replica's none
     if not controller:  # no controller: its own workload, judged by its own spec
