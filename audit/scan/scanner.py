@@ -111,8 +111,11 @@ class Scanner:
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
 
-    def _refused_owner(self, body: Mapping[str, Any], key: ObjectKey) -> None:
-        refused = refused_controller(body)
+    def _refused_owner(self, body: Mapping[str, Any], key: ObjectKey,
+                       owner: ObjectKey | None) -> None:
+        """Note an object whose controller reference is not followed (only ``controller_of``'s
+        None can be one: the reference is then read again)."""
+        refused = refused_controller(body) if owner is None else None
         if refused is not None:
             self.refused_owners.append(_owned_by(key, refused))
 
@@ -246,7 +249,7 @@ class Scanner:
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
-        self._refused_owner(body, usage.key)
+        self._refused_owner(body, usage.key, usage.owner)
         self._facts_problems(usage, location)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
@@ -280,7 +283,7 @@ class Scanner:
             return
         owner = controller_of(body, key.namespace)
         self.ownership.record(key, owner)
-        self._refused_owner(body, key)
+        self._refused_owner(body, key, owner)
         if workload is None:
             self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
             return
