@@ -65,9 +65,10 @@ _REPLICA_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index", "cni.project
                         "k8s.v1.cni.cncf.io/network-status", "k8s.v1.cni.cncf.io/networks-status",
                         "controller.kubernetes.io/pod-deletion-cost")
 _TOKEN_NAME = re.compile(rb'"name":"kube-api-access-[a-z0-9]+"')
+# a run of 20 digits may be an int past 64 bits, which orjson reads as a float (see _unpack)
+_LONG_NUMBER = re.compile(rb"\d{20}")
 # orjson refuses, rather than writes as JSON, what JSON would not tell apart from a string or an
 # object (a date, a str subclass, a dataclass): pod_variant and _pack then take the exact path
-_LONG_NUMBER = re.compile(rb"\d{20}")
 _EXACT_JSON = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | \
     orjson.OPT_PASSTHROUGH_DATACLASS
 _BATCH = 16
@@ -428,7 +429,7 @@ class Compliance:
             else:
                 self._waiting[key.namespace].append((key, _pack(obj)))
             return
-        if owner.kind == "Pod" and not owner.group and not (key.kind == "Pod" and not key.group):
+        if owner.kind == "Pod" and not owner.group and key.kind != "Pod":
             # Whether a pod may own this object is known once the whole input is read (a
             # LeaderWorkerSet's leader pod owns its workers' StatefulSet; see Ownership)
             self._stored[key] = _pack(obj)
