@@ -28,6 +28,7 @@ from typing import Any
 
 from audit.scan.pod_table import PodTable
 from policies.facts.identity import namespace_of
+from policies.value_words import described
 
 
 @functools.total_ordering
@@ -124,6 +125,32 @@ def _creates(reference: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
         return True
     made = _CREATES.get((owner_group, owner_kind), frozenset())
     return ("" if kind == "Pod" else group_of(obj.get("apiVersion")), kind) in made
+
+
+def owner_reference_problems(obj: Mapping[str, Any]) -> list[str]:
+    """What makes ``metadata.ownerReferences`` unusable, one message per fault, with its path
+    (``metadata.ownerReferences[1]: expected an owner reference map, got the string 'rs'``); []
+    when it is a list of maps or absent. The API server refuses such objects; here the object is
+    audited as its own workload (no controller can be read from it), and the run says why."""
+    metadata = obj.get("metadata")
+    references = metadata.get("ownerReferences") if type(metadata) is dict or \
+        isinstance(metadata, Mapping) else None
+    if references is None:
+        return []
+    if not isinstance(references, list):
+        return [f"metadata.ownerReferences: expected a list of owner references, got "
+                f"{described(references)}; audited as its own workload"]
+    problems = []
+    for index, reference in enumerate(references):
+        where = f"metadata.ownerReferences[{index}]"
+        if not (type(reference) is dict or isinstance(reference, Mapping)):
+            problems.append(f"{where}: expected an owner reference map, got "
+                            f"{described(reference)}")
+        elif reference.get("controller") is True and not all(
+                isinstance(reference.get(k), str) and reference.get(k) for k in ("kind", "name")):
+            problems.append(f"{where}: a controller reference needs a kind and a name (strings); "
+                            "audited as its own workload")
+    return problems
 
 
 def _controller_reference(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -26,7 +26,14 @@ from audit.scan.compliance import (
     EvaluationMemo,
 )
 from audit.scan.node_capacity import node_capacity
-from audit.scan.ownership import ObjectKey, Ownership, controller_of, key_of, refused_controller
+from audit.scan.ownership import (
+    ObjectKey,
+    Ownership,
+    controller_of,
+    key_of,
+    owner_reference_problems,
+    refused_controller,
+)
 from audit.scan.placement import Placement
 from audit.scan.pods import PodReader, PodUsage
 from audit.scan.result import PolicySetInfo, ScanResult
@@ -111,13 +118,18 @@ class Scanner:
         # counts; Nodes and Namespaces: the last, as a later object of the name replaces it)
         self.duplicates: dict[str, list[str]] = {}
 
-    def _refused_owner(self, body: Mapping[str, Any], key: ObjectKey,
-                       owner: ObjectKey | None) -> None:
+    def _owner_problems(self, body: Mapping[str, Any], key: ObjectKey,
+                        owner: ObjectKey | None, location: str) -> None:
         """Note an object whose controller reference is not followed (only ``controller_of``'s
-        None can be one: the reference is then read again)."""
-        refused = refused_controller(body) if owner is None else None
+        None can be one: the reference is then read again), and record the input errors of its
+        ``ownerReferences`` (not a list, an entry not a map)."""
+        if owner is not None:
+            return
+        refused = refused_controller(body)
         if refused is not None:
             self.refused_owners.append(_owned_by(key, refused))
+        for problem in owner_reference_problems(body):
+            self.errors.append(f"{location}: {_who(key)}: {problem}")
 
     def _dra_object(self, body: Mapping[str, Any]) -> None:
         """One ``resource.k8s.io`` object of :data:`~policies.facts.dra.DRA_KINDS`: a DeviceClass
@@ -249,7 +261,7 @@ class Scanner:
                 f"{usage.key.namespace}/{usage.key.name}" if usage.key.namespace
                 else usage.key.name)
             return
-        self._refused_owner(body, usage.key, usage.owner)
+        self._owner_problems(body, usage.key, usage.owner, location)
         self._facts_problems(usage, location)
         for resource in usage.template.unrecognized:
             self.unrecognized.setdefault(resource, []).append(
@@ -283,7 +295,7 @@ class Scanner:
             return
         owner = controller_of(body, key.namespace)
         self.ownership.record(key, owner)
-        self._refused_owner(body, key, owner)
+        self._owner_problems(body, key, owner, location)
         if workload is None:
             self.ignored[str(key.kind)] = self.ignored.get(str(key.kind), 0) + 1
             return
@@ -472,10 +484,15 @@ def _rooted(problem: str, spec_path: str) -> str:
     return problem
 
 
+def _who(key: ObjectKey) -> str:
+    """``Kind ns/name`` (``Kind name`` when cluster-scoped), printable."""
+    where = f"{key.namespace}/{key.name}" if key.namespace else key.name
+    return f"{printable(key.kind)} {printable(where)}"
+
+
 def _owned_by(key: ObjectKey, owner: str) -> str:
     """``Kind ns/name → Kind name`` for the warning on controllers that are not followed."""
-    where = f"{key.namespace}/{key.name}" if key.namespace else key.name
-    return f"{key.kind} {printable(where)} → {printable(owner)}"
+    return f"{_who(key)} → {printable(owner)}"
 
 
 def _well_typed_pod(pod: Mapping[str, Any]) -> bool:

@@ -371,3 +371,25 @@ def test_every_controller_of_a_missing_root_is_judged(tmp_path, capsys):
                                             replicaset("web-new", True)])
     assert {(f["workload"]["name"], f["evaluated"]["name"]) for f in report["findings"]
             if f["policy"] == "no-privileged-gpu"} == {("web", "web-new")}
+
+
+@pytest.mark.parametrize(("references", "problem"), [
+    ({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True},
+     "metadata.ownerReferences: expected a list of owner references, got a map; audited as its "
+     "own workload"),
+    (["rs"], "metadata.ownerReferences[0]: expected an owner reference map, got the string 'rs'"),
+    ([{"apiVersion": "apps/v1", "kind": 3, "name": "rs", "controller": True}],
+     "metadata.ownerReferences[0]: a controller reference needs a kind and a name (strings); "
+     "audited as its own workload"),
+], ids=["map", "string-entry", "kind-not-a-string"])
+def test_unusable_owner_references_are_input_errors(tmp_path, capsys, references, problem):
+    """A fresh-context trial: a Pod whose ownerReferences was a map was audited with no word."""
+    pod = _replica("gone-a", privileged=True, gpus=1)
+    pod["metadata"]["ownerReferences"] = references
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod]}))
+    capsys.readouterr()
+    code = main(["audit", "-f", str(path), "-o", "json", "--jobs", "0"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["errors"] == [f"{path}: document 0 items[0]: Pod team-a/gone-a: {problem}"]
+    assert code == 2 and _privileged(report) == {("Pod", "gone-a")}
