@@ -51,9 +51,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+import orjson
 import yaml
 from yaml.reader import ReaderError
 
+from policies.json_roundtrip import reencodes_as
 from policies.value_words import described
 
 try:  # libyaml's loader is ~10x faster; fall back to pure Python where it is missing.
@@ -615,16 +617,80 @@ def _duplicate_error(text: str, start: int) -> json.JSONDecodeError:
 
 
 _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_distinct_keys)
+_INDENT = re.compile(r"[ \t]*")
+_CLOSERS = {"{": "}", "[": "]"}
+_LINE_LIMIT = 1 << 18  # characters searched for the end of a value written on one line
+
+
+def _decode_by_layout(text: str, pos: int) -> tuple[Any, int] | None:
+    r"""``(value, end)`` of the object or array at ``text[pos]`` when its layout shows where it
+    ends and orjson decodes it exactly; None otherwise (the caller decodes it as it always did).
+
+    Two layouts show the end without parsing (JSON strings hold no raw newline):
+
+    - indented (``kubectl get -o json``, ``json.dumps(indent=…)``): the opener ends its line,
+      and the container closes on a line of its own, indented as the line that opened it — the
+      first such line after ``pos``;
+    - one value to a line (a List written an item per line): the value ends where its line
+      does, before a comma.
+
+    The slice up to the candidate end is handed to orjson: if it is one complete value, the
+    standard library would end the value there too (a container ends at the bracket that
+    matches its first). orjson's value is the standard library's when orjson writes it back as
+    the slice, whitespace aside (:func:`policies.json_roundtrip.reencodes_as`: no key given
+    twice, no number read inexactly); ``\u`` escapes, other number spellings, NaN or a lone
+    surrogate make it None, as does any other layout (compact JSON of a whole List on one line
+    after :data:`_LINE_LIMIT` characters without a line break).
+    """
+    closer = _CLOSERS.get(text[pos:pos + 1])
+    if closer is None:
+        return None
+    if text[pos + 1:pos + 2] in ("\n", "\r"):
+        line = text.rfind("\n", 0, pos) + 1
+        indent = _INDENT.match(text, line).group()  # type: ignore[union-attr]  # always matches
+        end = text.find(f"\n{indent}{closer}", pos)
+        if end < 0:
+            return None
+        end += len(indent) + 2
+    else:
+        end = text.find("\n", pos, pos + _LINE_LIMIT)
+        if end < 0:
+            return None
+        end = pos + len(text[pos:end].rstrip(" \t\r,"))
+        if text[end - 1] != closer:
+            return None
+    exact, value = _decode_exactly(text[pos:end])
+    return (value, end) if exact else None
+
+
+def _decode_exactly(text: str) -> tuple[bool, Any]:
+    """``(True, value)`` when orjson decodes ``text`` as one value that the standard library's
+    strict decoding would give too (:func:`policies.json_roundtrip.reencodes_as` proves it);
+    ``(False, None)`` otherwise, and for text orjson refuses."""
+    try:
+        body = text.encode()
+        value = orjson.loads(body)
+    except (UnicodeEncodeError, orjson.JSONDecodeError):
+        return False, None
+    return (True, value) if reencodes_as(value, body)[0] else (False, None)
 
 
 def decode_json_value(text: str, pos: int = 0) -> tuple[Any, int]:
     """The JSON value that starts at ``text[pos]`` and where it ends
     (:meth:`json.JSONDecoder.raw_decode`), refusing an object that gives a key twice.
 
+    An object or array laid out indented (as ``kubectl get -o json`` writes a List's items) or
+    on a line of its own is decoded by orjson where :func:`_decode_by_layout` can prove the
+    result is the standard library's; everything else, and every error, is the standard
+    library's.
+
     Raises:
         json.JSONDecodeError: not JSON there; a :class:`DuplicateJSONKeyError` for a key given
             twice.
     """
+    fast = _decode_by_layout(text, pos)
+    if fast is not None:
+        return fast
     try:
         return _STRICT_JSON.raw_decode(text, pos)
     except _DuplicateJSONKey:
@@ -641,7 +707,14 @@ def load_json(text: str) -> Any:
     An object that gives a key twice is a :class:`DuplicateJSONKeyError` at the second key
     (``msg``: duplicate key 'name' (first at line N)), as the Kubernetes API server's strict
     decoding refuses it.
+
+    orjson decodes what it provably decodes as the standard library would
+    (:func:`_decode_exactly`: compact or indented ASCII JSON, a few times faster); the
+    standard library decodes the rest and words every error.
     """
+    exact, value = _decode_exactly(text)
+    if exact:
+        return value
     try:
         return json.loads(text, object_pairs_hook=_distinct_keys)
     except json.JSONDecodeError:

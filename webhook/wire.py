@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from policies.cel.runtime import MAX_NESTING
+from policies.json_roundtrip import reencodes_as
 from policies.records import maker
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -279,7 +280,7 @@ def decode_checked(body: bytes, *, max_depth: int) -> tuple[Any, bool]:
         pass  # the standard library decides and words it (see module docstring)
     else:
         _check_depth(value, body, max_depth)
-        same, small_ints = _reencodes_as(value, body)
+        same, small_ints = reencodes_as(value, body)
         if same and small_ints:
             return value, max_depth <= MAX_NESTING
         # An int past 53 bits, or a body orjson does not write back: a run of 19 digits may
@@ -291,38 +292,6 @@ def decode_checked(body: bytes, *, max_depth: int) -> tuple[Any, bool]:
     value = _check_depth(_decode_standard(body, max_depth), body, max_depth)
     _refuse_duplicate_keys(body.decode("utf-8"), value)
     return value, False
-
-
-def _reencodes_as(value: Any, body: bytes) -> tuple[bool, bool]:
-    r"""Whether orjson writes ``value`` back as ``body``, whitespace aside, and whether every
-    int in ``value`` is within 53 bits.
-
-    Written back the same, ``body`` has no duplicate key: a JSON object written from a dict
-    names each key once, and deleting whitespace (inside strings too) from both keeps every
-    structural byte — quotes, brackets, colons, commas; whitespace never escapes a quote — so
-    equal results have the same objects with the same number of members. Nor did orjson read
-    an int as a float (it does past 64 bits): the float would be written with a ``.`` or an
-    exponent. With ints within 53 bits as well (``OPT_STRICT_INTEGER``), every int is within
-    int64, so the body needs no search for long digit runs. This is the case of
-    kube-apiserver's compact JSON (one C encoding and a byte compare) and of indented JSON (a
-    few C passes over the bytes more); anything else (``\\u`` escapes, other number
-    spellings) goes to :func:`_refuse_duplicate_keys`.
-    """
-    small_ints = True
-    try:
-        encoded = orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER)
-    except orjson.JSONEncodeError:
-        small_ints = False
-        try:
-            encoded = orjson.dumps(value)
-        except orjson.JSONEncodeError:
-            return False, False
-    if encoded == body:
-        return True, small_ints
-    # orjson writes no whitespace but inside strings: most bodies have none there, and the
-    # whitespace-free body then equals the encoding as it is.
-    stripped = body.translate(None, _WHITESPACE)
-    return stripped == encoded or stripped == encoded.translate(None, _WHITESPACE), small_ints
 
 
 def _refuse_duplicate_keys(text: str, value: Any) -> None:
@@ -376,7 +345,6 @@ def _path_to(value: Any, target: object) -> list[str | int] | None:
     return None
 
 
-_WHITESPACE = b" \t\n\r"  # JSON's (RFC 8259 section 2)
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
 
 

@@ -227,6 +227,65 @@ def test_load_json_refuses_duplicates_and_keeps_escaped_keys_apart():
         "a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}
 
 
+def _example_objects() -> list[dict]:
+    from audit.sources.files import iter_snapshot
+    from policies.sources import Document
+
+    return [d.body for d in iter_snapshot([str(Path(__file__).parents[2] / "examples" /
+                                                "cluster")]) if isinstance(d, Document)]
+
+
+@pytest.mark.parametrize("layout", ["kubectl", "item per line", "compact escaped"])
+def test_decode_json_value_gives_the_standard_librarys_value_and_end_in_every_layout(layout):
+    """orjson decodes what its layout and write-back prove (``_decode_by_layout``); the value
+    and the end must be what ``json.JSONDecoder.raw_decode`` gives, item by item."""
+    from policies.sources import decode_json_value
+
+    objects = _example_objects()
+    objects.append({"kind": "Pod", "metadata": {"name": "é", "annotations": {
+        "a": "<b>&\u2028", "big": 12345678901234567890123, "f": 1e-7}}})
+    if layout == "kubectl":  # MarshalIndent's 4 spaces, UTF-8 as written
+        items = ",\n".join("        " + json.dumps(o, indent=4, ensure_ascii=False)
+                           .replace("\n", "\n        ") for o in objects)
+    elif layout == "item per line":
+        items = ",\n".join(json.dumps(o) for o in objects)
+    else:
+        items = ",".join(json.dumps(o, separators=(",", ":")) for o in objects)
+    text = '{\n    "apiVersion": "v1",\n    "items": [\n' + items + "\n    ]\n}\n"
+    pos, decoder = text.index("[") + 1, json.JSONDecoder()
+    for obj in objects:
+        pos = text.index("{", pos)
+        value, end = decode_json_value(text, pos)
+        assert (value, end) == decoder.raw_decode(text, pos) and value == obj
+        pos = end
+    assert len(objects) > 40
+
+
+@pytest.mark.parametrize("text", [
+    '{\n  "a": 1,\n  "a": 2\n}',  # indented
+    '{"a": {"b": 1, "b": 2}},\n{"c": 3}',  # one value to a line
+    '{\n  "a": {\n    "b": 1,\n  "b": 2\n  }\n}',  # misindented: the first candidate is short
+])
+def test_decode_json_value_refuses_a_key_given_twice_in_every_layout(text):
+    from policies.sources import decode_json_value
+
+    with pytest.raises(DuplicateJSONKeyError) as caught:
+        decode_json_value(text, 0)
+    assert caught.value.pos == text.rindex(f'"{caught.value.key}"')
+
+
+@pytest.mark.parametrize("value", ['1e400', 'NaN', '"\\ud800"', '"\\u00e9"', '1.0e2',
+                                   '123456789012345678901234567890', '-0', '[]', '{}'])
+def test_decode_json_value_leaves_what_orjson_reads_otherwise_to_the_standard_library(value):
+    """Numbers orjson reads another way or refuses, escapes, NaN and lone surrogates, inside
+    an indented object: the value is the standard library's (``repr``: -0 and 0 differ)."""
+    from policies.sources import decode_json_value
+
+    text = '{\n    "x": [\n        ' + value + '\n    ]\n}'
+    got, end = decode_json_value(text, 0)
+    assert repr(got) == repr(json.loads(text)) and end == len(text)
+
+
 def test_duplicate_keys_in_a_streamed_snapshot_are_errors(tmp_path):
     """The audit reads big ``kubectl get -o json|yaml`` files item by item: the same rule."""
     from audit.sources.files import iter_snapshot
@@ -252,6 +311,29 @@ def test_duplicate_keys_in_a_streamed_snapshot_are_errors(tmp_path):
             if isinstance(e, LoadError)] == [
         f"{yaml_path}: document 0: items[1]: invalid YAML at line 8: duplicate key 'name' "
         "(first at line 7)"]
+
+
+def test_a_streamed_kubectl_list_reads_every_item_and_refuses_a_key_given_twice(tmp_path):
+    """kubectl's indented List, read item by item (orjson where the layout shows the end):
+    the items, and a duplicate key's line and column, are what the standard library gives."""
+    from audit.sources.files import iter_snapshot
+    from policies.sources import Document
+
+    pods = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "n",
+             "labels": {"app": "a b"}}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
+            for i in range(3)]
+    items = ",\n".join("        " + json.dumps(p, indent=4).replace("\n", "\n        ")
+                        for p in pods)
+    good = '{\n    "apiVersion": "v1",\n    "items": [\n' + items + '\n    ],\n    "kind": "List"\n}\n'
+    path = tmp_path / "pods.json"
+    path.write_text(good)
+    assert [d.body for d in iter_snapshot([str(path)], stream_above=0)] == pods
+    path.write_text(good.replace('"name": "p1",', '"name": "p1",\n"name": "p9",'))
+    found = list(iter_snapshot([str(path)], stream_above=0))
+    assert [d.body["metadata"]["name"] for d in found if isinstance(d, Document)] == ["p0"]
+    assert [str(e) for e in found if isinstance(e, LoadError)] == [
+        f"{path}: document 0: invalid JSON at line 28 column 1: duplicate key 'name' (first "
+        "at line 27 column 17)"]
 
 
 # --- one snapshot --------------------------------------------------------------------------
