@@ -13,7 +13,9 @@ memory as one parsed tree:
   :func:`policies.sources.load_yaml` (the safe loader, alias bombs refused).
 
 Every problem becomes a :class:`~policies.sources.LoadError` naming the file, the document and the
-item (``file: document 0: items[12]: …``); reading continues with the next item.
+item (``file: document 0: items[12]: …``); reading continues with the next item (a JSON item with
+a key given twice is complete and skipped alone; after a JSON syntax error the next item cannot be
+found, and the error says that it and every item after it were not read).
 
 Must not interpret objects.
 """
@@ -145,6 +147,18 @@ class _BrokenJson(Exception):
         self.message = message
 
 
+class _RefusedValue(_BrokenJson):
+    """A complete JSON value that is refused (a key given twice); reading can go on at
+    ``end``."""
+
+    def __init__(self, message: str, end: int) -> None:
+        super().__init__(message)
+        self.end = end
+
+
+_PLAIN_JSON = json.JSONDecoder()  # finds where a refused value ends (it keeps the last key)
+
+
 class _JsonStream:
     """Walks one JSON document over a sliding text buffer (see module docstring)."""
 
@@ -195,9 +209,16 @@ class _JsonStream:
         while True:
             try:
                 value, end = decode_json_value(self.buf, self.pos)
-            except DuplicateJSONKeyError as exc:  # complete, and refused
-                raise _BrokenJson(f"invalid JSON at {self._where(exc.pos)}: duplicate key "
-                                  f"{exc.key!r} (first at {self._where(exc.first_pos)})") from None
+            except DuplicateJSONKeyError as exc:  # refused; the text after it may still be read
+                message = (f"invalid JSON at {self._where(exc.pos)}: duplicate key {exc.key!r} "
+                           f"(first at {self._where(exc.first_pos)})")
+                try:
+                    end = _PLAIN_JSON.raw_decode(self.buf, self.pos)[1]
+                except json.JSONDecodeError:  # cut by the buffer's end, or broken further on
+                    if len(self.buf) - self.pos < _MAX_VALUE and self._fill():
+                        continue
+                    raise _BrokenJson(message) from None
+                raise _RefusedValue(message, end) from None
             except json.JSONDecodeError as exc:
                 if len(self.buf) - self.pos < _MAX_VALUE and self._fill():
                     continue
@@ -262,7 +283,16 @@ class _JsonStream:
             return
         number = 0
         while True:
-            yield from _members(self.path, 0, number, self.value())
+            try:
+                item = self.value()
+            except _RefusedValue as exc:
+                yield LoadError(self.path, 0, f"items[{number}]: {exc.message}")
+                self.pos = exc.end
+            except _BrokenJson as exc:  # where the next item starts is unknown: say what is lost
+                raise _BrokenJson(f"items[{number}]: {exc.message}; it and every item after it "
+                                  "were not read") from None
+            else:
+                yield from _members(self.path, 0, number, item)
             number += 1
             separator = self.peek()
             self.pos += 1
@@ -270,7 +300,8 @@ class _JsonStream:
                 return
             if separator != ",":
                 raise _BrokenJson(f"invalid JSON at {self._where(self.pos - 1)}: expected ',' "
-                                  f"or ']' after items[{number - 1}]")
+                                  f"or ']' after items[{number - 1}]; the items after it were "
+                                  "not read")
 
 
 def _yaml_error(exc: yaml.YAMLError, first_line: int, text: str | None = None) -> str:

@@ -50,6 +50,23 @@ def test_large_json_list_is_streamed_across_buffer_boundaries(tmp_path, monkeypa
     assert got[0].location == f"{path}: document 0 items[0]"
 
 
+def test_an_item_with_a_key_given_twice_is_refused_alone_across_buffer_boundaries(
+        tmp_path, monkeypatch):
+    """The refused item is complete JSON: its end is found (reading more text where the buffer
+    cuts it) and the items after it are audited; nothing is dropped without a word."""
+    monkeypatch.setattr("audit.sources.files._CHUNK", 97)
+    text = kubectl_json(pods(5)).replace('"name": "p1",', '"name": "p1",\n"name": "x",', 1)
+    path = tmp_path / "pods.json"
+    path.write_text(text)
+    got = list(iter_snapshot([str(path)], stream_above=0))
+    assert [g.body["metadata"]["name"] for g in got if isinstance(g, Document)] == [
+        "p0", "p2", "p3", "p4"]
+    line = text.count("\n", 0, text.index('"name": "x"')) + 1
+    assert [str(g) for g in got if isinstance(g, LoadError)] == [
+        f"{path}: document 0: items[1]: invalid JSON at line {line} column 1: duplicate key "
+        f"'name' (first at line {line - 1} column 17)"]
+
+
 def test_large_yaml_list_and_gzip(tmp_path):
     path = tmp_path / "pods.yaml.gz"
     text = "# kubectl get pods -A -o yaml\n" + yaml.safe_dump(
@@ -68,7 +85,12 @@ def test_broken_items_are_reported_and_reading_goes_on(tmp_path):
     path.write_text(text)
     got = list(iter_snapshot([str(path)], stream_above=0))
     errors = [str(g) for g in got if isinstance(g, LoadError)]
-    assert len(errors) == 1 and errors[0].startswith(f"{path}: document 0: invalid JSON at line")
+    # where the next item starts is unknown after a syntax error: the error says what is lost
+    assert [g.body["metadata"]["name"] for g in got if isinstance(g, Document)] == ["p0"]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"{path}: document 0: items[1]: invalid JSON at line")
+    assert errors[0].endswith(": Expecting ',' delimiter; it and every item after it were not "
+                              "read")
     yaml_path = tmp_path / "broken.yaml"
     yaml_path.write_text("apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n"
                          "- kind: Pod\n  metadata: {name: [b}\n- metadata: {name: c}\n"

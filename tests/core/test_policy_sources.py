@@ -297,8 +297,11 @@ def test_duplicate_keys_in_a_streamed_snapshot_are_errors(tmp_path):
     path.write_text('{"kind": "List",\n "items": [' + items + ']}\n')
     errors = [e for e in iter_snapshot([str(path)], stream_above=0) if isinstance(e, LoadError)]
     assert [str(e) for e in errors] == [
-        f"{path}: document 0: invalid JSON at line 2 column 118: duplicate key 'name' (first "
-        "at line 2 column 104)"]
+        f"{path}: document 0: items[1]: invalid JSON at line 2 column 118: duplicate key "
+        "'name' (first at line 2 column 104)"]
+    # the refused item is complete: the items after it are read
+    assert [d.body["metadata"]["name"] for d in iter_snapshot([str(path)], stream_above=0)
+            if not isinstance(d, LoadError)] == ["p0", "p2"]
     top = tmp_path / "top.json"
     top.write_text('{"kind": "List", "items": [],\n "kind": "PodList"}\n')
     assert [str(e) for e in iter_snapshot([str(top)], stream_above=0)] == [
@@ -330,10 +333,10 @@ def test_a_streamed_kubectl_list_reads_every_item_and_refuses_a_key_given_twice(
     assert [d.body for d in iter_snapshot([str(path)], stream_above=0)] == pods
     path.write_text(good.replace('"name": "p1",', '"name": "p1",\n"name": "p9",'))
     found = list(iter_snapshot([str(path)], stream_above=0))
-    assert [d.body["metadata"]["name"] for d in found if isinstance(d, Document)] == ["p0"]
+    assert [d.body["metadata"]["name"] for d in found if isinstance(d, Document)] == ["p0", "p2"]
     assert [str(e) for e in found if isinstance(e, LoadError)] == [
-        f"{path}: document 0: invalid JSON at line 28 column 1: duplicate key 'name' (first "
-        "at line 27 column 17)"]
+        f"{path}: document 0: items[1]: invalid JSON at line 28 column 1: duplicate key 'name' "
+        "(first at line 27 column 17)"]
 
 
 # --- one snapshot --------------------------------------------------------------------------
