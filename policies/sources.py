@@ -620,9 +620,10 @@ _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_distinct_keys)
 _INDENT = re.compile(r"[ \t]*")
 _CLOSERS = {"{": "}", "[": "]"}
 _LINE_LIMIT = 1 << 18  # characters searched for the end of a value written on one line
-# The proof holds four copies of the text at once (its bytes, orjson's, both without
-# whitespace): +20 MiB of peak RSS for a 5 MB file the audit reads last (1M-pod benchmark)
-_EXACT_LIMIT = 1 << 20
+#: The longest text orjson decodes here (characters). orjson builds its own tree of a large
+#: document before the Python values: decoding a 5 MB List held 87 MiB at its peak, the
+#: standard library 30 MiB; the 1M-pod audit's peak RSS went 485 -> 501 MiB.
+EXACT_LIMIT = 1 << 20
 
 
 def _decode_by_layout(text: str, pos: int) -> tuple[Any, int] | None:
@@ -644,7 +645,7 @@ def _decode_by_layout(text: str, pos: int) -> tuple[Any, int] | None:
     twice, no number read inexactly); ``\u`` escapes, other number spellings, NaN or a lone
     surrogate make it None, as does any other layout (compact JSON of a whole List on one line
     after :data:`_LINE_LIMIT` characters without a line break) and a value longer than
-    :data:`_EXACT_LIMIT`.
+    :data:`EXACT_LIMIT`.
     """
     closer = _CLOSERS.get(text[pos:pos + 1])
     if closer is None:
@@ -663,7 +664,7 @@ def _decode_by_layout(text: str, pos: int) -> tuple[Any, int] | None:
         end = pos + len(text[pos:end].rstrip(" \t\r,"))
         if text[end - 1] != closer:
             return None
-    if end - pos > _EXACT_LIMIT:
+    if end - pos > EXACT_LIMIT:
         return None
     exact, value = _decode_exactly(text[pos:end])
     return (value, end) if exact else None
@@ -715,11 +716,11 @@ def load_json(text: str) -> Any:
     decoding refuses it.
 
     orjson decodes what it provably decodes as the standard library would
-    (:func:`_decode_exactly`: compact or indented ASCII JSON, a few times faster) in texts of
-    up to :data:`_EXACT_LIMIT` characters; the standard library decodes the rest and words
+    (:func:`_decode_exactly`: compact or indented ASCII JSON, a few times faster) in a text of
+    up to :data:`EXACT_LIMIT` characters; the standard library decodes the rest and words
     every error.
     """
-    exact, value = _decode_exactly(text) if len(text) <= _EXACT_LIMIT else (False, None)
+    exact, value = _decode_exactly(text) if len(text) <= EXACT_LIMIT else (False, None)
     if exact:
         return value
     try:

@@ -4,7 +4,9 @@ Owns reading what ``kubectl get … -A -o yaml|json`` writes (a ``kind: List``),
 directories and ``.gz`` files, one object at a time. Small files go through
 :func:`policies.sources.iter_documents` (the core's reader, same messages as ``gpuguard gpus``).
 Files above ``stream_above`` bytes are parsed item by item so that a 100k-pod List never sits in
-memory as one parsed tree:
+memory as one parsed tree, and so are files above :data:`policies.sources.EXACT_LIMIT` (1 MiB),
+in their place among the small ones (orjson decodes their items; a whole file of that size would
+go to the standard library, see ``load_json``):
 
 - JSON: the top-level object is walked key by key with :meth:`json.JSONDecoder.raw_decode` over a
   sliding buffer; each element of ``items`` is decoded, yielded and dropped.
@@ -35,6 +37,7 @@ from typing import Any, TextIO
 import yaml
 
 from policies.sources import (
+    EXACT_LIMIT,
     Document,
     DuplicateJSONKeyError,
     LoadError,
@@ -94,9 +97,10 @@ def iter_snapshot(paths: Sequence[str], *,
                         or sizes[e] <= stream_above else 1):
         if isinstance(entry, LoadError):
             yield entry
-        elif entry == "-" or sizes[entry] <= stream_above:
+        elif entry == "-" or sizes[entry] <= min(stream_above, EXACT_LIMIT):
             yield from iter_documents([entry])
         else:
+            # in its place in the order; above EXACT_LIMIT, orjson decodes items, not the file
             yield from _stream(entry)
 
 
