@@ -653,7 +653,8 @@ def _decode_by_layout(text: str, pos: int) -> tuple[Any, int] | None:
     if text[pos + 1:pos + 2] in ("\n", "\r"):
         line = text.rfind("\n", 0, pos) + 1
         indent = _INDENT.match(text, line).group()  # type: ignore[union-attr]  # always matches
-        end = text.find(f"\n{indent}{closer}", pos)
+        # bounded: a layout without such a line must not scan the whole buffer per value
+        end = text.find(f"\n{indent}{closer}", pos, pos + EXACT_LIMIT)
         if end < 0:
             return None
         end += len(indent) + 2
